@@ -1,0 +1,3 @@
+"""chatui: a terminal chat app for local LLM checkpoints."""
+
+__version__ = "0.1.0"

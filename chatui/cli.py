@@ -1,0 +1,5 @@
+"""Command line (placeholder until the engine lands)."""
+
+
+def main() -> None:
+    print("chatui")

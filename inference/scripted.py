@@ -1,0 +1,131 @@
+"""A deterministic backend with no model: replies from a script, with made-up but stable logprobs.
+
+Used by the app's tests and snapshots (stable pictures) and by ``chatui --backend scripted``
+for trying the interface without a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import time
+from typing import Callable, Iterator
+
+from .types import (
+    Alternative,
+    Event,
+    GenerationRequest,
+    Message,
+    ModelInfo,
+    RowDone,
+    Started,
+    Token,
+    TokenBatch,
+    Usage,
+)
+
+ReplyFn = Callable[[GenerationRequest, int], str]
+
+
+def echo_reply(request: GenerationRequest, row: int) -> str:
+    """The default script: a short Markdown reply that quotes the last user message."""
+    last = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
+    s = request.settings[row]
+    return (f"You said: {last}\n\nHere is a list:\n\n- one\n- two\n\n"
+            f"```python\nprint({row} + {s.temperature:g})\n```\n")
+
+
+_TOKEN_RE = re.compile(r"\s*\S+|\s+")
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split text into word-like pieces that concatenate back to it."""
+    return _TOKEN_RE.findall(text)
+
+
+def _score(piece: str, index: int, row: int) -> float:
+    h = hashlib.sha256(f"{piece}|{index}|{row}".encode()).digest()
+    return -4.0 * (h[0] / 255.0) ** 2  # logprob in [-4, 0]
+
+
+class ScriptedBackend:
+    """Streams scripted replies token by token; honours cancel, max tokens and stop strings."""
+
+    def __init__(self, reply: ReplyFn = echo_reply, *, delay_s: float = 0.0,
+                 context_limit: int = 4096, name: str = "scripted") -> None:
+        self.reply = reply
+        self.delay_s = delay_s
+        self.info = ModelInfo(name=name, backend="scripted", device="cpu", dtype="none",
+                              context_limit=context_limit)
+        self.requests: list[GenerationRequest] = []
+        self.resets = 0
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> int:
+        return sum(len(split_tokens(m.content)) + 4 for m in messages)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def close(self) -> None:
+        pass
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
+        self.requests.append(request)
+        t0 = time.perf_counter()
+        prompt = self.count_tokens(request.messages)
+        yield Started(rows=len(request.settings), prompt_tokens=prompt, cached_tokens=0,
+                      context_limit=self.info.context_limit)
+        scripts = [split_tokens(self.reply(request, r)) for r in range(len(request.settings))]
+        texts = ["" for _ in scripts]
+        done = [False] * len(scripts)
+        first_at: list[float | None] = [None] * len(scripts)
+        step = 0
+        while not all(done):
+            for row, pieces in enumerate(scripts):
+                if done[row]:
+                    continue
+                s = request.settings[row]
+                reason = None
+                if cancel.is_set():
+                    reason = "cancelled"
+                elif step >= len(pieces):
+                    reason = "stop"
+                elif step >= s.max_new_tokens:
+                    reason = "length"
+                if reason is None:
+                    piece = pieces[step]
+                    candidate = texts[row] + piece
+                    hit = next((st for st in s.stop if st in candidate), None)
+                    if hit is not None:
+                        texts[row] = candidate[: candidate.index(hit)]
+                        reason = "stop"
+                if reason is not None:
+                    done[row] = True
+                    elapsed = time.perf_counter() - t0
+                    ttft = first_at[row] if first_at[row] is not None else elapsed
+                    n = min(step, len(pieces))
+                    tps = (n - 1) / max(elapsed - ttft, 1e-9) if n > 1 else 0.0
+                    yield RowDone(row, reason, texts[row],
+                                  Usage(prompt, n, 0, ttft, tps))
+                    continue
+                lp = _score(piece, step, row)
+                alts = [Alternative(None, piece, lp)]
+                for k in range(1, request.top_logprobs):
+                    alts.append(Alternative(None, f"alt{k}", lp - k - 0.5))
+                alts.sort(key=lambda a: -a.logprob)
+                tok = Token(index=step, id=None, text=piece, logprob=lp,
+                            entropy=round(-lp * 0.8 + 0.1, 4), top=tuple(alts[: request.top_logprobs]))
+                texts[row] += piece
+                if first_at[row] is None:
+                    first_at[row] = time.perf_counter() - t0
+                yield TokenBatch(row, (tok,))
+            step += 1
+            if self.delay_s:
+                time.sleep(self.delay_s)
+
+
+def perplexity(logprobs: list[float]) -> float:
+    """exp(-mean logprob); 1.0 for an empty list."""
+    return math.exp(-sum(logprobs) / len(logprobs)) if logprobs else 1.0

@@ -1,0 +1,179 @@
+"""Plain data types that cross the boundary between the engine and its users.
+
+The app, the CLI and transcripts only ever see these: no tensors, no tokenizer objects.
+A backend (the local engine, an OpenAI-compatible server, a scripted fake) produces them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .settings import SamplingParams
+
+Role = Literal["system", "user", "assistant"]
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class AssistantPrefix:
+    """The start of the assistant reply to continue from (``/continue``, "continue from this
+    alternative"). ``token_ids`` is exact when known; otherwise the text is encoded."""
+
+    text: str
+    token_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Ask for one reply per entry of ``settings`` to the same conversation.
+
+    With several settings the rows share one prefill and decode as one batch (compare mode).
+    """
+
+    messages: tuple[Message, ...]
+    settings: tuple[SamplingParams, ...] = (SamplingParams(),)
+    top_logprobs: int = 5
+    """How many alternatives to report per token (0 to 20)."""
+    prefix: AssistantPrefix | None = None
+    """Continue this partial assistant reply instead of starting a new one."""
+
+    def __post_init__(self) -> None:
+        if not self.settings:
+            raise ValueError("a request needs at least one settings row")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ValueError("top_logprobs must be between 0 and 20")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One of the most likely tokens at a position."""
+
+    id: int | None
+    """Token id; None when the backend cannot tell (OpenAI-compatible servers)."""
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Token:
+    """One generated token with what the model thought of it."""
+
+    index: int
+    """Position in the reply, from 0."""
+    id: int | None
+    text: str
+    """The text this token adds to the reply (may be "" while a UTF-8 glyph is incomplete;
+    the glyph's text then comes with its last token, and ``glyph_start`` says where it began)."""
+    logprob: float | None
+    """log P(token) under the raw distribution (before temperature and filters)."""
+    entropy: float | None
+    """Entropy of the raw distribution in nats; None when unavailable."""
+    top: tuple[Alternative, ...] = ()
+    special: bool = False
+    """A control token (end of turn...), never shown as text by default."""
+    glyph_start: int | None = None
+    """When this token completes a glyph that started in an earlier token, that token's index."""
+    raw: str = ""
+    """The token's own spelling (e.g. '<|im_end|>' or '<0xE4>'), for a raw view."""
+
+    @property
+    def prob(self) -> float | None:
+        import math
+
+        return None if self.logprob is None else math.exp(self.logprob)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Counts and timings of one finished reply."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    """Prompt tokens reused from the cache (not prefilled again)."""
+    ttft_s: float
+    """Time from the request to the first token."""
+    decode_tokens_per_s: float
+    """Tokens per second after the first one."""
+
+
+# ---- events (what a backend yields while it works) ----
+
+
+@dataclass(frozen=True)
+class Started:
+    """The prompt is encoded; decoding begins."""
+
+    rows: int
+    prompt_tokens: int
+    cached_tokens: int
+    dropped_messages: int = 0
+    """Oldest messages left out so the conversation fits the context."""
+    context_limit: int = 0
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """New tokens for one row, in order (grouped so a slow consumer never stalls the engine)."""
+
+    row: int
+    tokens: tuple[Token, ...]
+
+
+@dataclass(frozen=True)
+class RowDone:
+    """One row finished."""
+
+    row: int
+    finish_reason: FinishReason
+    text: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The request failed; rows already done stay done, partial text is in ``partial``."""
+
+    message: str
+    partial: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A long step (loading, converting, compiling) moved on."""
+
+    stage: str
+    done: float
+    total: float | None = None
+
+
+Event = Started | TokenBatch | RowDone | Failed | Progress
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the app shows about the loaded model."""
+
+    name: str
+    backend: str
+    """'local', 'openai' or 'scripted'."""
+    device: str
+    dtype: str
+    context_limit: int
+    checkpoint: str = ""
+    weights_hash: str = ""
+    quantization: str = "none"
+    default_settings: SamplingParams = field(default_factory=SamplingParams)
+    has_token_ids: bool = True
+    has_entropy: bool = True
+    chat_template_warning: str = ""
+    url: str = ""

@@ -1,0 +1,1 @@
+"""chatui's Textual themes and stylesheet."""
