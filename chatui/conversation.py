@@ -1,0 +1,135 @@
+"""The conversation the app shows and transcripts store: plain, mutable, UI-free data.
+
+A conversation is a system prompt and a list of entries. A user entry has text; an assistant
+entry has one reply, or several (a comparison group) of which ``chosen`` continues the chat.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from inference.settings import SamplingParams
+from inference.types import Message, Token, Usage
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass
+class Reply:
+    """One assistant reply (one column of a comparison)."""
+
+    settings: SamplingParams
+    text: str = ""
+    tokens: list[Token] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    """None while it is still streaming."""
+    usage: Usage | None = None
+    error: str = ""
+
+    @property
+    def logprobs(self) -> list[float]:
+        return [t.logprob for t in self.tokens if t.logprob is not None and not t.special]
+
+    @property
+    def mean_logprob(self) -> float | None:
+        lps = self.logprobs
+        return sum(lps) / len(lps) if lps else None
+
+    @property
+    def perplexity(self) -> float | None:
+        m = self.mean_logprob
+        return None if m is None else math.exp(-m)
+
+    @property
+    def least_likely(self) -> Token | None:
+        cands = [t for t in self.tokens if t.logprob is not None and not t.special]
+        return min(cands, key=lambda t: t.logprob) if cands else None  # type: ignore[arg-type,return-value]
+
+
+@dataclass
+class Entry:
+    """One message in the conversation."""
+
+    role: Literal["user", "assistant"]
+    text: str = ""
+    """The user's text; for an assistant entry, the chosen reply's text (kept in sync)."""
+    time: float = field(default_factory=time.time)
+    replies: list[Reply] = field(default_factory=list)
+    chosen: int = 0
+
+    @property
+    def reply(self) -> Reply | None:
+        """The reply the conversation continues with (assistant entries)."""
+        if self.role != "assistant" or not self.replies:
+            return None
+        return self.replies[self.chosen]
+
+    @property
+    def content(self) -> str:
+        r = self.reply
+        return r.text if r is not None else self.text
+
+    @property
+    def is_comparison(self) -> bool:
+        return len(self.replies) > 1
+
+
+@dataclass
+class ModelRef:
+    """Which model made a conversation (as recorded in a transcript)."""
+
+    name: str = ""
+    checkpoint: str = ""
+    weights_hash: str = ""
+    dtype: str = ""
+    backend: str = "local"
+    url: str = ""
+
+
+@dataclass
+class Conversation:
+    """A whole chat."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    created: float = field(default_factory=time.time)
+    title: str = ""
+    system_prompt: str = ""
+    entries: list[Entry] = field(default_factory=list)
+    model: ModelRef = field(default_factory=ModelRef)
+
+    def messages(self) -> tuple[Message, ...]:
+        """The role/content messages to send to a model (system prompt first if any)."""
+        out: list[Message] = []
+        if self.system_prompt:
+            out.append(Message("system", self.system_prompt))
+        for e in self.entries:
+            out.append(Message(e.role, e.content))
+        return tuple(out)
+
+    def add_user(self, text: str) -> Entry:
+        entry = Entry("user", text)
+        self.entries.append(entry)
+        if not self.title:
+            self.title = text.strip().splitlines()[0][:80] if text.strip() else ""
+        return entry
+
+    def add_assistant(self, settings: list[SamplingParams]) -> Entry:
+        entry = Entry("assistant", replies=[Reply(s) for s in settings])
+        self.entries.append(entry)
+        return entry
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.title = ""
+
+    @property
+    def last_user(self) -> Entry | None:
+        return next((e for e in reversed(self.entries) if e.role == "user"), None)
+
+    @property
+    def last_assistant(self) -> Entry | None:
+        return next((e for e in reversed(self.entries) if e.role == "assistant"), None)
