@@ -1,1 +1,10 @@
-"""chatui's Textual themes and stylesheet."""
+"""chatui's Textual themes (with the logprob heat scale) and its stylesheet."""
+
+from pathlib import Path
+
+from .chatui import DEFAULT_THEME, HEAT_BINS, HEAT_VARIABLE_DEFAULTS, THEMES, heat_bin
+
+STYLESHEET = Path(__file__).with_name("chatui.tcss")
+
+__all__ = ["DEFAULT_THEME", "HEAT_BINS", "HEAT_VARIABLE_DEFAULTS", "STYLESHEET", "THEMES",
+           "heat_bin"]

@@ -1,0 +1,161 @@
+"""Slash commands: the registry, parsing, completion and "did you mean" suggestions.
+
+Pure logic with no Textual import, so it is unit-tested on its own. The chat screen maps each
+parsed command to an action (``action_<name>``); the help screen, the command palette and the
+prompt's completion all read the same :data:`COMMANDS` table.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One slash command as the user sees it."""
+
+    name: str
+    """The word after the slash, e.g. ``"set"``."""
+    help: str
+    """One sentence for /help and the command palette."""
+    args: str = ""
+    """Argument synopsis for /help, e.g. ``"NAME VALUE"``; empty when it takes none."""
+    needs_arg: bool = False
+    """True when the command is useless without an argument."""
+    key: str = ""
+    """The key binding that does the same, shown in /help."""
+
+
+COMMANDS: tuple[CommandSpec, ...] = (
+    CommandSpec("help", "Show commands and keys.", key="F1"),
+    CommandSpec("clear", "Empty the conversation and the model's cache.", key="Ctrl+L"),
+    CommandSpec("exit", "Quit; the conversation is kept.", key="Ctrl+Q"),
+    CommandSpec("system", "Set the system prompt (no text: show it).", args="TEXT"),
+    CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2.",
+                args="NAME VALUE", needs_arg=True),
+    CommandSpec("settings", "Show the sampling settings in force."),
+    CommandSpec("retry", "Regenerate the last reply.", key="Ctrl+R"),
+    CommandSpec("edit", "Put the last prompt back in the box and remove its reply.", key="Ctrl+E"),
+    CommandSpec("continue", "Continue a reply that was stopped or cut off by the length limit.",
+                key="Ctrl+O"),
+    CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T"),
+    CommandSpec("raw", "Toggle the raw token view (special tokens, exact spellings)."),
+    CommandSpec("theme", "Switch the theme (no name: list themes).", args="NAME"),
+    CommandSpec("copy", "Copy the last reply (/copy code: its last code block).",
+                args="[code]", key="Ctrl+Y"),
+    CommandSpec("save", "Save the conversation (optionally to PATH).", args="[PATH]"),
+    CommandSpec("load", "Load a saved conversation (PATH or number from /history).",
+                args="PATH|N", needs_arg=True),
+    CommandSpec("history", "List saved conversations."),
+    CommandSpec("export", "Export to Markdown (.md) or messages JSON (.json).", args="PATH",
+                needs_arg=True),
+)
+
+BY_NAME: dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
+
+# Other spellings people type out of habit (ollama, llama.cpp, transformers chat).
+ALIASES: dict[str, str] = {"quit": "exit", "q": "exit", "bye": "exit", "reset": "clear",
+                           "new": "clear", "regen": "retry", "regenerate": "retry",
+                           "cont": "continue", "tokens": "logprobs", "h": "help", "?": "help"}
+
+
+@dataclass(frozen=True)
+class ParsedCommand:
+    """A slash command the user typed, resolved to its spec."""
+
+    spec: CommandSpec
+    arg: str
+    """Everything after the command word, stripped."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class CommandError(ValueError):
+    """The text is not a known command; the message says so and suggests the nearest one."""
+
+    def __init__(self, message: str, suggestion: str | None = None) -> None:
+        super().__init__(message)
+        self.suggestion = suggestion
+
+
+def is_command(text: str) -> bool:
+    """True when the prompt text is a slash command, not a message for the model.
+
+    ``//text`` escapes a message that starts with a slash; a lone path like ``/usr/bin`` on one
+    line is still treated as a command (and reported as unknown), which is the safer mistake.
+    """
+    stripped = text.lstrip()
+    return stripped.startswith("/") and not stripped.startswith("//")
+
+
+def unescape(text: str) -> str:
+    """The message to send for text that starts with ``//`` (one slash removed)."""
+    stripped = text.lstrip()
+    return stripped[1:] if stripped.startswith("//") else text
+
+
+def nearest(word: str) -> str | None:
+    """The known command nearest to ``word`` (by prefix, then edit similarity), or None."""
+    word = word.lower()
+    names = [c.name for c in COMMANDS]
+    prefixed = [n for n in names if n.startswith(word)] if word else []
+    if prefixed:
+        return prefixed[0]
+    close = difflib.get_close_matches(word, names + list(ALIASES), n=1, cutoff=0.5)
+    if not close:
+        return None
+    return ALIASES.get(close[0], close[0])
+
+
+def parse(text: str) -> ParsedCommand:
+    """Resolve ``"/set temperature 0.2"`` to its spec and argument.
+
+    Raises:
+        CommandError: unknown command (with the nearest one as a suggestion) or a missing
+            argument.
+    """
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        raise CommandError("commands start with '/'")
+    parts = stripped[1:].split(None, 1)
+    word = parts[0] if parts else ""
+    arg = parts[1] if len(parts) > 1 else ""
+    key = word.lower()
+    key = ALIASES.get(key, key)
+    spec = BY_NAME.get(key)
+    if spec is None:
+        hint = nearest(word)
+        msg = f"Unknown command /{word}."
+        if hint:
+            msg += f" Did you mean /{hint}?"
+        msg += " Type /help for the list."
+        raise CommandError(msg, hint)
+    arg = arg.strip()
+    if spec.needs_arg and not arg:
+        raise CommandError(f"/{spec.name} needs {spec.args}: {spec.help}")
+    return ParsedCommand(spec, arg)
+
+
+def completions(text: str, extra: dict[str, list[str]] | None = None) -> list[str]:
+    """Full prompt texts that complete ``text`` (for the suggester), best first.
+
+    Args:
+        text: what the user has typed so far (``"/se"``, ``"/theme ch"``).
+        extra: argument candidates per command name (``{"theme": [...], "set": [...]}``).
+    """
+    if not text.startswith("/") or "\n" in text:
+        return []
+    word, space, arg = text[1:].partition(" ")
+    if not space:
+        return [f"/{c.name}" + (" " if c.args else "") for c in COMMANDS
+                if c.name.startswith(word.lower()) and c.name != word.lower()] if word else []
+    candidates = (extra or {}).get(word.lower(), [])
+    return [f"/{word} {c}" for c in candidates if c.startswith(arg) and c != arg]
+
+
+def help_rows() -> list[tuple[str, str, str]]:
+    """(usage, key, help) rows for the help screen."""
+    return [(f"/{c.name}" + (f" {c.args}" if c.args else ""), c.key, c.help) for c in COMMANDS]

@@ -1,0 +1,106 @@
+"""The app's configuration (one typed object, built once by the CLI and passed in) and the
+small remembered-settings file (the chosen theme) in the user config directory.
+
+``CHATUI_CONFIG_DIR`` overrides where the settings file lives (tests point it at a temporary
+folder so they never touch the real one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from inference.settings import SamplingParams
+
+log = logging.getLogger(__name__)
+
+CONFIG_DIR_ENV = "CHATUI_CONFIG_DIR"
+"""Environment variable that overrides the config directory (remembered theme)."""
+
+
+def default_config_dir() -> Path:
+    """Where the remembered settings live: ``$CHATUI_CONFIG_DIR`` or the user config dir."""
+    env = os.environ.get(CONFIG_DIR_ENV)
+    if env:
+        return Path(env)
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("chatui"))
+
+
+def default_data_dir() -> Path:
+    """Where logs (and transcripts) go by default."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("chatui"))
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Everything the chat app needs to know besides the backend factory."""
+
+    theme: str | None = None
+    """Theme to start with; None means the remembered one (or chatui-dark)."""
+    top_logprobs: int = 5
+    """Alternatives the engine reports per token (0-20) for the token view."""
+    settings: SamplingParams | None = None
+    """Sampling settings to start with; None means the model's own defaults."""
+    system_prompt: str = ""
+    """System prompt of a new conversation."""
+    log_file: Path | None = None
+    """Where ``run_chat`` writes logs; None means ``<data_dir>/chatui.log``."""
+    data_dir: Path | None = None
+    """Folder for transcripts and logs; None means the platform's user data dir."""
+    config_dir: Path | None = None
+    """Folder of the remembered-settings file; None means :func:`default_config_dir`."""
+    load_path: Path | None = None
+    """A saved transcript to open at start."""
+    autosave: bool = True
+    """Save the conversation after every message (once transcripts are available)."""
+    token_view: bool = False
+    """Start with replies shown as tokens on the heat scale instead of Markdown."""
+    stable_timings: bool = False
+    """Show fixed timings (tokens/s, time to first token) so screenshots are reproducible."""
+
+    def resolved_config_dir(self) -> Path:
+        return self.config_dir or default_config_dir()
+
+    def resolved_data_dir(self) -> Path:
+        return self.data_dir or default_data_dir()
+
+    def resolved_log_file(self) -> Path:
+        return self.log_file or self.resolved_data_dir() / "chatui.log"
+
+
+SETTINGS_FILE = "settings.json"
+
+
+def load_remembered(config_dir: Path) -> dict:
+    """The remembered settings (``{"theme": ...}``); empty if missing or unreadable."""
+    path = config_dir / SETTINGS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def remember(config_dir: Path, **values: object) -> None:
+    """Merge ``values`` into the settings file (atomic write; errors are logged, not raised)."""
+    try:
+        config_dir.mkdir(parents=True, exist_ok=True)
+        data = load_remembered(config_dir)
+        data.update(values)
+        fd, tmp = tempfile.mkstemp(dir=config_dir, prefix=".settings-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, config_dir / SETTINGS_FILE)
+    except OSError as exc:
+        log.warning("could not remember %s: %s", values, exc)

@@ -1,0 +1,58 @@
+"""Messages that widgets and screens post upwards (attributes down, messages up).
+
+Each is a small dataclass with a one-line docstring. None is posted per token: token batches
+are consumed by the chat screen directly and the views coalesce their own refreshes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+
+@dataclass
+class PromptSubmitted(Message):
+    """The user pressed Enter in the prompt box."""
+
+    text: str
+
+
+@dataclass
+class ResponseStarted(Message):
+    """A reply began streaming (input that would conflict is locked)."""
+
+    entry_index: int
+
+
+@dataclass
+class ResponseComplete(Message):
+    """A reply ended (stop, length or cancelled)."""
+
+    entry_index: int
+    finish_reason: str
+
+
+@dataclass
+class ResponseFailed(Message):
+    """A reply failed; the prompt text is given back to the box."""
+
+    entry_index: int
+    error: str
+
+
+@dataclass
+class TokenSelected(Message):
+    """The token cursor of a reply view moved to ``unit`` (a glyph of one or more tokens)."""
+
+    view_id: str
+    unit: int
+
+
+@dataclass
+class AlternativeChosen(Message):
+    """The user asked to regenerate a reply from ``token_index`` with alternative ``alt_rank``."""
+
+    view_id: str
+    token_index: int
+    alt_rank: int
