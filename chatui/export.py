@@ -1,0 +1,140 @@
+"""Render a conversation for other tools: readable Markdown, or plain role/content messages.
+
+Both are pure functions of a :class:`~chatui.conversation.Conversation`; writing them to disk
+(atomically, under a default name) is :func:`chatui.transcript.export_to_file`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+
+from inference.settings import SamplingParams
+
+from .conversation import Conversation, Entry, Reply
+
+# C0 controls other than tab and newline, DEL and C1 controls. Model output may hold ANSI
+# escapes; a Markdown file someone `cat`s must not drive their terminal, so these become
+# visible symbols (the transcript keeps the exact text).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        c = ord(m.group())
+        if c < 0x20:
+            return chr(0x2400 + c)  # U+2400 block: control pictures (␛ for ESC)
+        if c == 0x7F:
+            return "\u2421"  # ␡
+        return f"\\x{c:02x}"
+
+    return _CONTROL.sub(sub, text)
+
+
+def _when(t: float) -> str:
+    try:
+        return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def conversation_title(conv: Conversation) -> str:
+    """The title to show: the conversation's own, else the first line of the first user
+    message, else "Untitled chat"."""
+    if conv.title.strip():
+        return conv.title.strip().splitlines()[0]
+    for e in conv.entries:
+        if e.role == "user" and e.text.strip():
+            return e.text.strip().splitlines()[0][:80]
+    return "Untitled chat"
+
+
+def model_label(conv: Conversation) -> str:
+    """A short name for the model: its name, else the checkpoint, else the backend."""
+    m = conv.model
+    label = m.name or m.checkpoint or m.url or m.backend or "unknown model"
+    return label
+
+
+def reply_stats(reply: Reply) -> str:
+    """One small line of numbers about a reply: tokens, speed, first token, perplexity."""
+    parts: list[str] = []
+    u = reply.usage
+    n = u.completion_tokens if u is not None else len(reply.tokens)
+    if n or reply.tokens:
+        parts.append(f"{n} token" + ("" if n == 1 else "s"))
+    if u is not None:
+        parts.append(f"{u.decode_tokens_per_s:.1f} tok/s")
+        parts.append(f"first token {u.ttft_s:.2f} s")
+    ppl = reply.perplexity
+    if ppl is not None:
+        parts.append(f"perplexity {ppl:.2f}")
+    if reply.finish_reason and reply.finish_reason != "stop":
+        parts.append(reply.finish_reason)
+    elif reply.finish_reason is None:
+        parts.append("unfinished")
+    return " · ".join(parts)
+
+
+def _settings_label(s: SamplingParams) -> str:
+    return s.describe(against=SamplingParams()) if s != SamplingParams() else "default settings"
+
+
+def _reply_block(reply: Reply) -> list[str]:
+    out = [_visible(reply.text) if reply.text else "*(empty reply)*", ""]
+    if reply.error:
+        out += [f"> error: {_visible(reply.error)}", ""]
+    stats = reply_stats(reply)
+    if stats:
+        out += [f"<sub>{stats}</sub>", ""]
+    return out
+
+
+def _assistant(entry: Entry) -> list[str]:
+    if not entry.replies:
+        return ["## Assistant", "", _visible(entry.text) or "*(empty reply)*", ""]
+    if not entry.is_comparison:
+        reply = entry.replies[0]
+        return ["## Assistant", "", f"<sub>{_settings_label(reply.settings)}</sub>", "",
+                *_reply_block(reply)]
+    out = [f"## Assistant: comparison of {len(entry.replies)} replies", ""]
+    for i, reply in enumerate(entry.replies):
+        chosen = " (chosen: the conversation continues with this one)" if i == entry.chosen else ""
+        out += [f"### Column {i + 1}{chosen}", "", f"<sub>{_settings_label(reply.settings)}</sub>",
+                "", *_reply_block(reply)]
+    return out
+
+
+def export_markdown(conv: Conversation) -> str:
+    """Readable Markdown: title, model, system prompt, then each message.
+
+    Comparison groups show every column with its settings and which one was chosen; each
+    reply ends with a small stats line (tokens, tokens/s, time to first token, perplexity).
+    Control characters (ANSI escapes...) are shown as visible symbols.
+    """
+    m = conv.model
+    lines = [f"# {_visible(conversation_title(conv))}", ""]
+    meta = [f"**Model:** {_visible(model_label(conv))}"]
+    if m.checkpoint and m.checkpoint != model_label(conv):
+        meta.append(f"**Checkpoint:** `{_visible(m.checkpoint)}`")
+    details = ", ".join(x for x in (m.backend, m.dtype) if x)
+    if details:
+        meta.append(f"**Backend:** {_visible(details)}")
+    if m.weights_hash:
+        meta.append(f"**Weights hash:** `{_visible(m.weights_hash)}`")
+    meta.append(f"**Started:** {_when(conv.created)}")
+    lines += ["  \n".join(meta), ""]
+    if conv.system_prompt:
+        lines += ["## System", "", _visible(conv.system_prompt), ""]
+    for e in conv.entries:
+        if e.role == "user":
+            lines += ["## User", "", _visible(e.text), ""]
+        else:
+            lines += _assistant(e)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def export_messages(conv: Conversation) -> list[dict[str, str]]:
+    """The plain ``[{"role", "content"}, ...]`` list that OpenAI-style clients and
+    ``transformers`` chat templates take: system prompt first, chosen replies only."""
+    return [{"role": m.role, "content": m.content} for m in conv.messages()]
