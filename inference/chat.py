@@ -1,0 +1,85 @@
+"""Chat encoding in one place: messages -> prompt ids through the tokenizer's chat template,
+fitted to the model's context by dropping the oldest turns (the system prompt stays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .types import AssistantPrefix, Message
+
+
+class PromptTooLongError(ValueError):
+    """Even the newest message alone does not fit the context."""
+
+
+GENERIC_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""ChatML, for checkpoints that ship no template (a warning says so)."""
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """A conversation ready for the model."""
+
+    ids: list[int]
+    dropped_messages: int
+    """How many of the oldest non-system messages were left out to fit."""
+
+
+def _as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def encode_messages(tokenizer: Any, messages: Sequence[Message],
+                    prefix: AssistantPrefix | None = None) -> list[int]:
+    """Encode with the chat template and the generation prompt.
+
+    Control tokens typed in messages (e.g. ``<|im_end|>``) are encoded as plain text. With a
+    ``prefix`` the assistant reply is left open after it: its exact ``token_ids`` are appended
+    when given, else its text is encoded as the open final message.
+    """
+    msgs = _as_dicts(messages)
+    if prefix is not None and prefix.token_ids is None:
+        msgs.append({"role": "assistant", "content": prefix.text})
+        return list(tokenizer.apply_chat_template(
+            msgs, continue_final_message=True, tokenize=True, return_dict=False,
+            sanitize_control_tokens=True))
+    ids = list(tokenizer.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=False,
+        sanitize_control_tokens=True))
+    if prefix is not None and prefix.token_ids is not None:
+        ids += list(prefix.token_ids)
+    return ids
+
+
+def fit_to_context(tokenizer: Any, messages: Sequence[Message], budget: int,
+                   prefix: AssistantPrefix | None = None) -> EncodedPrompt:
+    """Encode ``messages``, dropping the oldest turns until the prompt takes at most ``budget``
+    tokens. The system prompt and the newest user message always stay.
+
+    Raises:
+        PromptTooLongError: when the system prompt and the last message alone do not fit.
+    """
+    system = [m for m in messages[:1] if m.role == "system"]
+    rest = list(messages[len(system):])
+    dropped = 0
+    while True:
+        ids = encode_messages(tokenizer, system + rest, prefix)
+        if len(ids) <= budget:
+            return EncodedPrompt(ids, dropped)
+        if len(rest) <= 1:
+            raise PromptTooLongError(
+                f"The message is too long for the model's context: it takes {len(ids)} tokens "
+                f"and at most {budget} fit (with room kept for the reply).")
+        # Drop the oldest turn; keep the conversation starting with a user message.
+        rest.pop(0)
+        dropped += 1
+        while len(rest) > 1 and rest[0].role != "user":
+            rest.pop(0)
+            dropped += 1

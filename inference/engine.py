@@ -1,0 +1,409 @@
+"""The local engine: an own decode loop over a transformers causal LM.
+
+``LocalBackend.generate`` encodes the conversation, reuses the longest cached prefix,
+prefills the rest in chunks, then decodes all rows of the request together, each with its own
+sampling settings, yielding token events with raw logprobs, top-k alternatives and entropy.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from .chat import PromptTooLongError, encode_messages, fit_to_context
+from .detok import IncrementalDetokenizer, StopStringFilter
+from .runner import HFRunner
+from .sampling import RowSampling, decode_step_outputs
+from .settings import SamplingParams
+from .types import (
+    Alternative,
+    Event,
+    Failed,
+    GenerationRequest,
+    Message,
+    ModelInfo,
+    RowDone,
+    Started,
+    Token,
+    TokenBatch,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _with_text(tok: Token, text: str) -> Token:
+    return Token(tok.index, tok.id, text, tok.logprob, tok.entropy, tok.top, tok.special,
+                 tok.glyph_start, tok.raw)
+
+
+class _TokenView:
+    """Adapter giving Token the ``with_text`` the stop filter needs."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: Token) -> None:
+        self.token = token
+
+    @property
+    def text(self) -> str:
+        return self.token.text
+
+    def with_text(self, text: str) -> _TokenView:
+        return _TokenView(_with_text(self.token, text))
+
+
+@dataclass
+class _Row:
+    """Host-side state of one row while it decodes."""
+
+    settings: SamplingParams
+    detok: IncrementalDetokenizer
+    stops: StopStringFilter
+    prompt_len: int
+    glyph: list[Token] = field(default_factory=list)
+    generated: int = 0
+    first_at: float | None = None
+    last_at: float | None = None
+    done: bool = False
+
+
+class LocalBackend:
+    """Runs a transformers model in-process. See the module docstring.
+
+    Args:
+        model: a causal LM in eval mode on its device.
+        tokenizer: its tokenizer (with a chat template).
+        eos_token_ids: every id that ends a reply.
+        info: what the app shows about the model.
+        prefill_chunk: longest slice of the prompt fed in one forward.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, eos_token_ids: Sequence[int],
+                 info: ModelInfo, prefill_chunk: int = 512) -> None:
+        self.tokenizer = tokenizer
+        self.info = info
+        self.eos_ids = frozenset(int(i) for i in eos_token_ids)
+        self.runner = HFRunner(model)
+        self.device = self.runner.device
+        self.prefill_chunk = prefill_chunk
+        self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", []) or [])
+        self._piece_cache: dict[int, str] = {}
+        self._raw_cache: dict[int, str] = {}
+        self._cache: Any = None
+        self._cache_ids: list[int] = []
+
+    # ---- small helpers ----
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Any, *, quantization: str = "none") -> LocalBackend:
+        """Build from an ``inference.checkpoint.LoadedCheckpoint``."""
+        from .settings import defaults_from_generation_config
+
+        info = ModelInfo(
+            name=ckpt.name, backend="local", device=str(ckpt.device),
+            dtype=str(ckpt.dtype).replace("torch.", ""), context_limit=ckpt.context_limit,
+            checkpoint=ckpt.path, weights_hash=ckpt.weights_hash, quantization=quantization,
+            default_settings=defaults_from_generation_config(ckpt.generation_config),
+            chat_template_warning=ckpt.chat_template_warning)
+        return cls(ckpt.model, ckpt.tokenizer, eos_token_ids=ckpt.eos_token_ids, info=info)
+
+    def piece_text(self, token_id: int) -> str:
+        """A token's own text for display (alternatives): byte escapes for partial UTF-8."""
+        text = self._piece_cache.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id], skip_special_tokens=False,
+                                         clean_up_tokenization_spaces=False)
+            if "\ufffd" in text:
+                text = _byte_spelling(self.tokenizer, token_id) or text
+            self._piece_cache[token_id] = text
+        return text
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> int:
+        return len(encode_messages(self.tokenizer, messages)) if messages else 0
+
+    def reset(self) -> None:
+        self._cache = None
+        self._cache_ids = []
+
+    def close(self) -> None:
+        self.reset()
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """Token ids whose keys and values the cache holds (row 0)."""
+        return list(self._cache_ids)
+
+    # ---- prefill ----
+
+    def _reuse_prefix(self, ids: list[int]) -> int:
+        """Crop the cache to the longest common prefix with ``ids`` (leaving at least one token
+        to feed); returns how many tokens are reused."""
+        if self._cache is None:
+            return 0
+        common = 0
+        for a, b in zip(self._cache_ids, ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(ids) - 1)
+        drop = len(self._cache_ids) - common
+        if drop and not self.runner.can_crop(self._cache):
+            self.reset()
+            return 0
+        if common == 0:
+            self.reset()
+            return 0
+        if drop:
+            self._cache.crop(-drop)
+            self._cache_ids = self._cache_ids[:common]
+        return common
+
+    def _prefill(self, ids: list[int], start: int, cancel: threading.Event) -> torch.Tensor | None:
+        """Feed ids[start:] into the cache; returns last logits [1, V] (None if cancelled)."""
+        if self._cache is None:
+            self._cache = self.runner.new_cache()
+            self._cache_ids = []
+        logits = None
+        pos = start
+        while pos < len(ids):
+            if cancel.is_set():
+                return None
+            chunk = ids[pos: pos + self.prefill_chunk]
+            x = torch.tensor([chunk], device=self.device)
+            try:
+                logits = self.runner.forward(self._cache, x)
+            except BaseException:
+                self.reset()
+                raise
+            self._cache_ids.extend(chunk)
+            pos += len(chunk)
+        return logits
+
+    # ---- generation ----
+
+    def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
+        t0 = time.perf_counter()
+        settings = request.settings
+        limit = self.info.context_limit
+        reserve = min(max(s.max_new_tokens for s in settings), max(limit // 4, 1))
+        try:
+            enc = fit_to_context(self.tokenizer, request.messages, limit - reserve, request.prefix)
+        except PromptTooLongError as exc:
+            yield Failed(str(exc))
+            return
+        ids = enc.ids
+        cached = self._reuse_prefix(ids)
+        yield Started(rows=len(settings), prompt_tokens=len(ids), cached_tokens=cached,
+                      dropped_messages=enc.dropped_messages, context_limit=limit)
+        logits = self._prefill(ids, cached, cancel)
+        n = len(settings)
+        if logits is None:  # cancelled during prefill
+            for r in range(n):
+                yield RowDone(r, "cancelled", "", Usage(len(ids), 0, cached, 0.0, 0.0))
+            return
+        if n == 1:
+            cache, shared = self._cache, True
+        else:
+            cache, shared = copy.deepcopy(self._cache), False
+            cache.batch_repeat_interleave(n)
+            logits = logits.expand(n, -1)
+        try:
+            yield from self._decode(cache, logits, [ids] * n, settings, request.top_logprobs,
+                                    cancel, t0=t0, cached=cached, track_cache=shared)
+        except BaseException:
+            if shared:
+                self.reset()
+            raise
+
+    def generate_batch(self, requests: Sequence[GenerationRequest],
+                       cancel: threading.Event) -> Iterator[Event]:
+        """Different conversations in one left-padded batch (row i = request i, first settings
+        row of each). Does not touch the conversation cache."""
+        t0 = time.perf_counter()
+        limit = self.info.context_limit
+        prompts, settings = [], []
+        for req in requests:
+            s = req.settings[0]
+            try:
+                enc = fit_to_context(self.tokenizer, req.messages,
+                                     limit - min(s.max_new_tokens, max(limit // 4, 1)), req.prefix)
+            except PromptTooLongError as exc:
+                yield Failed(str(exc))
+                return
+            prompts.append(enc.ids)
+            settings.append(s)
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        x = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                            device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        yield Started(rows=len(prompts), prompt_tokens=sum(len(p) for p in prompts),
+                      cached_tokens=0, context_limit=limit)
+        cache = self.runner.new_cache()
+        logits = self.runner.forward(cache, x, attention_mask=mask, position_ids=positions)
+        k = max(r.top_logprobs for r in requests)
+        yield from self._decode(cache, logits, prompts, settings, k, cancel, t0=t0, cached=0,
+                                track_cache=False, mask=mask)
+
+    def _decode(self, cache: Any, logits: torch.Tensor, prompts: Sequence[list[int]],
+                settings: Sequence[SamplingParams], k: int, cancel: threading.Event, *,
+                t0: float, cached: int, track_cache: bool,
+                mask: torch.Tensor | None = None) -> Iterator[Event]:
+        """The decode loop shared by every entry point. logits: [B, V] for the first step."""
+        n = len(settings)
+        rows = [_Row(s, IncrementalDetokenizer(self.tokenizer), StopStringFilter(s.stop), len(p))
+                for s, p in zip(settings, prompts)]
+        active = list(range(n))
+        sampling = RowSampling.build(settings, self.device)
+        seen = None
+        if sampling.any_penalty:
+            seen = torch.zeros(n, logits.shape[-1], dtype=torch.bool, device=self.device)
+            for b, p in enumerate(prompts):
+                seen[b, torch.tensor(p, device=self.device)] = True
+        positions = None
+        if mask is not None:
+            positions = mask.sum(-1, keepdim=True)  # [B, 1] next position per row
+        limit = self.info.context_limit
+        while active:
+            next_ids, stats = decode_step_outputs(logits, seen, sampling, k)
+            host = stats.cpu().tolist()  # the one transfer per step
+            now = time.perf_counter()
+            finished: list[int] = []
+            for b, r in enumerate(active):
+                row = rows[r]
+                events, reason = self._accept(r, row, host[b], k, now)
+                yield from events
+                if reason is None and cancel.is_set():
+                    reason = "cancelled"
+                if reason is None and row.prompt_len + row.generated >= limit:
+                    reason = "length"
+                if reason is not None:
+                    finished.append(b)
+                    yield from self._finish(r, row, reason, cached, t0)
+            if len(finished) == len(active):
+                break
+            if cancel.is_set():
+                for b, r in enumerate(active):
+                    if b not in finished:
+                        yield from self._finish(r, rows[r], "cancelled", cached, t0)
+                break
+            if finished:
+                keep = [b for b in range(len(active)) if b not in finished]
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                next_ids = next_ids[idx]
+                sampling = sampling.select(idx, keep)
+                if seen is not None:
+                    seen = seen[idx]
+                if mask is not None:
+                    mask = mask[idx]
+                    positions = positions[idx] if positions is not None else None
+                active = [active[b] for b in keep]
+            if seen is not None:
+                seen.scatter_(1, next_ids[:, None], True)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            logits = self.runner.forward(cache, next_ids[:, None], attention_mask=mask,
+                                         position_ids=positions)
+            if positions is not None:
+                positions = positions + 1
+            if track_cache:
+                self._cache_ids.append(int(host[0][0]))
+
+    def _accept(self, r: int, row: _Row, stats: list[float], k: int,
+                now: float) -> tuple[list[Event], str | None]:
+        """Turn one row's step statistics into token events; returns (events, finish reason)."""
+        tid = int(stats[0])
+        top = tuple(Alternative(int(stats[3 + j]), self.piece_text(int(stats[3 + j])),
+                                float(stats[3 + k + j])) for j in range(k))
+        index = row.generated
+        row.generated += 1
+        row.first_at = row.first_at or now
+        row.last_at = now
+        is_eos = tid in self.eos_ids
+        special = is_eos or tid in self.special_ids
+        raw = self._raw(tid)
+        if special:
+            piece_text, start = "", None
+        else:
+            piece = row.detok.step(tid)
+            piece_text, start = piece.text, piece.glyph_start
+        tok = Token(index, tid, piece_text, float(stats[1]), float(stats[2]), top, special,
+                    start, raw)
+        out: list[Token] = []
+        if not special and piece_text == "" and row.detok.pending:
+            row.glyph.append(tok)  # an incomplete glyph: wait for the token that completes it
+        else:
+            out = row.glyph + [tok]
+            row.glyph = []
+        events: list[Event] = []
+        released: list[Token] = []
+        stopped = False
+        for t in out:
+            res = row.stops.push(_TokenView(t))
+            released += [v.token for v in res.released]
+            if res.stopped:
+                stopped = True
+                break
+        if released:
+            events.append(TokenBatch(r, tuple(released)))
+        if is_eos or stopped:
+            return events, "stop"
+        if row.generated >= row.settings.max_new_tokens:
+            return events, "length"
+        return events, None
+
+    def _finish(self, r: int, row: _Row, reason: str, cached: int, t0: float) -> Iterator[Event]:
+        if row.done:
+            return
+        row.done = True
+        released: list[Token] = []
+        if row.glyph:  # an incomplete glyph at the end: its bytes go to its last token
+            rest = row.detok.flush()
+            first, last = row.glyph[0].index, row.glyph[-1]
+            row.glyph[-1] = Token(last.index, last.id, rest, last.logprob, last.entropy, last.top,
+                                  last.special, first if first < last.index else None, last.raw)
+            for t in row.glyph:
+                released += [v.token for v in row.stops.push(_TokenView(t)).released]
+            row.glyph = []
+        released += [v.token for v in row.stops.flush()]  # text held back for a stop string
+        if released:
+            yield TokenBatch(r, tuple(released))
+        ttft = (row.first_at - t0) if row.first_at else time.perf_counter() - t0
+        span = (row.last_at - row.first_at) if row.first_at and row.last_at else 0.0
+        tps = (row.generated - 1) / span if row.generated > 1 and span > 0 else 0.0
+        yield RowDone(r, reason, row.stops.released_text,  # type: ignore[arg-type]
+                      Usage(row.prompt_len, row.generated, cached, ttft, tps))
+
+    def _raw(self, token_id: int) -> str:
+        raw = self._raw_cache.get(token_id)
+        if raw is None:
+            raw = self.piece_text(token_id)
+            self._raw_cache[token_id] = raw
+        return raw
+
+
+def _byte_spelling(tokenizer: Any, token_id: int) -> str | None:
+    """'<0xE4>'-style spelling of a token that is a partial UTF-8 sequence."""
+    try:
+        tok = tokenizer.convert_ids_to_tokens(token_id)
+    except Exception:  # noqa: BLE001
+        return None
+    if isinstance(tok, str) and tok.startswith("<0x"):
+        return tok
+    try:
+        from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    except Exception:  # noqa: BLE001
+        return tok
+    inverse = {v: k for k, v in bytes_to_unicode().items()}
+    if isinstance(tok, str) and all(ch in inverse for ch in tok):
+        return "".join(f"<0x{inverse[ch]:02X}>" for ch in tok)
+    return tok

@@ -1,0 +1,178 @@
+"""Sampling as small pure functions over batched tensors, one settings row per batch row.
+
+The order follows transformers' ``generate``: repetition penalty, then temperature, top-k,
+top-p and min-p. Everything stays on the device; ``decode_step_outputs`` packs what the host
+needs (chosen ids, their raw logprobs, entropy, top-k alternatives) into one small tensor so a
+step costs one transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .settings import SamplingParams
+
+
+@dataclass
+class RowSampling:
+    """Per-row sampling settings as tensors on the device (shape [B] each)."""
+
+    temperature: torch.Tensor  # [B] float; rows with 0 are greedy
+    top_k: torch.Tensor  # [B] long; 0 = off
+    top_p: torch.Tensor  # [B] float; 1 = off
+    min_p: torch.Tensor  # [B] float; 0 = off
+    repetition_penalty: torch.Tensor  # [B] float; 1 = off
+    greedy: torch.Tensor  # [B] bool
+    generators: list[torch.Generator]
+    any_sampled: bool
+    any_top_k: bool
+    any_top_p: bool
+    any_min_p: bool
+    any_penalty: bool
+
+    @classmethod
+    def build(cls, settings: Sequence[SamplingParams], device: torch.device) -> RowSampling:
+        temps = [s.temperature for s in settings]
+        gens = []
+        for s in settings:
+            g = torch.Generator(device=device)
+            if s.seed is None:
+                g.seed()
+            else:
+                g.manual_seed(s.seed)
+            gens.append(g)
+        greedy = [s.greedy for s in settings]
+        return cls(
+            temperature=torch.tensor([t if t > 0 else 1.0 for t in temps], device=device),
+            top_k=torch.tensor([s.top_k for s in settings], device=device, dtype=torch.long),
+            top_p=torch.tensor([s.top_p for s in settings], device=device),
+            min_p=torch.tensor([s.min_p for s in settings], device=device),
+            repetition_penalty=torch.tensor([s.repetition_penalty for s in settings], device=device),
+            greedy=torch.tensor(greedy, device=device),
+            generators=gens,
+            any_sampled=not all(greedy),
+            any_top_k=any(s.top_k > 0 and not s.greedy for s in settings),
+            any_top_p=any(s.top_p < 1 and not s.greedy for s in settings),
+            any_min_p=any(s.min_p > 0 and not s.greedy for s in settings),
+            any_penalty=any(s.repetition_penalty != 1 for s in settings),
+        )
+
+    def select(self, rows: torch.Tensor, keep: list[int]) -> RowSampling:
+        """Keep only some rows (a finished row leaves the batch)."""
+        return RowSampling(
+            temperature=self.temperature[rows], top_k=self.top_k[rows], top_p=self.top_p[rows],
+            min_p=self.min_p[rows], repetition_penalty=self.repetition_penalty[rows],
+            greedy=self.greedy[rows], generators=[self.generators[i] for i in keep],
+            any_sampled=self.any_sampled, any_top_k=self.any_top_k, any_top_p=self.any_top_p,
+            any_min_p=self.any_min_p, any_penalty=self.any_penalty,
+        )
+
+
+NEG_INF = float("-inf")
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor,
+                             penalty: torch.Tensor) -> torch.Tensor:
+    """transformers' rule: a seen token's logit is divided by the penalty if positive,
+    multiplied if negative. logits: [B, V]; seen: [B, V] bool; penalty: [B]."""
+    p = penalty[:, None]
+    penalised = torch.where(logits > 0, logits / p, logits * p)
+    return torch.where(seen, penalised, logits)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """logits: [B, V] divided per row by temperature [B] (> 0)."""
+    return logits / temperature[:, None]
+
+
+def top_k_filter(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Keep the top_k[b] largest logits of row b (0 keeps all). Ties at the threshold are kept,
+    as in transformers' TopKLogitsWarper."""
+    vocab = logits.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+    kmax = int(k.max())
+    top_vals = torch.topk(logits, kmax, dim=-1).values  # [B, kmax]
+    threshold = top_vals.gather(-1, (k - 1)[:, None])  # [B, 1]
+    return logits.masked_fill(logits < threshold, NEG_INF)
+
+
+def top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Nucleus filter (transformers' TopPLogitsWarper, per row): drop the least likely tokens
+    whose cumulative probability stays within 1 - top_p; always keep the most likely one."""
+    sorted_logits, sorted_idx = torch.sort(logits, descending=False, dim=-1)
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # [B, V] ascending
+    remove_sorted = cum <= (1 - top_p)[:, None]
+    remove_sorted[:, -1] = False
+    remove = remove_sorted.scatter(1, sorted_idx, remove_sorted)
+    return logits.masked_fill(remove, NEG_INF)
+
+
+def min_p_filter(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p[b] x the top probability of row b."""
+    probs = logits.softmax(dim=-1)
+    top = probs.amax(dim=-1, keepdim=True)
+    remove = probs < min_p[:, None] * top
+    return logits.masked_fill(remove, NEG_INF)
+
+
+def process_logits(logits: torch.Tensor, seen: torch.Tensor | None, rows: RowSampling) -> torch.Tensor:
+    """All filters in transformers' order; returns processed logits [B, V] (fp32)."""
+    x = logits
+    if rows.any_penalty and seen is not None:
+        x = apply_repetition_penalty(x, seen, rows.repetition_penalty)
+    if rows.any_sampled:
+        x = apply_temperature(x, rows.temperature)
+        if rows.any_top_k:
+            x = top_k_filter(x, rows.top_k)
+        if rows.any_top_p:
+            x = top_p_filter(x, rows.top_p)
+        if rows.any_min_p:
+            x = min_p_filter(x, rows.min_p)
+    return x
+
+
+def sample_rows(processed: torch.Tensor, rows: RowSampling) -> torch.Tensor:
+    """Choose one token per row: argmax for greedy rows, a draw from softmax otherwise.
+
+    Drawing uses the exponential race (argmax of p / Exp(1) noise, as gpt-fast does): exact
+    sampling with no host synchronisation, and each row's noise comes from its own generator
+    so a seeded row does not depend on the other rows. Returns ids [B] (long).
+    """
+    greedy_ids = processed.argmax(dim=-1)
+    if not rows.any_sampled:
+        return greedy_ids
+    probs = processed.softmax(dim=-1)
+    noise = torch.empty_like(probs)
+    for b, g in enumerate(rows.generators):
+        noise[b].exponential_(1.0, generator=g)
+    sampled = (probs / noise).argmax(dim=-1)
+    return torch.where(rows.greedy, greedy_ids, sampled)
+
+
+def token_stats(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> torch.Tensor:
+    """Raw-distribution statistics, packed for one transfer.
+
+    logits: [B, V] raw (before any filter). Returns [B, 3 + 2k] fp32: chosen id, its logprob,
+    entropy (nats), then k alternative ids and k logprobs (best first).
+    """
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
+    p = logprobs.exp()
+    entropy = -(torch.where(p > 0, p * logprobs, torch.zeros_like(p))).sum(dim=-1)  # [B]
+    chosen_lp = logprobs.gather(-1, chosen[:, None])[:, 0]  # [B]
+    parts = [chosen.float()[:, None], chosen_lp[:, None], entropy[:, None]]
+    if k > 0:
+        top_lp, top_ids = torch.topk(logprobs, k, dim=-1)  # [B, k]
+        parts += [top_ids.float(), top_lp]
+    return torch.cat(parts, dim=-1)
+
+
+def decode_step_outputs(logits: torch.Tensor, seen: torch.Tensor | None, rows: RowSampling,
+                        k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode step's sampling: returns (next ids [B] on device, packed stats [B, 3+2k])."""
+    logits = logits.float()
+    processed = process_logits(logits, seen, rows)
+    next_ids = sample_rows(processed, rows)
+    return next_ids, token_stats(logits, next_ids, k)
