@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from .backend import ProgressCallback
+from .chat import GENERIC_CHAT_TEMPLATE  # ChatML, installed on tokenizers without a template
 from .types import Progress
 
 if TYPE_CHECKING:
@@ -46,16 +47,6 @@ DEFAULT_CONTEXT_LIMIT = 2048
 CONVERSION_VERSION = "1"
 """Bumped when the conversion changes, so older cache entries are not reused."""
 _COMPLETE_MARKER = ".chatui-complete"
-
-GENERIC_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
-    "{% if not (loop.last and continue_final_message is defined and continue_final_message) %}"
-    "{{ '<|im_end|>' + '\n' }}{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-"""ChatML, installed on tokenizers that come without a chat template."""
 
 END_OF_TURN_TOKENS = (
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|END_OF_TURN_TOKEN|>",
@@ -400,7 +391,10 @@ def _from_gguf(path: Path, progress: ProgressCallback | None) -> _Resolved:
 
 def _from_directory(path: Path, progress: ProgressCallback | None) -> _Resolved:
     if (path / "config.json").is_file():
-        return _Resolved(path, path, path.name)
+        name = path.name
+        if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+            name = path.parent.parent.name.removeprefix("models--").replace("--", "/")
+        return _Resolved(path, path, name)
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:
         return _from_gguf(ggufs[0], progress)

@@ -160,6 +160,10 @@ def test_missing_template_installs_generic(tmp_path):
     text = loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    text = loaded.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}],
+        continue_final_message=True, tokenize=False)
+    assert text.endswith("<|im_start|>assistant\nhello there")
     assert 2 in loaded.eos_token_ids  # <|im_end|> is a special token here
 
 
@@ -372,6 +376,10 @@ def test_hf_cache_name(tiny, tmp_path, monkeypatch):
     assert loaded.path.endswith(os.path.join("snapshots", "abc123"))
     assert load_checkpoint("org/tiny@abc123").path == loaded.path
     assert os.environ.get("HF_HUB_OFFLINE")
+    # the cache's repo folder and a snapshot folder, named as paths, give the repo id too
+    repo_dir = tmp_path / "hub" / "models--org--tiny"
+    assert load_checkpoint(str(repo_dir)).name == "org/tiny"
+    assert load_checkpoint(loaded.path).name == "org/tiny"
 
 
 def test_hf_cache_name_not_found(tmp_path, monkeypatch):
