@@ -53,6 +53,11 @@ _ENTROPY_EPS = 1e-3
 _MAX_TIME = 1e11             # seconds since 1970: year ~5100
 _MAX_TOKEN_ID = 2**31 - 1
 _MAX_TOP = 100
+_MAX_INDEX = 100_000_000
+_MIN_LOGPROB = -1e9
+_MAX_ENTROPY = 1e6
+_HUGE = 1e300
+_NUM = (int, float)
 _MAX_REPLIES = 256
 _MAX_COUNT = 2**40
 _MAX_SECONDS = 1e7
@@ -73,8 +78,13 @@ class TranscriptError(Exception):
 # Conversation -> JSON document
 
 
+def _finite(x: float) -> bool:
+    # Not math.isfinite: that raises OverflowError on an enormous int.
+    return -_HUGE <= x <= _HUGE
+
+
 def _finite_or_none(x: float | None) -> float | None:
-    return x if x is None or math.isfinite(x) else None
+    return x if x is None or _finite(x) else None
 
 
 def _token_json(t: Token) -> dict[str, Any]:
@@ -85,7 +95,7 @@ def _token_json(t: Token) -> dict[str, Any]:
         "logprob": _finite_or_none(t.logprob), "entropy": _finite_or_none(t.entropy),
     }
     if t.top:
-        d["top"] = [[a.id, a.text, a.logprob] for a in t.top if math.isfinite(a.logprob)]
+        d["top"] = [[a.id, a.text, a.logprob] for a in t.top if _finite(a.logprob)]
     if t.special:
         d["special"] = True
     if t.glyph_start is not None:
@@ -101,8 +111,8 @@ def _usage_json(u: Usage | None) -> dict[str, Any] | None:
     return {
         "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
         "cached_tokens": u.cached_tokens,
-        "ttft_s": u.ttft_s if math.isfinite(u.ttft_s) else 0.0,
-        "decode_tokens_per_s": u.decode_tokens_per_s if math.isfinite(u.decode_tokens_per_s) else 0.0,
+        "ttft_s": u.ttft_s if _finite(u.ttft_s) else 0.0,
+        "decode_tokens_per_s": u.decode_tokens_per_s if _finite(u.decode_tokens_per_s) else 0.0,
     }
 
 
@@ -242,7 +252,7 @@ class _Obj:
             return None
         if not _is_num(v):
             raise _Bad(f"{self.at(key)} must be a number, not {_show(v)}")
-        if not (math.isfinite(v) and lo <= v <= hi):
+        if not lo <= v <= hi:  # finite bounds: also refuses NaN, inf and huge integers
             raise _Bad(f"{self.at(key)} must be {what or f'between {lo:g} and {hi:g}'}, "
                        f"not {_show(v)}")
         return v
@@ -255,8 +265,42 @@ class _Obj:
 
 
 def _token(v: Any, where: str) -> Token:
+    # Fast path for the common, valid token (transcripts hold many thousands); anything
+    # unusual goes to _token_checked, which finds and words the problem.
+    if type(v) is dict:
+        index = v.get("index")
+        tid = v.get("id", ...)
+        text = v.get("text")
+        lp = v.get("logprob", ...)
+        ent = v.get("entropy", ...)
+        top = v.get("top", ())
+        if (type(index) is int and 0 <= index <= _MAX_INDEX
+                and (tid is None or (type(tid) is int and 0 <= tid <= _MAX_TOKEN_ID))
+                and type(text) is str
+                and (lp is None or (type(lp) in _NUM and _MIN_LOGPROB <= lp <= _LOGPROB_EPS))
+                and (ent is None or (type(ent) in _NUM and -_ENTROPY_EPS <= ent <= _MAX_ENTROPY))
+                and type(top) in (list, tuple) and len(top) <= _MAX_TOP
+                and type(v.get("special", False)) is bool
+                and v.get("glyph_start") is None and type(v.get("raw", "")) is str):
+            alts = []
+            for a in top:
+                if not (type(a) is list and len(a) == 3):
+                    break
+                aid, atext, alp = a
+                if not ((aid is None or (type(aid) is int and 0 <= aid <= _MAX_TOKEN_ID))
+                        and type(atext) is str
+                        and type(alp) in _NUM and _MIN_LOGPROB <= alp <= _LOGPROB_EPS):
+                    break
+                alts.append(Alternative(aid, atext, alp))
+            else:
+                return Token(index, tid, text, lp, ent, tuple(alts), v.get("special", False),
+                             None, v.get("raw", ""))
+    return _token_checked(v, where)
+
+
+def _token_checked(v: Any, where: str) -> Token:
     o = _Obj(v, where)
-    index = o.int("index", 0, 100_000_000)
+    index = o.int("index", 0, _MAX_INDEX)
     assert index is not None
     top: list[Alternative] = []
     for j, a in enumerate(o.list("top", [])):
@@ -268,8 +312,9 @@ def _token(v: Any, where: str) -> Token:
             raise _Bad(f"{aw} has an invalid token id {_show(aid)}")
         if not isinstance(atext, str):
             raise _Bad(f"{aw} has a text that is {_show(atext)}, not a string")
-        if not (_is_num(alp) and math.isfinite(alp) and alp <= _LOGPROB_EPS):
-            raise _Bad(f"{aw} has logprob {_show(alp)}; a log-probability is a finite number <= 0")
+        if not (_is_num(alp) and _MIN_LOGPROB <= alp <= _LOGPROB_EPS):
+            raise _Bad(f"{aw} has logprob {_show(alp)}; a log-probability is a number <= 0 "
+                       f"(and not absurdly small)")
         top.append(Alternative(aid, atext, alp))
     if len(top) > _MAX_TOP:
         raise _Bad(f"{o.at('top')} has {len(top)} alternatives, more than {_MAX_TOP}")
@@ -281,10 +326,10 @@ def _token(v: Any, where: str) -> Token:
         index=index,
         id=o.int("id", 0, _MAX_TOKEN_ID, nullable=True),
         text=o.str("text"),
-        logprob=o.num("logprob", -math.inf, _LOGPROB_EPS, nullable=True,
-                      what="a finite number <= 0 (a log-probability)"),
-        entropy=o.num("entropy", -_ENTROPY_EPS, math.inf, nullable=True,
-                      what="a finite number >= 0 (an entropy in nats)"),
+        logprob=o.num("logprob", _MIN_LOGPROB, _LOGPROB_EPS, nullable=True,
+                      what=f"a log-probability between {_MIN_LOGPROB:g} and 0"),
+        entropy=o.num("entropy", -_ENTROPY_EPS, _MAX_ENTROPY, nullable=True,
+                      what=f"an entropy in nats between 0 and {_MAX_ENTROPY:g}"),
         top=tuple(top), special=special, glyph_start=glyph_start, raw=o.str("raw", ""),
     )
 
@@ -305,6 +350,8 @@ def _settings(v: Any, where: str) -> SamplingParams:
                 raise _Bad(f"{o.at(k)} must be a whole number, not {_show(x)}")
         elif not _is_num(x):
             raise _Bad(f"{o.at(k)} must be a number, not {_show(x)}")
+        elif not _finite(x):
+            raise _Bad(f"{o.at(k)} is an absurd value {_show(x)}")
     try:
         return SamplingParams.from_dict(o.d)
     except SettingsError as e:
@@ -571,10 +618,16 @@ def save_transcript(conv: Conversation, path: Path) -> None:
     data = _encode(doc)
     if len(data) > MAX_BYTES:
         raise TranscriptError(f"Could not save {path}: the transcript would be "
-                              f"{len(data) / 2**20:.1f} MiB, more than the {MAX_BYTES // 2**20} "
-                              f"MiB a transcript may have; nothing was written.")
+                              f"{_human(len(data))}, more than the {_human(MAX_BYTES)} a "
+                              f"transcript may have; nothing was written.")
     atomic_write(path, data)
     _summary_cache.pop(path, None)
+
+
+def _human(n: int) -> str:
+    if n < 2**20:
+        return f"{n} bytes" if n < 2**10 else f"{n / 2**10:.0f} KiB"
+    return f"{n / 2**20:.1f} MiB".replace(".0 MiB", " MiB")
 
 
 def _read_json(path: Path) -> Any:
@@ -585,13 +638,13 @@ def _read_json(path: Path) -> Any:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_BYTES:
-                raise fail(f"it is {size / 2**20:.1f} MiB, more than the "
-                           f"{MAX_BYTES // 2**20} MiB a transcript may have")
+                raise fail(f"it is {_human(size)}, more than the {_human(MAX_BYTES)} a "
+                           f"transcript may have")
             raw = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise fail(_os_problem(e)) from None
     if len(raw) > MAX_BYTES:
-        raise fail(f"it is more than the {MAX_BYTES // 2**20} MiB a transcript may have")
+        raise fail(f"it is more than the {_human(MAX_BYTES)} a transcript may have")
     if not raw.strip():
         raise fail("the file is empty")
     try:
@@ -605,7 +658,7 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(text, parse_constant=no_constants)
     except json.JSONDecodeError as e:
-        if e.pos >= len(text.rstrip()):
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
             raise fail("it is cut off (the JSON ends before the document does); it may be "
                        "truncated") from None
         raise fail(f"it is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
