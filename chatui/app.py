@@ -1,0 +1,222 @@
+"""ChatApp: the full-screen chat. It owns the inference worker, the theme and persistence;
+the chat screen owns the conversation flow.
+
+The app appears at once and loads the model in the background; whatever goes wrong is shown
+in the app with a sentence (and logged to a file), never as a traceback on the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.theme import Theme
+
+from inference.backend import BackendFactory
+from inference.types import Failed, Progress
+from inference.worker import InferenceWorker
+from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
+
+from .config import AppConfig, load_remembered, remember
+from .messages import ResponseComplete, ResponseFailed
+from .screens.chat import ChatScreen
+
+log = logging.getLogger(__name__)
+
+
+class ChatApp(App[int]):
+    """A terminal chat with a local model, with live per-token probabilities.
+
+    Args:
+        factory: builds the backend on the worker thread (loads the model).
+        config: everything else (theme, settings, paths).
+    """
+
+    CSS_PATH = str(STYLESHEET)
+    TITLE = "chatui"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True, id="app.interrupt",
+                tooltip="Stop the reply; never quits"),
+        Binding("ctrl+q", "quit", "Quit", priority=True, id="app.quit",
+                tooltip="Quit (the conversation is kept)"),
+    ]
+
+    def __init__(self, factory: BackendFactory, config: AppConfig | None = None, *,
+                 worker: InferenceWorker | None = None) -> None:
+        super().__init__()
+        self.config = config or AppConfig()
+        self.worker = worker or InferenceWorker(factory)
+        for theme in THEMES:
+            self.register_theme(theme)
+        self._remember_theme = False
+        self.theme = self._initial_theme()
+
+    def _initial_theme(self) -> str:
+        wanted = self.config.theme or load_remembered(
+            self.config.resolved_config_dir()).get("theme") or DEFAULT_THEME
+        if wanted not in self.available_themes:
+            log.warning("unknown theme %r; using %s", wanted, DEFAULT_THEME)
+            return DEFAULT_THEME
+        return wanted
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(HEAT_VARIABLE_DEFAULTS)
+
+    @property
+    def chat(self) -> ChatScreen:
+        """The chat screen (under any modal)."""
+        for screen in self.screen_stack:
+            if isinstance(screen, ChatScreen):
+                return screen
+        raise LookupError("the chat screen is not open")
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self._remember_theme = True
+        self.push_screen(ChatScreen(settings=self.config.settings,
+                                    top_logprobs=self.config.top_logprobs,
+                                    system_prompt=self.config.system_prompt,
+                                    token_mode=self.config.token_view,
+                                    stable_timings=self.config.stable_timings))
+        self.run_worker(self._load(), group="load", exit_on_error=False)
+
+    async def _load(self) -> None:
+        """Load the model behind the loading panel; report a failure in the app."""
+        failed = ""
+        try:
+            async for events in self.worker.load():
+                for ev in events:
+                    if isinstance(ev, Progress):
+                        self.chat.load_progress(ev.stage, ev.done, ev.total)
+                    elif isinstance(ev, Failed):
+                        failed = ev.message
+        except Exception as exc:  # noqa: BLE001
+            log.exception("loading failed")
+            failed = str(exc) or type(exc).__name__
+        info = self.worker.info
+        if failed or info is None:
+            self.chat.model_failed(failed or "the backend reported no model")
+        else:
+            log.info("model loaded: %s", info)
+            self.chat.model_ready(info)
+
+    def _theme_changed(self, theme: Theme) -> None:
+        if self._remember_theme:
+            remember(self.config.resolved_config_dir(), theme=theme.name)
+
+    # ---- actions ----
+
+    async def action_interrupt(self) -> None:
+        """Ctrl+C: stop the reply if one is streaming; otherwise copy a selection or explain."""
+        chat = self.chat
+        if chat.generating:
+            await chat.action_stop()
+            return
+        focused = self.focused
+        selected = getattr(focused, "selected_text", "")
+        if selected:
+            self.copy_to_clipboard(selected)
+            return
+        self.notify("Ctrl+Q quits (the conversation is kept); Esc or Ctrl+C stops a reply.",
+                    timeout=4)
+
+    async def action_quit(self) -> None:
+        """Stop any reply, keep the conversation, close the worker and exit."""
+        try:
+            await self.chat.stop_generation()
+        except LookupError:
+            pass
+        self.save_conversation()
+        self.worker.close()
+        self.exit(0)
+
+    def save_conversation(self) -> None:
+        """Autosave hook (transcripts); never raises."""
+
+    def on_response_complete(self, event: ResponseComplete) -> None:
+        self.save_conversation()
+
+    def on_response_failed(self, event: ResponseFailed) -> None:
+        self.save_conversation()
+
+    def on_unmount(self) -> None:
+        self.worker.close()
+
+    # ---- palette ----
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if not isinstance(screen, ChatScreen):
+            return
+        from .commands import COMMANDS
+
+        simple = {"clear", "exit", "settings", "retry", "edit", "continue", "logprobs", "raw",
+                  "help", "copy", "history", "save"}
+        for spec in COMMANDS:
+            if spec.name in simple:
+                yield SystemCommand(f"/{spec.name}", spec.help,
+                                    _runner(screen, f"/{spec.name}"))
+        yield SystemCommand("/copy code", "Copy the last code block of the last reply.",
+                            _runner(screen, "/copy code"))
+        for name in sorted(self.available_themes):
+            yield SystemCommand(f"Theme: {name}", f"Switch to the {name} theme.",
+                                _runner(screen, f"/theme {name}"))
+
+    # ---- never a traceback on the terminal ----
+
+    def _fatal_error(self) -> None:
+        log.error("internal error", exc_info=self._exception)
+        try:
+            self.save_conversation()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.worker.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._exit_renderables.append(
+            f"chatui stopped after an internal error: {self._exception!s}. "
+            f"Details are in {self.config.resolved_log_file()}.")
+        self._close_messages_no_wait()
+
+
+def _runner(screen: ChatScreen, text: str):
+    async def run() -> None:
+        await screen.run_command(text)
+    return run
+
+
+def setup_logging(config: AppConfig) -> None:
+    """Send logs to the log file (never to the terminal the app draws on)."""
+    path = config.resolved_log_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def run_chat(factory: BackendFactory, config: AppConfig | None = None) -> int:
+    """Run the chat app until it quits; returns the process exit code."""
+    config = config or AppConfig()
+    setup_logging(config)
+    app = ChatApp(factory, config=config)
+    try:
+        result = app.run()
+    except Exception:  # noqa: BLE001 - logged; the terminal gets one sentence
+        log.exception("the app failed")
+        print(f"chatui failed; details are in {config.resolved_log_file()}", file=sys.stderr)
+        return 1
+    finally:
+        app.worker.close()
+    return app.return_code if app.return_code is not None else (result or 0)

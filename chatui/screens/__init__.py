@@ -1,0 +1,1 @@
+"""chatui's screens: the chat screen and the help screen."""

@@ -1,0 +1,64 @@
+"""The help screen: every slash command and key, from the same tables the app uses."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ..commands import help_rows
+
+KEYS: tuple[tuple[str, str], ...] = (
+    ("Enter", "send the message"),
+    ("Ctrl+J / Shift+Enter", "new line in the message (pasting multi-line text also works)"),
+    ("Up / Down", "recall earlier prompts (on the first / last line of the box)"),
+    ("Tab", "complete a /command; otherwise move focus"),
+    ("Esc / Ctrl+C", "stop the reply (the partial text is kept, marked as stopped)"),
+    ("Ctrl+T", "token view: tokens coloured by probability, with a side panel"),
+    ("← → ↑ ↓ Home End", "move the token cursor (in the token view; ↑↓ by 10 tokens)"),
+    ("n", "jump to the least likely token"),
+    ("1 … 9", "continue the reply from that alternative of the selected token"),
+    ("Ctrl+R / Ctrl+G / Ctrl+O", "retry / edit the last prompt / continue the reply"),
+    ("F2 / F3", "copy the last reply / its last code block (no clipboard tool needed)"),
+    ("r", "raw token view (in the token view): special tokens, exact spellings"),
+    ("Ctrl+P", "command palette (every action, themes)"),
+    ("F1", "this help"),
+    ("Ctrl+Q", "quit (the conversation is kept)"),
+)
+
+
+def help_text() -> Content:
+    """The whole help page as plain content."""
+    lines: list[Content] = [Content.styled("Slash commands", "bold $primary")]
+    for usage, key, text in help_rows():
+        lines.append(Content.assemble((f"  {usage:<22}", "bold"), f"{key:<9}", text))
+    lines.append(Content(""))
+    lines.append(Content.styled("Keys", "bold $primary"))
+    for key, text in KEYS:
+        lines.append(Content.assemble((f"  {key:<26}", "bold"), text))
+    lines.append(Content(""))
+    lines.append(Content.styled("Start a message with // to send a text that begins with /.",
+                                "$text-muted"))
+    return Content("\n").join(lines)
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal page of commands and keys; any of Esc, q, F1 closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 96; max-width: 100%; height: auto; max-height: 90%;
+        border: round $primary; background: $surface; padding: 0 1; }
+    """
+
+    BINDINGS = [Binding("escape,q,f1", "dismiss", "Close", id="help.close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(help_text())
+
+    def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
+        self.dismiss(None)

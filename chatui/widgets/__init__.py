@@ -1,0 +1,1 @@
+"""chatui's widgets: prompt box, message views, token view, inspector, status bar."""

@@ -1,0 +1,122 @@
+"""The side panel of the token view: the selected token's probability, rank, entropy and its
+top-k alternatives as bars (click one, or press its digit, to continue from it)."""
+
+from __future__ import annotations
+
+import math
+
+from textual import events
+from textual.containers import VerticalScroll
+from textual.content import Content, Span
+from textual.style import Style
+from textual.widgets import Static
+
+from inference.types import Token
+from themes import heat_bin
+from themes.chatui import HEAT_LABELS
+
+from ..messages import AlternativeChosen
+from .text import show_token
+
+BAR_WIDTH = 14
+EMPTY_HINT = Content.styled("Select a token: click it, or use the arrow keys in a reply "
+                            "(Tab moves between replies).", "$text-muted")
+
+
+def heat_legend() -> Content:
+    """The heat scale's colours with their probability ranges."""
+    parts, spans, pos = [], [], 0
+    for i, label in enumerate(HEAT_LABELS):
+        piece = f"■ {label} "
+        parts.append(piece)
+        spans.append(Span(pos, pos + 1, f"$heat-{i}"))
+        pos += len(piece)
+    return Content("".join(parts).rstrip(), spans)
+
+
+def token_rank(token: Token) -> int | None:
+    """1-based rank of the sampled token among the reported alternatives, None if absent."""
+    for i, alt in enumerate(token.top):
+        same = (alt.id == token.id) if (alt.id is not None and token.id is not None) \
+            else alt.text == token.text
+        if same:
+            return i + 1
+    return None
+
+
+def _bar(prob: float) -> str:
+    eighths = int(round(prob * BAR_WIDTH * 8))
+    full, part = divmod(eighths, 8)
+    return ("█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")).ljust(BAR_WIDTH)
+
+
+def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
+    """The panel's text for the unit made of ``tokens`` (alternatives are the first token's)."""
+    first = tokens[0]
+    lines: list[Content] = []
+    text = "".join(t.text for t in tokens)
+    lines.append(Content.assemble(("token ", "bold"), f"{index + 1} of {total}  ",
+                                  show_token(text or first.raw)))
+    if len(tokens) > 1:
+        probs = ", ".join(f"{t.prob:.1%}" if t.prob is not None else "?" for t in tokens)
+        lines.append(Content(f"glyph of {len(tokens)} tokens: {probs}"))
+    if first.prob is not None:
+        lines.append(Content(f"probability  {first.prob:.2%}   logprob {first.logprob:.3f}"))
+    rank = token_rank(first)
+    if first.top:
+        lines.append(Content(f"rank         {rank if rank else f'>{len(first.top)}'} "
+                             f"of top-{len(first.top)}"))
+    if first.entropy is not None:
+        lines.append(Content(f"entropy      {first.entropy:.3f} nats"))
+    if first.id is not None:
+        lines.append(Content(f"id           {first.id}"))
+    if first.top:
+        lines.append(Content(""))
+        lines.append(Content.styled("alternatives  (digit or click: continue from it)", "$text-muted"))
+        for i, alt in enumerate(first.top):
+            prob = math.exp(alt.logprob)
+            marker = "←" if rank == i + 1 else " "
+            label = f"{i + 1} {_bar(prob)} {prob:6.1%} {show_token(alt.text)} {marker}"
+            line = Content(label, [Span(2, 2 + BAR_WIDTH, f"$heat-{heat_bin(prob)}"),
+                                   Span(0, len(label), Style.from_meta({"alt": i + 1}))])
+            lines.append(line)
+    return Content("\n").join(lines)
+
+
+class TokenInspector(VerticalScroll):
+    """Shows one token; the parent calls :meth:`show` (attributes down)."""
+
+    DEFAULT_CSS = """
+    TokenInspector { width: 46; border-left: tall $panel; padding: 0 1; background: $surface; }
+    TokenInspector > .legend { height: auto; margin-bottom: 1; }
+    TokenInspector > .detail { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view_id = ""
+        self.token_index = -1
+
+    def compose(self):
+        yield Static(heat_legend(), classes="legend")
+        yield Static(EMPTY_HINT, classes="detail")
+
+    def show(self, view_id: str, tokens: list[Token], unit_index: int, total: int) -> None:
+        """Show the unit made of ``tokens`` (unit ``unit_index`` of ``total``) of a reply."""
+        self.view_id = view_id
+        self.token_index = tokens[0].index if tokens else -1
+        self.query_one(".detail", Static).update(describe_tokens(tokens, unit_index, total))
+
+    def clear(self) -> None:
+        """Show nothing selected."""
+        self.view_id = ""
+        self._position = -1
+        self.query_one(".detail", Static).update(EMPTY_HINT)
+
+    def on_click(self, event: events.Click) -> None:
+        alt = event.style.meta.get("alt")
+        if alt is not None and self.view_id:
+            self.post_message(AlternativeChosen(self.view_id, self._position, int(alt)))
+
+    _position = -1
+    """Position of the shown unit's first token in its reply (set by the screen)."""

@@ -1,0 +1,115 @@
+"""The prompt box: multi-line, Enter sends, Ctrl+J (or Shift+Enter) inserts a newline,
+Up/Down on the first/last line recall earlier prompts, Tab completes a slash command."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.binding import Binding
+from textual.widgets import TextArea
+
+from .. import commands
+from ..messages import PromptSubmitted
+
+
+class PromptInput(TextArea):
+    """A TextArea that posts :class:`PromptSubmitted` on Enter."""
+
+    DEFAULT_CSS = """
+    PromptInput { height: auto; max-height: 10; min-height: 3; border: tall $primary 40%; }
+    PromptInput:focus { border: tall $primary; }
+    """
+
+    BINDINGS = [
+        Binding("enter", "submit", "Send", priority=True, id="prompt.send",
+                tooltip="Send the message (or run the /command)"),
+        Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", id="prompt.newline",
+                tooltip="Insert a line break"),
+        Binding("tab", "complete", "Complete", show=False, priority=True),
+    ]
+
+    def __init__(self, *, id: str | None = None, argument_candidates=None) -> None:
+        super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
+                         placeholder="Message the model, or /help  (Enter sends, Ctrl+J newline)")
+        self.prompt_history: list[str] = []
+        self._history_pos: int | None = None
+        self._draft = ""
+        self.argument_candidates = argument_candidates or (lambda: {})
+        """Callable returning ``{command: [argument, ...]}`` for completion."""
+
+    def action_submit(self) -> None:
+        text = self.text
+        if not text.strip():
+            return
+        if not self.prompt_history or self.prompt_history[-1] != text:
+            self.prompt_history.append(text)
+        self._history_pos = None
+        self.clear()
+        self.post_message(PromptSubmitted(text))
+
+    def action_newline(self) -> None:
+        self.insert("\n")
+
+    def action_complete(self) -> None:
+        options = commands.completions(self.text, self.argument_candidates())
+        if not options:
+            self.screen.focus_next()
+            return
+        if len(options) == 1:
+            self.set_text(options[0])
+            return
+        prefix = _common_prefix(options)
+        if len(prefix) > len(self.text):
+            self.set_text(prefix)
+        else:
+            self.notify("  ".join(o.strip() for o in options[:12]), title="Completions",
+                        timeout=3)
+
+    def set_text(self, text: str) -> None:
+        """Replace the text and put the cursor at its end."""
+        self.text = text
+        self.move_cursor(self.document.end)
+
+    # ---- history ----
+
+    def _recall(self, step: int) -> bool:
+        if not self.prompt_history:
+            return False
+        if self._history_pos is None:
+            if step > 0:
+                return False
+            self._draft = self.text
+            pos = len(self.prompt_history) - 1
+        else:
+            pos = self._history_pos + step
+        if pos >= len(self.prompt_history):
+            self._history_pos = None
+            self.set_text(self._draft)
+            return True
+        self._history_pos = max(0, pos)
+        self.set_text(self.prompt_history[self._history_pos])
+        return True
+
+    async def _on_key(self, event: events.Key) -> None:
+        row, _ = self.cursor_location
+        if event.key == "up" and row == 0 and self._recall(-1):
+            event.prevent_default()
+            event.stop()
+            return
+        if (event.key == "down" and row == self.document.line_count - 1
+                and self._history_pos is not None and self._recall(1)):
+            event.prevent_default()
+            event.stop()
+            return
+        await super()._on_key(event)
+
+    @property
+    def suggestion_text(self) -> str:
+        """The first completion for what is typed (shown in the status line as a hint)."""
+        options = commands.completions(self.text, self.argument_candidates())
+        return options[0] if options else ""
+
+
+def _common_prefix(items: list[str]) -> str:
+    import os
+
+    return os.path.commonprefix(items)

@@ -1,0 +1,190 @@
+"""A view of one assistant reply: streamed Markdown, the token view, and its statistics.
+
+The same widget serves one reply in the chat and (later) one column of a comparison: the
+parent hands it a :class:`~chatui.conversation.Reply`, appends tokens to ``reply.tokens`` and
+calls :meth:`ReplyView.add_tokens`; the view never reaches up into its parent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widgets import Markdown, Static
+from textual.widgets._markdown import MarkdownStream
+
+from inference.types import Token
+
+from ..conversation import Reply
+from .text import safe_text, show_token
+from .token_view import REFRESH_S, TokenView
+
+FINISH_LABELS = {
+    "stop": "",
+    "length": "✂ cut off at the token limit — /continue to go on",
+    "cancelled": "■ stopped — /continue to go on",
+    "error": "✗ failed",
+}
+
+
+def reply_stats(reply: Reply, *, live_rate: float | None = None,
+                stable_timings: bool = False) -> str:
+    """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed."""
+    n = len([t for t in reply.tokens if not t.special])
+    parts = [f"{n} tokens"]
+    mean = reply.mean_logprob
+    if mean is not None:
+        ppl = reply.perplexity or 1.0
+        parts.append(f"mean logprob {mean:.2f}")
+        parts.append(f"ppl {ppl:.2f}")
+    least = reply.least_likely
+    if least is not None and least.logprob is not None:
+        parts.append(f"least likely {show_token(least.text)} {math.exp(least.logprob):.1%}")
+    if stable_timings:
+        parts.append("– tok/s")
+    elif reply.usage is not None:
+        parts.append(f"{reply.usage.decode_tokens_per_s:.1f} tok/s")
+        parts.append(f"TTFT {reply.usage.ttft_s:.2f}s")
+    elif live_rate is not None:
+        parts.append(f"{live_rate:.1f} tok/s")
+    return " · ".join(parts)
+
+
+class ReplyView(Vertical):
+    """One assistant reply. Set ``token_mode``/``raw`` to switch views (attributes down)."""
+
+    DEFAULT_CSS = """
+    ReplyView { height: auto; }
+    ReplyView > .reply-header { color: $text-muted; height: 1; }
+    ReplyView > .reply-stats { color: $text-muted; height: auto; }
+    ReplyView > .reply-finish { color: $warning; height: auto; }
+    ReplyView > .reply-finish.-error { color: $error; }
+    ReplyView > Markdown { margin: 0; padding: 0 1; background: transparent; }
+    ReplyView > TokenView { display: none; }
+    ReplyView.-tokens > Markdown { display: none; }
+    ReplyView.-tokens > TokenView { display: block; }
+    """
+
+    token_mode: reactive[bool] = reactive(False, init=False)
+    raw: reactive[bool] = reactive(False, init=False)
+
+    def __init__(self, reply: Reply, *, label: str = "assistant", stable_timings: bool = False,
+                 token_mode: bool = False, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.reply = reply
+        self.label = label
+        self.stable_timings = stable_timings
+        self._stream: MarkdownStream | None = None
+        self._first_token_at: float | None = None
+        self._streamed = 0
+        self._last_stats = 0.0
+        self._stats_timer = False
+        self.set_reactive(ReplyView.token_mode, token_mode)
+        self.set_class(token_mode, "-tokens")
+
+    # ---- typed accessors ----
+
+    @property
+    def markdown(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    @property
+    def token_view(self) -> TokenView:
+        return self.query_one(TokenView)
+
+    def compose(self) -> ComposeResult:
+        yield Static(Content(self.label), classes="reply-header")
+        yield Markdown(safe_text(self.reply.text), open_links=False)
+        view = TokenView(self.reply.tokens, raw=self.raw)
+        view.owner_id = self.id or ""
+        yield view
+        yield Static(classes="reply-finish")
+        yield Static(classes="reply-stats")
+
+    def on_mount(self) -> None:
+        self.token_view.sync()
+        self.refresh_stats()
+
+    # ---- streaming ----
+
+    def begin(self) -> None:
+        """Start (or resume, for /continue) streaming into this view."""
+        self._stream = Markdown.get_stream(self.markdown)
+        self._first_token_at = None
+        self._streamed = 0
+        self.refresh_stats()
+
+    async def add_tokens(self, tokens: Sequence[Token]) -> None:
+        """Show tokens that were just appended to ``reply.tokens``."""
+        if self._first_token_at is None:
+            self._first_token_at = time.perf_counter()
+        self._streamed += len(tokens)
+        text = "".join(t.text for t in tokens if not t.special)
+        if text and self._stream is not None:
+            await self._stream.write(safe_text(text))
+        self.token_view.sync()
+        self._schedule_stats()
+
+    async def end(self) -> None:
+        """The reply finished: flush the Markdown and make sure it equals ``reply.text``."""
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        if self.markdown.source != safe_text(self.reply.text):
+            await self.markdown.update(safe_text(self.reply.text))
+        self.token_view.flush()
+        self.refresh_stats()
+
+    async def rebuild(self) -> None:
+        """Show ``reply`` afresh (its tokens were replaced, e.g. continue-from-alternative)."""
+        await self.markdown.update(safe_text(self.reply.text))
+        self.token_view.tokens = self.reply.tokens
+        self.token_view.reset()
+        self.refresh_stats()
+
+    # ---- stats ----
+
+    def _schedule_stats(self) -> None:
+        if self._stats_timer:
+            return
+        self._stats_timer = True
+        delay = max(0.0, self._last_stats + 2 * REFRESH_S - time.monotonic())
+        self.set_timer(max(delay, 0.001), self.refresh_stats)
+
+    def refresh_stats(self) -> None:
+        """Redraw the finish marker and the statistics line."""
+        self._stats_timer = False
+        self._last_stats = time.monotonic()
+        reply = self.reply
+        live = None
+        if self._first_token_at is not None and self._streamed > 1:
+            elapsed = time.perf_counter() - self._first_token_at
+            live = (self._streamed - 1) / elapsed if elapsed > 0 else None
+        finish = self.query_one(".reply-finish", Static)
+        if reply.finish_reason is None:
+            label = "generating…" if self._stream is not None else ""
+        elif reply.finish_reason == "error":
+            label = f"✗ {reply.error or 'failed'}"
+        else:
+            label = FINISH_LABELS.get(reply.finish_reason, "")
+        finish.update(Content(label))
+        finish.set_class(reply.finish_reason == "error", "-error")
+        finish.display = bool(label)
+        stats = self.query_one(".reply-stats", Static)
+        stats.update(Content(reply_stats(reply, live_rate=live,
+                                         stable_timings=self.stable_timings)))
+        stats.display = bool(reply.tokens) or reply.finish_reason is not None
+
+    # ---- view switches ----
+
+    def watch_token_mode(self, on: bool) -> None:
+        self.set_class(on, "-tokens")
+
+    def watch_raw(self, on: bool) -> None:
+        self.token_view.reset(raw=on)

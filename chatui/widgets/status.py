@@ -1,0 +1,98 @@
+"""The status bar (model, settings, context meter, speed) and the model-loading panel."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widgets import ProgressBar, Static
+
+CONTEXT_WARN = 0.8
+"""The meter turns to a warning at this share of the context limit..."""
+CONTEXT_FULL = 0.95
+"""...and to an error here (the oldest turns are about to be dropped)."""
+
+
+def context_meter(used: int, limit: int, width: int = 10) -> Content:
+    """``ctx ▰▰▰▱▱ 1.2k/4.1k`` coloured by how full the context is."""
+    if limit <= 0:
+        return Content(f"ctx {_k(used)}")
+    share = min(1.0, used / limit)
+    filled = round(share * width)
+    style = "$error" if share >= CONTEXT_FULL else "$warning" if share >= CONTEXT_WARN \
+        else "$success"
+    bar = "▰" * filled + "▱" * (width - filled)
+    return Content.assemble("ctx ", (bar, style), f" {_k(used)}/{_k(limit)}")
+
+
+def _k(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+class StatusBar(Horizontal):
+    """One line: model · device · dtype | settings | context meter | speed.
+
+    The screen sets the reactives; each piece redraws itself.
+    """
+
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; color: $text; }
+    StatusBar > Static { width: auto; padding: 0 1; }
+    StatusBar > #status-settings { width: 1fr; color: $text-muted; }
+    StatusBar > #status-model { color: $primary; text-style: bold; }
+    """
+
+    model: reactive[str] = reactive("loading…")
+    settings: reactive[str] = reactive("")
+    context_used: reactive[int] = reactive(0)
+    context_limit: reactive[int] = reactive(0)
+    speed: reactive[str] = reactive("")
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="status-model")
+        yield Static(id="status-settings")
+        yield Static(id="status-context")
+        yield Static(id="status-speed")
+
+    def watch_model(self, value: str) -> None:
+        self.query_one("#status-model", Static).update(Content(value))
+
+    def watch_settings(self, value: str) -> None:
+        self.query_one("#status-settings", Static).update(Content(value))
+
+    def _meter(self) -> None:
+        self.query_one("#status-context", Static).update(
+            context_meter(self.context_used, self.context_limit))
+
+    def watch_context_used(self) -> None:
+        self._meter()
+
+    def watch_context_limit(self) -> None:
+        self._meter()
+
+    def watch_speed(self, value: str) -> None:
+        self.query_one("#status-speed", Static).update(Content(value))
+
+    @property
+    def context_share(self) -> float:
+        return self.context_used / self.context_limit if self.context_limit else 0.0
+
+
+class LoadingPanel(Vertical):
+    """Shown while the model loads: the stage and a progress bar."""
+
+    DEFAULT_CSS = """
+    LoadingPanel { height: auto; padding: 0 1; background: $surface; }
+    LoadingPanel > #loading-stage { color: $text-muted; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(Content("Loading the model…"), id="loading-stage")
+        yield ProgressBar(total=None, show_eta=False, id="loading-bar")
+
+    def progress(self, stage: str, done: float, total: float | None) -> None:
+        """Show a Progress event."""
+        self.query_one("#loading-stage", Static).update(Content(f"Loading the model: {stage}"))
+        bar = self.query_one(ProgressBar)
+        bar.update(total=total, progress=done)

@@ -1,0 +1,49 @@
+"""Helpers that make model output safe to show and easy to copy.
+
+Model output and loaded text are data: they are never parsed as Textual markup (we build
+:class:`~textual.content.Content` from plain strings), and terminal control characters are
+replaced by visible symbols so an ANSI escape in a reply is shown, never obeyed.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␛ for ESC, etc.
+    if code == 0x7F:
+        return "␡"
+    return f"\\x{code:02x}"
+
+
+def safe_text(text: str) -> str:
+    """``text`` with control characters (ANSI escapes, bells, C1 codes) made visible.
+
+    Newlines and tabs are kept; a carriage return is shown as ␍ so it cannot overwrite a line.
+    """
+    return _CONTROL.sub(_visible, text)
+
+
+_FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)(?:^\1[ \t]*$|\Z)", re.S | re.M)
+
+
+def code_blocks(markdown: str) -> list[str]:
+    """The contents of the fenced code blocks of a Markdown text, in order (an unclosed last
+    fence counts)."""
+    return [m.group(2).rstrip("\n") for m in _FENCE.finditer(markdown)]
+
+
+def shorten(text: str, width: int) -> str:
+    """One line of at most ``width`` characters (with an ellipsis when cut)."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: max(0, width - 1)] + "…"
+
+
+def show_token(text: str) -> str:
+    """A token's text for a label: quoted, whitespace made visible."""
+    return "'" + safe_text(text).replace("\n", "↵").replace("\t", "⇥") + "'"
