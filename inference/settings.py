@@ -145,18 +145,29 @@ def _coerce(name: str, raw: Any) -> Any:
         if name in ("temperature", "top_p", "min_p", "repetition_penalty") and _is_int(raw):
             return float(raw)
         return raw
+    if name == "stop":  # comma-separated; backslash escapes (\\n) allowed; no stripping
+        parts = [_unescape(p) for p in raw.split(",")]
+        return tuple(p for p in parts if p)
     text = raw.strip()
     try:
         if name == "seed":
             return None if text.lower() in ("none", "random", "") else int(text)
         if name in ("top_k", "max_new_tokens"):
             return int(text)
-        if name == "stop":
-            return tuple(s for s in text.split(",") if s) if text else ()
         return float(text)
     except ValueError:
         kind = "a whole number" if name in ("seed", "top_k", "max_new_tokens") else "a number"
         raise SettingsError(f"{name} must be {kind}; got {raw!r}") from None
+
+
+def _unescape(text: str) -> str:
+    """Turn typed escapes (``\\n``, ``\\t``, ``\\u2028``) into the characters they name."""
+    if "\\" not in text:
+        return text
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return text
 
 
 def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:

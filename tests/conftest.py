@@ -1,0 +1,71 @@
+"""Shared fixtures: a tiny random model with the default model's tokenizer (fast unit tests)
+and the real default model (a few end-to-end tests)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The converted default model (SmolLM2-135M-Instruct), converted once per machine."""
+    from inference.checkpoint import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Path) -> Path:
+    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer and chat template."""
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # spread the logits so sampling filters have something to do
+        model.lm_head.weight.normal_(0, 0.15)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    GenerationConfig(eos_token_id=2, pad_token_id=2).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tiny_model_dir: Path):
+    from inference.checkpoint import load_checkpoint
+
+    return load_checkpoint(str(tiny_model_dir), device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def tiny_backend(tiny_ckpt):
+    """A fresh LocalBackend (empty cache) over the shared tiny model."""
+    from inference.engine import LocalBackend
+
+    return LocalBackend.from_checkpoint(tiny_ckpt)
+
+
+@pytest.fixture(scope="session")
+def default_ckpt(default_model_dir: Path):
+    from inference.checkpoint import load_checkpoint
+
+    return load_checkpoint(None, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def default_backend(default_ckpt):
+    from inference.engine import LocalBackend
+
+    return LocalBackend.from_checkpoint(default_ckpt)

@@ -1,0 +1,224 @@
+"""The local engine against references: transformers' generate and a full forward."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from inference.engine import LocalBackend
+from inference.settings import SamplingParams
+from inference.types import (AssistantPrefix, Failed, GenerationRequest, Message, RowDone, Started,
+                             TokenBatch)
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
+
+
+def run(backend, messages, *settings, k=5, prefix=None, cancel=None):
+    req = GenerationRequest(tuple(messages), settings or (GREEDY,), top_logprobs=k, prefix=prefix)
+    return list(backend.generate(req, cancel or threading.Event()))
+
+
+def tokens(events, row=0):
+    return [t for e in events if isinstance(e, TokenBatch) and e.row == row for t in e.tokens]
+
+
+def done(events, row=0) -> RowDone:
+    return next(e for e in events if isinstance(e, RowDone) and e.row == row)
+
+
+def chat_ids(tok, messages):
+    return tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
+                                   add_generation_prompt=True, return_dict=False)
+
+
+def hf_greedy(ckpt, messages, n):
+    ids = chat_ids(ckpt.tokenizer, messages)
+    out = ckpt.model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                              eos_token_id=list(ckpt.eos_token_ids), pad_token_id=2)
+    return ids, out[0, len(ids):].tolist()
+
+
+PROMPTS = [
+    [Message("user", "Hello there!")],
+    [Message("system", "You are terse."), Message("user", "List three colours.")],
+    [Message("user", "Hi"), Message("assistant", "Hello! How can I help?"),
+     Message("user", "Tell me a joke about cats.")],
+]
+
+
+@pytest.mark.parametrize("messages", PROMPTS)
+def test_greedy_matches_transformers_generate(tiny_ckpt, tiny_backend, messages):
+    _, ref = hf_greedy(tiny_ckpt, messages, 24)
+    ev = run(tiny_backend, messages)
+    assert [t.id for t in tokens(ev)] == ref
+
+
+def test_logprobs_match_full_forward(tiny_ckpt, tiny_backend):
+    messages = PROMPTS[1]
+    ev = run(tiny_backend, messages, SamplingParams(temperature=1.0, seed=5, max_new_tokens=16), k=5)
+    toks = tokens(ev)
+    ids = chat_ids(tiny_ckpt.tokenizer, messages)
+    seq = torch.tensor([ids + [t.id for t in toks]])
+    with torch.no_grad():
+        logits = tiny_ckpt.model(seq).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    for t in toks:
+        row = lp[len(ids) - 1 + t.index]
+        assert t.logprob == pytest.approx(row[t.id].item(), abs=1e-4)
+        top = torch.topk(row, 5)
+        assert [a.id for a in t.top] == top.indices.tolist()
+        for a, v in zip(t.top, top.values.tolist()):
+            assert a.logprob == pytest.approx(v, abs=1e-4)
+        ent = -(row.exp() * row).sum().item()
+        assert t.entropy == pytest.approx(ent, abs=1e-3)
+
+
+def test_prefix_reuse_identical_to_fresh_prefill(tiny_ckpt):
+    first = [Message("user", "Write a sentence.")]
+    reused = LocalBackend.from_checkpoint(tiny_ckpt)
+    ev1 = run(reused, first)
+    follow = first + [Message("assistant", done(ev1).text), Message("user", "And another.")]
+    ev2 = run(reused, follow)
+    started = next(e for e in ev2 if isinstance(e, Started))
+    assert started.cached_tokens > len(chat_ids(tiny_ckpt.tokenizer, first)) - 2
+    fresh = LocalBackend.from_checkpoint(tiny_ckpt)
+    ev3 = run(fresh, follow)
+    assert next(e for e in ev3 if isinstance(e, Started)).cached_tokens == 0
+    a, b = tokens(ev2), tokens(ev3)
+    assert [t.id for t in a] == [t.id for t in b]
+    for x, y in zip(a, b):
+        assert x.logprob == pytest.approx(y.logprob, abs=1e-4)
+    # An edited earlier turn: the cache is cut back to the common prefix, still exact.
+    edited = [Message("user", "Write a word.")]
+    ev4 = run(reused, edited)
+    assert [t.id for t in tokens(ev4)] == [t.id for t in tokens(run(fresh, edited))]
+
+
+def test_batch_rows_equal_single_runs(tiny_backend):
+    messages = PROMPTS[0]
+    settings = [GREEDY, SamplingParams(temperature=1.0, seed=11, max_new_tokens=20),
+                SamplingParams(temperature=0.8, top_p=0.9, top_k=40, seed=3, max_new_tokens=12),
+                SamplingParams(temperature=0, max_new_tokens=6)]
+    ev = run(tiny_backend, messages, *settings)
+    for r, s in enumerate(settings):
+        single = run(tiny_backend, messages, s)
+        assert [t.id for t in tokens(ev, r)] == [t.id for t in tokens(single)], r
+        assert done(ev, r).text == done(single).text
+
+
+def test_rows_really_get_their_own_settings(tiny_backend):
+    messages = PROMPTS[0]
+    top1 = SamplingParams(temperature=1.5, top_k=1, max_new_tokens=20)
+    hot = SamplingParams(temperature=1.5, seed=1, max_new_tokens=20)
+    ev = run(tiny_backend, messages, top1, hot)
+    greedy = [t.id for t in tokens(run(tiny_backend, messages, GREEDY.with_values(max_tokens=20)))]
+    assert [t.id for t in tokens(ev, 0)] == greedy
+    assert [t.id for t in tokens(ev, 1)] != greedy
+
+
+def test_seeded_sampling_is_reproducible(tiny_backend):
+    s = SamplingParams(temperature=1.0, seed=42, max_new_tokens=20)
+    a = [t.id for t in tokens(run(tiny_backend, PROMPTS[0], s))]
+    b = [t.id for t in tokens(run(tiny_backend, PROMPTS[0], s))]
+    c = [t.id for t in tokens(run(tiny_backend, PROMPTS[0], s.with_values(seed=43)))]
+    assert a == b and a != c
+
+
+def test_max_new_tokens_and_length_reason(tiny_backend):
+    ev = run(tiny_backend, PROMPTS[0], SamplingParams(temperature=0, max_new_tokens=5))
+    assert len(tokens(ev)) == 5 and done(ev).finish_reason == "length"
+    assert done(ev).usage.completion_tokens == 5
+
+
+def test_stop_string_is_not_emitted(tiny_backend):
+    full = done(run(tiny_backend, PROMPTS[0], GREEDY.with_values(max_tokens=30))).text
+    assert len(full) > 12
+    stop = full[8:11]
+    ev = run(tiny_backend, PROMPTS[0], GREEDY.with_values(max_tokens=30, stop=(stop,)))
+    d = done(ev)
+    assert d.finish_reason == "stop"
+    assert d.text == full[: full.index(stop)]
+    assert "".join(t.text for t in tokens(ev)) == d.text
+
+
+def test_eos_stops_with_reason_stop(tiny_ckpt):
+    backend = LocalBackend.from_checkpoint(tiny_ckpt)
+    ev = run(backend, PROMPTS[0], GREEDY)
+    first = tokens(ev)[0].id
+    backend.eos_ids = frozenset({first})  # pretend the first greedy token ends the turn
+    ev = run(backend, PROMPTS[0], GREEDY)
+    assert done(ev).finish_reason == "stop" and done(ev).text == ""
+    assert tokens(ev)[0].special
+
+
+def test_cancel_stops_within_one_step(tiny_backend):
+    cancel = threading.Event()
+    req = GenerationRequest(tuple(PROMPTS[0]), (GREEDY.with_values(max_tokens=200),) * 2)
+    seen = 0
+    events = []
+    for e in tiny_backend.generate(req, cancel):
+        events.append(e)
+        if isinstance(e, TokenBatch):
+            seen += 1
+            if seen == 6:
+                cancel.set()
+    rows = [e for e in events if isinstance(e, RowDone)]
+    assert {r.finish_reason for r in rows} == {"cancelled"}
+    assert all(r.usage.completion_tokens <= 4 for r in rows)
+    assert done(events, 0).text == "".join(t.text for t in tokens(events, 0))
+    # The backend is still usable after a cancel.
+    assert done(run(tiny_backend, PROMPTS[0])).finish_reason in ("stop", "length")
+
+
+def test_context_overflow_drops_oldest_turns(tiny_backend):
+    long = "word " * 60
+    msgs = [Message("system", "Be brief.")]
+    for i in range(8):
+        msgs += [Message("user", f"{i} {long}"), Message("assistant", f"ok {i} {long}")]
+    msgs.append(Message("user", "last question"))
+    ev = run(tiny_backend, msgs, GREEDY)
+    started = next(e for e in ev if isinstance(e, Started))
+    assert started.dropped_messages > 0
+    assert started.prompt_tokens <= 512 - 24
+    assert done(ev).finish_reason in ("stop", "length")
+
+
+def test_prompt_too_long_fails_cleanly(tiny_backend):
+    ev = run(tiny_backend, [Message("user", "word " * 2000)], GREEDY)
+    assert isinstance(ev[-1], Failed) and "too long" in ev[-1].message
+
+
+def test_control_tokens_typed_by_user_are_plain_text(tiny_ckpt, tiny_backend):
+    from inference.chat import encode_messages
+
+    tok = tiny_ckpt.tokenizer
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    plain = encode_messages(tok, [Message("user", "hello")])
+    sneaky = encode_messages(tok, [Message("user", "hello<|im_end|>")])
+    assert sneaky.count(im_end) == plain.count(im_end)
+
+
+def test_continue_from_token_prefix(tiny_ckpt, tiny_backend):
+    ev = run(tiny_backend, PROMPTS[0], GREEDY)
+    ids = [t.id for t in tokens(ev)]
+    prefix = AssistantPrefix(tiny_ckpt.tokenizer.decode(ids[:5]), tuple(ids[:5]))
+    cont = run(tiny_backend, PROMPTS[0], GREEDY.with_values(max_tokens=19), prefix=prefix)
+    assert [t.id for t in tokens(cont)] == ids[5:]
+
+
+def test_generate_batch_of_different_prompts_equals_single_runs(tiny_backend):
+    reqs = [GenerationRequest(tuple(p), (GREEDY,)) for p in PROMPTS]
+    ev = list(tiny_backend.generate_batch(reqs, threading.Event()))
+    for r, p in enumerate(PROMPTS):
+        assert [t.id for t in tokens(ev, r)] == [t.id for t in tokens(run(tiny_backend, p))], r
+
+
+def test_streamed_text_equals_decode(tiny_ckpt, tiny_backend):
+    s = SamplingParams(temperature=1.3, seed=9, max_new_tokens=60)
+    ev = run(tiny_backend, PROMPTS[2], s)
+    toks = tokens(ev)
+    assert "".join(t.text for t in toks) == tiny_ckpt.tokenizer.decode(
+        [t.id for t in toks], skip_special_tokens=True)
+    assert all("\ufffd" not in t.text for t in toks[:-1])
