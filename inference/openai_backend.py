@@ -671,10 +671,7 @@ class OpenAIBackend:
             if control.aborted.is_set():
                 raise _RowAborted
             if finish is None:
-                if done:
-                    finish = "stop"
-                else:
-                    raise _Cut()
+                raise _Cut(done)
         return finish, usage
 
     def _describe(self, exc: Exception, mapper: ChunkMapper) -> str:
@@ -685,6 +682,10 @@ class OpenAIBackend:
         tail = f"; the partial reply ({n} token{'s' if n != 1 else ''}) is kept" if n else ""
         if isinstance(exc, _HTTPStatus):
             return self._describe_status(exc.status, server_words(exc.body), "chat completion")
+        if isinstance(exc, _Cut) and exc.args and exc.args[0]:
+            return (f"The server at {where} ended the stream without a finish reason"
+                    f"{kept or ' before any token'} (llama-cpp-python does this when another "
+                    "request interrupts the reply: start it with --interrupt_requests false).")
         if isinstance(exc, _Cut):
             return f"The server at {where} closed the stream mid-reply{kept or ' before any token'}."
         if isinstance(exc, _Malformed):
@@ -793,7 +794,7 @@ class _RowAborted(Exception):
 
 
 class _Cut(Exception):
-    """The stream ended without a finish reason or [DONE]."""
+    """The stream ended without a finish reason (``args[0]``: whether [DONE] came)."""
 
 
 class _Malformed(Exception):

@@ -188,7 +188,8 @@ class FakeServer:
             h, ["Hel", "lo", " world"])
         self.httpd = self._HTTP(("127.0.0.1", 0), Handler)
         self.httpd.fake = self
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                       daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
@@ -454,6 +455,19 @@ def test_stream_ending_without_finish_or_done_is_a_cut(fake):
     b = OpenAIBackend(fake.url, None, None)
     events = run(b, ask())
     assert isinstance(events[-1], Failed) and "closed the stream mid-reply" in events[-1].message
+    assert events[-1].partial == ("Hi",)
+    b.close()
+
+
+def test_done_without_a_finish_reason_is_not_a_silent_stop(fake):
+    def chat(h, body):  # what llama-cpp-python does when another request interrupts it
+        h.start_sse()
+        h.event(chunk("Hi", [entry("Hi", -0.1)]))
+        h.end_sse()
+    fake.chat = chat
+    b = OpenAIBackend(fake.url, None, None)
+    events = run(b, ask())
+    assert isinstance(events[-1], Failed) and "without a finish reason" in events[-1].message
     assert events[-1].partial == ("Hi",)
     b.close()
 
