@@ -475,6 +475,8 @@ import sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
 from chatui.conversation import Conversation
+import os, time
+from chatui import transcript
 from chatui.transcript import save_transcript
 from inference.settings import SamplingParams
 from inference.types import Alternative, Token
@@ -486,39 +488,59 @@ for k in range(6):
                     for j in range(5))) for i in range(2500)]
     reply.text = "".join(t.text for t in reply.tokens)
     reply.finish_reason = "stop"
+
+
+def slow_disk(fd, data):  # the real write, in chunks, so that a kill lands in the middle
+    print("writing", flush=True)
+    for start in range(0, len(data), 1 << 16):
+        os.write(fd, data[start:start + (1 << 16)])
+        time.sleep(0.004)
+
+
+if {slow!r}:
+    transcript._write_all = slow_disk
 n = 0
 while True:
     conv.title = "version %d" % n
     save_transcript(conv, Path({path!r}))
-    print(n, flush=True)
+    print("saved", n, flush=True)
     n += 1
 """
 
 
+def _kill_while_saving(path: Path, rng: random.Random) -> None:
+    """Start a child that saves a big transcript to ``path`` over and over; SIGKILL it
+    while it is writing the file (not before the first save is complete)."""
+    src = CRASH_CHILD.format(repo=str(REPO), path=str(path), slow=True)
+    proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    while not proc.stdout.readline().startswith("saved"):
+        pass
+    assert proc.stdout.readline().startswith("writing")  # the next save is writing now
+    time.sleep(rng.uniform(0.0, 0.12))  # a 2 MiB write takes about 0.15 s here
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_killed_while_saving_leaves_a_valid_file(tmp_path: Path) -> None:
-    """A process killed with SIGKILL in the middle of saving a big transcript, again and
+    """A process killed with SIGKILL in the middle of writing a big transcript, again and
     again: the file is always the previous or the new version, complete and valid."""
     path = tmp_path / "big.json"
     rng = random.Random(4)
-    last_title = None
+    interrupted = temps = 0
     for _ in range(6):
-        proc = subprocess.Popen([sys.executable, "-c", CRASH_CHILD.format(repo=str(REPO),
-                                                                          path=str(path))],
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        proc.stdout.readline()  # one complete save done: the kill lands in a later one
-        time.sleep(rng.uniform(0.0, 0.6))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        proc.stdout.close()
+        _kill_while_saving(path, rng)
+        now = len(list(tmp_path.glob(".big.json.*.tmp")))
+        interrupted += now > temps  # this kill left a temporary file: it cut a write short
+        temps = now
         conv = load_transcript(path)
         assert conv.id == "crash" and len(conv.entries) == 12
         assert len(conv.entries[11].replies[0].tokens) == 2500
         assert re.fullmatch(r"version \d+", conv.title)
-        last_title = conv.title
-    assert last_title is not None
-    assert [s.title for s in list_transcripts(tmp_path)] == [last_title]  # temp files ignored
+        assert [s.title for s in list_transcripts(tmp_path)] == [conv.title]  # temps ignored
+    assert interrupted >= 3  # the kills really landed mid-write
 
 
 def test_new_files_are_private_and_existing_modes_kept(tmp_path: Path) -> None:
