@@ -16,7 +16,6 @@ import datetime as _dt
 import errno
 import glob
 import json
-import math
 import os
 import re
 import stat
@@ -35,7 +34,8 @@ from .conversation import Conversation, Entry, ModelRef, Reply
 from .export import conversation_title, export_markdown, export_messages, model_label
 
 __all__ = [
-    "FORMAT_VERSION", "MAX_BYTES", "TranscriptError", "TranscriptSummary", "autosave",
+    "FORMAT_VERSION", "MAX_BYTES", "TranscriptError", "TranscriptSummary", "atomic_write",
+    "autosave",
     "autosave_path", "data_dir", "delete_transcript", "export_markdown", "export_messages",
     "export_to_file", "from_json_dict", "list_transcripts", "load_transcript",
     "save_transcript", "to_json_dict",
@@ -737,8 +737,11 @@ def autosave_path(conv: Conversation, directory: Path | None = None) -> Path:
     one is returned, so a title that appears or changes later never makes a second file.
     """
     directory = Path(directory) if directory is not None else data_dir()
-    existing = sorted(p for p in directory.glob(f"*_{glob.escape(_safe_id(conv.id))}.json")
-                      if not p.name.startswith("."))
+    cid = _safe_id(conv.id)
+    # date_time_slug_id: none of the first three holds "_", so the fourth part is the id
+    # (an id "b_c" must not pick up the file of a conversation whose id is "a_b_c").
+    existing = sorted(p for p in directory.glob(f"*_{glob.escape(cid)}.json")
+                      if not p.name.startswith(".") and p.stem.split("_", 3)[-1] == cid)
     if existing:
         return existing[0]
     return directory / f"{_base_name(conv)}.json"
@@ -874,11 +877,11 @@ def export_to_file(conv: Conversation, fmt: str, path: Path | None = None, *,
     key = fmt.strip().lower()
     if key not in EXPORT_FORMATS:
         raise TranscriptError(f"Could not export: unknown format {fmt!r}; use md or messages.")
-    stem = _base_name(conv)
-    if path is None or Path(path).is_dir():
-        base = Path(path) if path is not None else (Path(directory) if directory else Path.cwd())
-        path = base / f"{stem}{EXPORT_FORMATS[key]}"
-    path = Path(path).expanduser()
+    if path is not None:
+        path = Path(path).expanduser()
+    if path is None or path.is_dir():
+        base = path if path is not None else (Path(directory) if directory else Path.cwd())
+        path = base / f"{_base_name(conv)}{EXPORT_FORMATS[key]}"
     if EXPORT_FORMATS[key] == ".md":
         data = export_markdown(conv).encode("utf-8", "backslashreplace")
     else:

@@ -3,7 +3,6 @@ naming, history and export."""
 
 from __future__ import annotations
 
-import copy
 import errno
 import json
 import os
@@ -583,6 +582,25 @@ def test_autosave_names_are_unique_per_conversation(tmp_path: Path) -> None:
     b.add_user("same words")
     assert autosave(a, tmp_path) != autosave(b, tmp_path)
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_ids_that_end_alike_get_their_own_files(tmp_path: Path) -> None:
+    a, b = Conversation(id="a_b_c", created=0), Conversation(id="b_c", created=0)
+    a.add_user("hi")
+    b.add_user("hi")
+    assert autosave(a, tmp_path) != autosave(b, tmp_path)
+    assert load_transcript(autosave_path(b, tmp_path)).id == "b_c"
+
+
+def test_autosave_removes_stale_temporary_files(tmp_path: Path) -> None:
+    conv = sample_conversation()
+    stale = tmp_path / f".{autosave_path(conv, tmp_path).name}.abc123.tmp"
+    fresh = tmp_path / f".{autosave_path(conv, tmp_path).name}.def456.tmp"
+    stale.write_text("{half")
+    fresh.write_text("{half")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    autosave(conv, tmp_path)
+    assert not stale.exists() and fresh.exists()  # a fresh one may be another save at work
 
 
 def test_history_lists_newest_first_with_errors(tmp_path: Path) -> None:
