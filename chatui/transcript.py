@@ -691,7 +691,7 @@ def data_dir() -> Path:
         return Path(env).expanduser()
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("chatui", appauthor=False)) / "conversations"
+    return Path(platformdirs.user_data_dir("chatui")) / "conversations"
 
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.)", re.S)
