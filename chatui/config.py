@@ -11,8 +11,9 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from inference.settings import SamplingParams
 
@@ -49,6 +50,9 @@ class AppConfig:
     """Alternatives the engine reports per token (0-20) for the token view."""
     settings: SamplingParams | None = None
     """Sampling settings to start with; None means the model's own defaults."""
+    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Settings given on the command line (user names, e.g. {"temperature": 0.2}), applied on
+    top of the model's defaults once it has loaded."""
     system_prompt: str = ""
     """System prompt of a new conversation."""
     log_file: Path | None = None

@@ -102,9 +102,14 @@ class LocalBackend:
     # ---- small helpers ----
 
     @classmethod
-    def from_checkpoint(cls, ckpt: Any, *, quantization: str = "none") -> LocalBackend:
+    def from_checkpoint(cls, ckpt: Any, *, quantize: str = "none",
+                        progress: Any = None) -> LocalBackend:
         """Build from an ``inference.checkpoint.LoadedCheckpoint``."""
         from .settings import defaults_from_generation_config
+
+        if quantize not in ("none", ""):
+            raise ValueError(f"unknown quantization {quantize!r}; choose none")
+        quantization = "none"
 
         info = ModelInfo(
             name=ckpt.name, backend="local", device=str(ckpt.device),

@@ -8,6 +8,7 @@ groups, so a consumer slower than the engine never makes the engine wait per tok
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import queue
 import threading
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 from .backend import Backend, BackendFactory
-from .types import Event, Failed, GenerationRequest, Message, ModelInfo, Progress, TokenBatch
+from .types import (Event, Failed, GenerationRequest, Message, ModelInfo, Progress, RowDone,
+                    Started, TokenBatch)
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +179,12 @@ class InferenceWorker:
             try:
                 self._backend = self._factory(channel.put)
             except BaseException as exc:  # noqa: BLE001 - reported, never raised on the thread
-                log.error("load failed: %s", traceback.format_exc())
-                channel.put(Failed(getattr(exc, "user_message", None) or describe_error(exc)))
+                user_message = getattr(exc, "user_message", None)
+                if user_message:  # the user's mistake, already one clear sentence
+                    log.info("load failed: %s", user_message)
+                else:
+                    log.error("load failed: %s", traceback.format_exc())
+                channel.put(Failed(user_message or describe_error(exc)))
             finally:
                 channel.put(None)
 
@@ -200,6 +206,38 @@ class InferenceWorker:
                     channel.put(ev)
             except BaseException as exc:  # noqa: BLE001
                 log.error("generation failed: %s", traceback.format_exc())
+                channel.put(Failed(describe_error(exc)))
+            finally:
+                channel.put(None)
+
+        self._submit(job)
+        return GenerationStream(channel, cancel)
+
+    def generate_batch(self, requests: list[GenerationRequest]) -> GenerationStream:
+        """Different conversations at once (row i answers request i). The local engine decodes
+        them as one padded batch; other backends answer them one after another."""
+        loop = asyncio.get_running_loop()
+        channel = _Channel(loop)
+        cancel = threading.Event()
+
+        def job() -> None:
+            try:
+                if self._backend is None:
+                    channel.put(Failed("The model is not loaded."))
+                    return
+                batch = getattr(self._backend, "generate_batch", None)
+                if batch is not None:
+                    for ev in batch(requests, cancel):
+                        channel.put(ev)
+                    return
+                for i, req in enumerate(requests):
+                    for ev in self._backend.generate(req, cancel):
+                        if isinstance(ev, (TokenBatch, RowDone)):
+                            ev = dataclasses.replace(ev, row=i)
+                        if not isinstance(ev, Started):
+                            channel.put(ev)
+            except BaseException as exc:  # noqa: BLE001
+                log.error("batch generation failed: %s", traceback.format_exc())
                 channel.put(Failed(describe_error(exc)))
             finally:
                 channel.put(None)
@@ -242,8 +280,15 @@ class InferenceWorker:
             self._jobs.put(None)
 
     def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to end (after ``close``)."""
         if self._started:
             self._thread.join(timeout)
+
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """Close and wait for the thread without blocking the loop."""
+        self.close()
+        if self._started:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, timeout)
 
 
 def _set_result(fut: asyncio.Future[object], value: object) -> None:

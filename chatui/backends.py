@@ -1,0 +1,66 @@
+"""Which backend to run, as one frozen options object, and the factory that builds it.
+
+The factory runs on the worker thread (the model loads there); the app and the CLI only hold
+the factory and talk to the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from inference.backend import Backend, BackendFactory, ProgressCallback
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Where the model comes from (the flags every command shares)."""
+
+    backend: Literal["local", "openai", "scripted"] = "local"
+    """local: a checkpoint in this process; openai: an OpenAI-compatible server; scripted: a
+    model-free stand-in for trying the interface."""
+    ckpt: str | None = None
+    """Checkpoint directory, .gguf file or local Hugging Face cache name; None = default model."""
+    device: str | None = None
+    """cpu, cuda, cuda:N, mps; None picks CUDA when available."""
+    dtype: str | None = None
+    """float32, bfloat16, float16 or auto; None picks the device's best."""
+    device_map: str | None = None
+    """'auto' shards a big model over several GPUs."""
+    quantize: str = "none"
+    """Weight-only quantization applied at load time: none or int8."""
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+
+
+def make_factory(opts: BackendOptions) -> BackendFactory:
+    """A factory for :class:`inference.worker.InferenceWorker` from the options."""
+    if opts.backend == "scripted":
+        from inference.scripted import ScriptedBackend
+
+        return lambda progress: ScriptedBackend(delay_s=0.02)
+    if opts.backend == "openai":
+        from inference.openai_backend import make_openai_factory
+
+        if not opts.base_url:
+            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        return make_openai_factory(opts.base_url, opts.model, opts.api_key_env)
+
+    def build(progress: ProgressCallback) -> Backend:
+        from transformers.utils import logging as hf_logging
+
+        from inference.checkpoint import load_checkpoint
+        from inference.engine import LocalBackend
+
+        hf_logging.disable_progress_bar()  # progress goes through the callback, not stderr
+
+        ckpt = load_checkpoint(opts.ckpt, device=opts.device, dtype=opts.dtype,
+                               device_map=opts.device_map,
+                               trust_remote_code=opts.trust_remote_code,
+                               allow_pickle=opts.allow_pickle, progress=progress)
+        return LocalBackend.from_checkpoint(ckpt, quantize=opts.quantize, progress=progress)
+
+    return build

@@ -1,0 +1,144 @@
+"""``chatui bench``: decode and prefill speed, time to first token, achieved weight bandwidth
+and peak memory of the local engine, optionally against transformers' ``generate`` in the
+same run on the same model and prompt.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from .settings import SamplingParams
+from .types import GenerationRequest, Message, RowDone, Started
+
+FILLER = ("The quick brown fox jumps over the lazy dog while the curious cat watches from the "
+          "old stone wall, and the river keeps running towards the distant sea. ")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One benchmark run; every figure is measured, none estimated."""
+
+    model: str
+    device: str
+    dtype: str
+    quantization: str
+    threads: int
+    batch: int
+    prompt_tokens: int
+    new_tokens: int
+    top_logprobs: int
+    ttft_s: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    """Per row; the aggregate is this times ``batch``."""
+    aggregate_tokens_per_s: float
+    weight_bytes: int
+    bandwidth_gb_s: float
+    """weight_bytes x decode steps per second / 1e9."""
+    peak_memory_mb: float
+    hf_decode_tokens_per_s: float | None = None
+    hf_total_s: float | None = None
+    speedup_vs_hf: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of parameters and buffers (shared tensors counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        total += t.numel() * t.element_size()
+    return total
+
+
+def make_prompt(tokenizer: Any, n_tokens: int) -> tuple[Message, ...]:
+    """A user message whose chat encoding takes about ``n_tokens`` tokens."""
+    ids = tokenizer.encode(FILLER * (n_tokens // 20 + 2), add_special_tokens=False)
+    text = tokenizer.decode(ids[: max(n_tokens - 20, 1)])
+    return (Message("user", text),)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _run(backend: Any, messages: tuple[Message, ...], new_tokens: int, batch: int,
+         top_logprobs: int) -> tuple[Started, list[RowDone], float]:
+    settings = (SamplingParams(temperature=0, max_new_tokens=new_tokens),) * batch
+    backend.reset()
+    t0 = time.perf_counter()
+    events = list(backend.generate(GenerationRequest(messages, settings, top_logprobs),
+                                   threading.Event()))
+    total = time.perf_counter() - t0
+    started = next(e for e in events if isinstance(e, Started))
+    return started, [e for e in events if isinstance(e, RowDone)], total
+
+
+def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, batch: int = 1,
+              top_logprobs: int = 5, vs_hf: bool = False, repeats: int = 1) -> BenchResult:
+    """Measure the engine (EOS ignored so every run decodes exactly ``new_tokens``)."""
+    model = backend.runner.model
+    device = backend.device
+    messages = make_prompt(backend.tokenizer, prompt_tokens)
+    eos, backend.eos_ids = backend.eos_ids, frozenset()
+    try:
+        _run(backend, messages, 4, batch, top_logprobs)  # warm-up
+        best: tuple[Started, list[RowDone], float] | None = None
+        for _ in range(max(1, repeats)):
+            r = _run(backend, messages, new_tokens, batch, top_logprobs)
+            if best is None or r[1][0].usage.decode_tokens_per_s > best[1][0].usage.decode_tokens_per_s:
+                best = r
+    finally:
+        backend.eos_ids = eos
+    assert best is not None
+    started, rows, _ = best
+    usage = rows[0].usage
+    tps = min(r.usage.decode_tokens_per_s for r in rows)
+    wbytes = weight_bytes(model)
+    hf_tps = hf_total = None
+    if vs_hf:
+        hf_tps, hf_total = hf_generate_speed(model, backend.tokenizer, messages, new_tokens)
+    return BenchResult(
+        model=backend.info.name, device=str(device), dtype=backend.info.dtype,
+        quantization=backend.info.quantization, threads=torch.get_num_threads(), batch=batch,
+        prompt_tokens=started.prompt_tokens, new_tokens=usage.completion_tokens,
+        top_logprobs=top_logprobs, ttft_s=usage.ttft_s,
+        prefill_tokens_per_s=started.prompt_tokens / usage.ttft_s if usage.ttft_s else 0.0,
+        decode_tokens_per_s=tps, aggregate_tokens_per_s=tps * batch, weight_bytes=wbytes,
+        bandwidth_gb_s=wbytes * tps / 1e9, peak_memory_mb=peak_memory_mb(device),
+        hf_decode_tokens_per_s=hf_tps, hf_total_s=hf_total,
+        speedup_vs_hf=(tps / hf_tps) if hf_tps else None)
+
+
+@torch.inference_mode()
+def hf_generate_speed(model: Any, tokenizer: Any, messages: tuple[Message, ...],
+                      new_tokens: int) -> tuple[float, float]:
+    """transformers' greedy ``generate`` on the same prompt: (decode tokens/s, total seconds).
+
+    Decode speed excludes the prefill: (n - 1) / (time for n tokens - time for 1 token).
+    """
+    ids = tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
+                                        add_generation_prompt=True, return_dict=False)
+    x = torch.tensor([ids], device=next(model.parameters()).device)
+    kw = dict(do_sample=False, pad_token_id=tokenizer.pad_token_id or 0)
+    model.generate(x, max_new_tokens=4, min_new_tokens=4, **kw)  # warm-up
+    t0 = time.perf_counter()
+    model.generate(x, max_new_tokens=1, min_new_tokens=1, **kw)
+    t1 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model.generate(x, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
+    tn = time.perf_counter() - t0
+    return (new_tokens - 1) / max(tn - t1, 1e-9), tn

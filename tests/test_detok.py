@@ -1,0 +1,74 @@
+"""Incremental detokenization and stop strings."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference.detok import IncrementalDetokenizer, StopStringFilter
+
+TEXTS = ["Hello, world! 😀🎉 你好，世界。 Ünïcödé — ✓ 👩‍👩‍👧 𝔘",
+         "日本語のテキストと絵文字🍣🍜を混ぜる", "plain ascii only", " leading space\n\nnewlines\t"]
+
+
+@pytest.fixture(scope="module")
+def tok(default_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_stream_equals_decode_without_replacement_chars(tok, text):
+    ids = tok.encode(text, add_special_tokens=False)
+    d = IncrementalDetokenizer(tok)
+    pieces = [d.step(i) for i in ids]
+    streamed = "".join(p.text for p in pieces) + d.flush()
+    assert streamed == tok.decode(ids) == text
+    assert all("\ufffd" not in p.text for p in pieces)
+
+
+def test_multi_token_glyph_credits_its_tokens(tok):
+    ids = tok.encode("a😀", add_special_tokens=False)
+    d = IncrementalDetokenizer(tok)
+    pieces = [d.step(i) for i in ids]
+    emoji_tokens = len(ids) - 1
+    assert emoji_tokens >= 2  # SmolLM2 spells this emoji with several byte tokens
+    assert [p.text for p in pieces] == ["a"] + [""] * (emoji_tokens - 1) + ["😀"]
+    assert pieces[-1].glyph_start == 1
+
+
+def test_incomplete_glyph_at_the_end_is_flushed(tok):
+    ids = tok.encode("x😀", add_special_tokens=False)[:-1]
+    d = IncrementalDetokenizer(tok)
+    text = "".join(d.step(i).text for i in ids) + d.flush()
+    assert text == tok.decode(ids)
+
+
+class T:
+    def __init__(self, text):
+        self.text = text
+
+    def with_text(self, text):
+        return T(text)
+
+
+def feed(stops, pieces):
+    f = StopStringFilter(stops)
+    out, stopped = [], False
+    for p in pieces:
+        r = f.push(T(p))
+        out += [t.text for t in r.released]
+        if r.stopped:
+            stopped = True
+            break
+    if not stopped:
+        out += [t.text for t in f.flush()]
+    return out, stopped, f.released_text
+
+
+def test_stop_string_across_tokens_is_cut_and_held_back_text_released():
+    assert feed(["abc"], ["xx", "ya", "b", "cz"]) == (["xx", "y"], True, "xxy")
+    assert feed(["abc"], ["xx", "ya", "b", "q"]) == (["xx", "ya", "b", "q"], False, "xxyabq")
+    assert feed(["\n\n"], ["hi", "\n", "\n", "more"]) == (["hi"], True, "hi")
+    assert feed(["END", "STOP"], ["go ", "ST", "OP now"]) == (["go "], True, "go ")
+    assert feed([], ["a", "b"]) == (["a", "b"], False, "ab")

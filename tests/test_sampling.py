@@ -1,0 +1,141 @@
+"""Sampling filters against transformers' own logits processors, per row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.generation.logits_process import (MinPLogitsWarper,
+                                                    RepetitionPenaltyLogitsProcessor,
+                                                    TemperatureLogitsWarper, TopKLogitsWarper,
+                                                    TopPLogitsWarper)
+
+from inference.sampling import (RowSampling, apply_repetition_penalty, decode_step_outputs,
+                                min_p_filter, process_logits, sample_rows, token_stats,
+                                top_k_filter, top_p_filter)
+from inference.settings import SamplingParams, SettingsError, parse_assignments
+
+V = 200
+
+
+@pytest.fixture
+def logits():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(4, V, generator=g) * 3
+
+
+def test_top_k_per_row_matches_reference(logits):
+    ks = [1, 5, 50, 0]
+    out = top_k_filter(logits, torch.tensor(ks))
+    for b, k in enumerate(ks):
+        ref = logits[b:b + 1] if k == 0 else TopKLogitsWarper(k)(None, logits[b:b + 1].clone())
+        assert torch.equal(out[b:b + 1], ref)
+
+
+def test_top_p_per_row_matches_reference(logits):
+    ps = [0.1, 0.5, 0.9, 1.0]
+    out = top_p_filter(logits, torch.tensor(ps))
+    for b, p in enumerate(ps):
+        ref = logits[b:b + 1] if p == 1.0 else TopPLogitsWarper(p)(None, logits[b:b + 1].clone())
+        assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
+
+
+def test_min_p_per_row_matches_reference(logits):
+    ps = [0.0, 0.05, 0.2, 0.9]
+    out = min_p_filter(logits, torch.tensor(ps))
+    for b, p in enumerate(ps):
+        ref = logits[b:b + 1] if p == 0 else MinPLogitsWarper(p)(None, logits[b:b + 1].clone())
+        assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
+
+
+def test_repetition_penalty_matches_reference(logits):
+    seen_ids = torch.tensor([[3, 7, 9, 150]] * 4)
+    seen = torch.zeros(4, V, dtype=torch.bool).scatter(1, seen_ids, True)
+    pens = [1.0, 1.1, 1.5, 0.8]
+    out = apply_repetition_penalty(logits, seen, torch.tensor(pens))
+    for b, p in enumerate(pens):
+        ref = RepetitionPenaltyLogitsProcessor(p)(seen_ids[b:b + 1], logits[b:b + 1].clone())
+        assert torch.allclose(out[b:b + 1], ref)
+
+
+def test_full_pipeline_matches_transformers_order(logits):
+    settings = [SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.02,
+                               repetition_penalty=1.2)] * 4
+    rows = RowSampling.build(settings, torch.device("cpu"))
+    seen_ids = torch.tensor([[1, 2, 3]] * 4)
+    seen = torch.zeros(4, V, dtype=torch.bool).scatter(1, seen_ids, True)
+    ours = process_logits(logits, seen, rows)
+    ref = RepetitionPenaltyLogitsProcessor(1.2)(seen_ids, logits.clone())
+    for proc in (TemperatureLogitsWarper(0.7), TopKLogitsWarper(20), TopPLogitsWarper(0.8),
+                 MinPLogitsWarper(0.02)):
+        ref = proc(seen_ids, ref)
+    assert torch.equal(torch.isinf(ours), torch.isinf(ref))
+    finite = ~torch.isinf(ref)
+    assert torch.allclose(ours[finite], ref[finite])
+
+
+def test_greedy_rows_take_argmax_and_sampled_rows_follow_the_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().expand(2, -1).contiguous()
+    rows = RowSampling.build([SamplingParams(temperature=0),
+                              SamplingParams(temperature=1.0, seed=123)], torch.device("cpu"))
+    counts = torch.zeros(4)
+    for _ in range(4000):
+        ids = sample_rows(logits, rows)
+        assert ids[0] == 0
+        counts[ids[1]] += 1
+    freq = counts / counts.sum()
+    assert torch.allclose(freq, probs, atol=0.03)
+
+
+def test_seeded_rows_do_not_depend_on_their_neighbours():
+    logits = torch.randn(1, V)
+    a = RowSampling.build([SamplingParams(temperature=1, seed=7)], torch.device("cpu"))
+    b = RowSampling.build([SamplingParams(temperature=1, seed=99),
+                           SamplingParams(temperature=1, seed=7)], torch.device("cpu"))
+    seq_a = [int(sample_rows(logits, a)[0]) for _ in range(20)]
+    seq_b = [int(sample_rows(logits.expand(2, -1), b)[1]) for _ in range(20)]
+    assert seq_a == seq_b
+
+
+def test_token_stats_are_raw_logprobs(logits):
+    chosen = torch.tensor([0, 1, 2, 3])
+    packed = token_stats(logits, chosen, 3)
+    lp = torch.log_softmax(logits, -1)
+    assert torch.allclose(packed[:, 1], lp[torch.arange(4), chosen])
+    assert torch.allclose(packed[:, 2], -(lp.exp() * lp).sum(-1), atol=1e-5)
+    top = torch.topk(lp, 3)
+    assert torch.equal(packed[:, 3:6].long(), top.indices)
+    assert torch.allclose(packed[:, 6:9], top.values)
+
+
+def test_logprobs_ignore_temperature_and_filters(logits):
+    rows = RowSampling.build([SamplingParams(temperature=0.3, top_k=2, seed=1)] * 4,
+                             torch.device("cpu"))
+    ids, packed = decode_step_outputs(logits, None, rows, 2)
+    lp = torch.log_softmax(logits, -1)
+    assert torch.allclose(packed[:, 1], lp[torch.arange(4), ids])
+
+
+@pytest.mark.parametrize("text, words", [
+    ("temperature=-1", "temperature must be between 0 and 100"),
+    ("top_p=0", "top_p must be in (0, 1]"),
+    ("top_k=1.5", "top_k must be a whole number"),
+    ("min_p=1", "min_p must be in [0, 1)"),
+    ("repetition_penalty=0", "repetition_penalty must be in (0, 10]"),
+    ("seed=abc", "seed must be a whole number"),
+    ("max_tokens=0", "max_tokens must be a whole number between 1"),
+    ("warmth=1", "unknown setting 'warmth'"),
+    ("temperature", "expected NAME=VALUE"),
+])
+def test_invalid_settings_say_the_valid_range(text, words):
+    with pytest.raises(SettingsError) as exc:
+        parse_assignments(text)
+    assert words in str(exc.value)
+
+
+def test_settings_parse_and_describe():
+    s = parse_assignments("temperature=0.7, top_p=0.9 seed=7 max_tokens=64")
+    assert (s.temperature, s.top_p, s.seed, s.max_new_tokens) == (0.7, 0.9, 7, 64)
+    assert "top_p=0.9" in s.describe(against=SamplingParams())
+    assert SamplingParams.from_dict(s.to_dict()) == s
+    assert parse_assignments("temperature=0").greedy
