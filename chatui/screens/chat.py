@@ -465,6 +465,7 @@ class ChatScreen(Screen[None]):
         reply.text = text
         reply.finish_reason = None
         reply.usage = None
+        reply.settings = self.settings
         await view.rebuild()
         self._start_reply(entry, prefix=prefix)
 
@@ -608,6 +609,7 @@ class ChatScreen(Screen[None]):
             return
         ids = tuple(t.id for t in reply.tokens)
         prefix = AssistantPrefix(reply.text, None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
+        reply.settings = self.settings  # e.g. a larger max_tokens set after a cut-off
         self._start_reply(last, prefix=prefix)
 
     async def cmd_logprobs(self, arg: str = "") -> None:
@@ -686,7 +688,7 @@ class ChatScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
-            return True if self.generating else None
+            return True if self.generating or isinstance(self.focused, TokenView) else None
         if action == "raw":
             return isinstance(self.focused, TokenView) or None
         return True

@@ -1,0 +1,543 @@
+"""Pilot tests of the chat app on the scripted engine: every command and key of issue 3."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from chatui.app import ChatApp
+from chatui.config import AppConfig, load_remembered
+from chatui.widgets.items import Notice, UserMessage
+from chatui.widgets.reply import ReplyView
+from chatui.widgets.token_view import TokenView, build_units
+from inference.scripted import ScriptedBackend
+from inference.settings import SamplingParams
+from inference.types import Token
+
+SIZE = (110, 40)
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    return tmp_path / "config"
+
+
+def make_app(reply=None, *, delay_s=0.0, context_limit=4096, backend=None, **config):
+    holder = {}
+
+    def factory(progress):
+        b = backend or ScriptedBackend(reply or _echo, delay_s=delay_s,
+                                       context_limit=context_limit)
+        holder["backend"] = b
+        return b
+
+    app = ChatApp(factory, config=AppConfig(stable_timings=True, **config))
+    app.holder = holder  # type: ignore[attr-defined]
+    return app
+
+
+def _echo(request, row):
+    from inference.scripted import echo_reply
+
+    return echo_reply(request, row)
+
+
+async def loaded(pilot, app):
+    for _ in range(200):
+        if app.chat.info is not None or app.chat.load_error:
+            return
+        await pilot.pause(0.01)
+    raise AssertionError("model did not load")
+
+
+async def send(pilot, app, text, *, wait=True):
+    await loaded(pilot, app)
+    app.chat.prompt.text = text
+    await pilot.press("enter")
+    if wait:
+        await settle(pilot, app)
+
+
+async def settle(pilot, app):
+    await pilot.pause()
+    for _ in range(1000):
+        worker = app.chat._gen_worker
+        if not app.chat.generating and (worker is None or worker.is_finished):
+            break
+        await pilot.pause(0.01)
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+
+
+async def tap(app, key, wait=0.05):
+    """Press a key without waiting for the app to be idle (it is busy while streaming)."""
+    from textual import events
+
+    event = events.Key(key, key if len(key) == 1 else None)
+    event.set_sender(app)
+    app._driver.send_message(event)
+    await asyncio.sleep(wait)
+
+
+async def send_nowait(app, text):
+    app.chat.prompt.text = text
+    await tap(app, "enter")
+
+
+def notices(app, kind=None):
+    return [n for n in app.chat.query(Notice) if kind is None or n.kind == kind]
+
+
+def replies(app):
+    return list(app.chat.query(ReplyView))
+
+
+async def test_send_prompt_streams_markdown_reply():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        conv = app.chat.conversation
+        assert [e.role for e in conv.entries] == ["user", "assistant"]
+        reply = conv.entries[1].reply
+        assert reply.finish_reason == "stop"
+        assert reply.text.startswith("You said: hello")
+        view = replies(app)[0]
+        assert view.markdown.source == reply.text  # every token reached the screen
+        assert len(reply.tokens) > 10
+        assert app.chat.prompt.text == ""
+        assert app.chat.status.context_used > 0
+
+
+async def test_long_reply_with_fences_loses_nothing():
+    body = "".join(f"line {i}\n" for i in range(300))
+    text = f"Intro\n\n```python\n{body}```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nEnd."
+    app = make_app(lambda r, row: text, settings=SamplingParams(max_new_tokens=5000))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go")
+        view = replies(app)[0]
+        assert view.reply.finish_reason == "stop"
+        assert view.markdown.source == text
+        assert app.chat.conversation.entries[1].content == text
+
+
+async def test_cancel_mid_reply_keeps_partial_text_marked_stopped():
+    long = " ".join(f"w{i}" for i in range(400))
+    app = make_app(lambda r, row: long, delay_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
+        await asyncio.sleep(0.3)
+        assert app.chat.generating
+        await tap(app, "escape")
+        await settle(pilot, app)
+        reply = app.chat.conversation.entries[1].reply
+        assert reply.finish_reason == "cancelled"
+        assert 0 < len(reply.tokens) < 400
+        finish = replies(app)[0].query_one(".reply-finish")
+        assert "stopped" in str(finish.render())
+
+
+async def test_ctrl_c_stops_the_reply_and_never_quits():
+    long = " ".join(f"w{i}" for i in range(400))
+    app = make_app(lambda r, row: long, delay_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
+        await asyncio.sleep(0.2)
+        await tap(app, "ctrl+c")
+        await settle(pilot, app)
+        assert app.chat.conversation.entries[1].reply.finish_reason == "cancelled"
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running
+
+
+async def test_clear_empties_conversation_and_engine_cache():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await send(pilot, app, "/clear")
+        assert app.chat.conversation.entries == []
+        assert not replies(app) and not list(app.chat.query(UserMessage))
+        assert app.holder["backend"].resets == 1
+        assert app.chat.status.context_used == 0
+
+
+async def test_exit_quits():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/exit")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+async def test_retry_regenerates_last_reply():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+r")
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        assert [e.role for e in conv.entries] == ["user", "assistant"]
+        assert len(replies(app)) == 1
+        assert len(app.holder["backend"].requests) == 2
+        assert app.holder["backend"].requests[1].messages[-1].content == "hello"
+
+
+async def test_edit_puts_last_prompt_back():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await send(pilot, app, "/edit")
+        assert app.chat.prompt.text == "first"
+        assert app.chat.conversation.entries == []
+
+
+async def test_continue_after_length_limit_appends_to_same_reply():
+    app = make_app(lambda r, row: "one two three four five six seven eight")
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/set max_tokens 3")
+        await send(pilot, app, "count")
+        reply = app.chat.conversation.entries[1].reply
+        assert reply.finish_reason == "length" and reply.text == "one two three"
+        await send(pilot, app, "/set max_tokens 100")
+        # the scripted engine ignores the prefix and replies from the start of its script
+        await send(pilot, app, "/continue")
+        request = app.holder["backend"].requests[-1]
+        assert request.prefix is not None and request.prefix.text == "one two three"
+        assert request.prefix.token_ids is None  # scripted tokens carry no ids
+        assert request.messages[-1].content == "count"
+        assert len(app.chat.conversation.entries) == 2
+        assert reply.text.startswith("one two threeone two")
+        assert [t.index for t in reply.tokens] == list(range(len(reply.tokens)))
+        assert len(replies(app)) == 1
+        assert reply.finish_reason == "stop"
+        await send(pilot, app, "/continue")
+        assert "finished on its own" in str(notices(app, "error")[-1].render())
+
+
+async def test_set_validates_with_engine_messages_and_settings_shows():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/set temperature -1")
+        assert "temperature must be between 0 and 100" in str(notices(app, "error")[-1].render())
+        await send(pilot, app, "/set top_p 0.5")
+        assert app.chat.settings.top_p == 0.5
+        await send(pilot, app, "/set temp=0 seed=3")
+        assert app.chat.settings.temperature == 0 and app.chat.settings.seed == 3
+        assert "temp 0" in app.chat.status.settings
+        await send(pilot, app, "/settings")
+        assert "top_p=0.5" in str(notices(app)[-1].render())
+        await send(pilot, app, "hi")
+        assert app.holder["backend"].requests[-1].settings[0].top_p == 0.5
+
+
+async def test_system_prompt_is_sent():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/system You are terse.")
+        await send(pilot, app, "hi")
+        msgs = app.holder["backend"].requests[-1].messages
+        assert msgs[0].role == "system" and msgs[0].content == "You are terse."
+
+
+async def test_unknown_command_says_so_and_suggests():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/retyr")
+        text = str(notices(app, "error")[-1].render())
+        assert "Unknown command /retyr" in text and "/retry" in text
+        assert app.chat.conversation.entries == []  # never sent to the model
+        assert app.holder["backend"].requests == []
+
+
+async def test_help_screen_opens_and_closes():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("f1")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "HelpScreen"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.chat
+        await send(pilot, app, "/help")
+        assert app.screen.__class__.__name__ == "HelpScreen"
+
+
+async def test_prompt_history_and_newline_key():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await send(pilot, app, "second")
+        prompt = app.chat.prompt
+        await pilot.press("up")
+        assert prompt.text == "second"
+        await pilot.press("up")
+        assert prompt.text == "first"
+        await pilot.press("down", "down")
+        assert prompt.text == ""
+        await pilot.press("a", "ctrl+j", "b")
+        assert prompt.text == "a\nb"
+
+
+async def test_completion_with_tab_and_hint():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("/", "r", "e", "t")
+        await pilot.pause()
+        hint = app.chat.query_one("#hint")
+        assert hint.display and "/retry" in str(hint.render())
+        await pilot.press("tab")
+        assert app.chat.prompt.text == "/retry"
+
+
+async def test_token_view_cursor_and_inspector():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        view = replies(app)[0]
+        assert view.token_mode and app.chat.inspector.display
+        tv = view.token_view
+        assert app.focused is tv
+        assert tv.cursor == len(tv.units) - 1
+        await pilot.press("home", "right", "right")
+        await pilot.pause(0.1)
+        assert tv.cursor == 2
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        token = view.reply.tokens[tv.units[2].start]
+        assert "token 3 of" in detail and "alternatives" in detail and "entropy" in detail
+        assert f"{token.prob:.2%}" in detail
+        await pilot.press("n")
+        lowest = min(u.logprob for u in tv.units)
+        assert tv.units[tv.cursor].logprob == lowest
+        await pilot.press("escape")
+        assert app.focused is app.chat.prompt
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert not view.token_mode and not app.chat.inspector.display
+
+
+async def test_token_view_switches_while_streaming_and_mouse_selects():
+    long = " ".join(f"w{i}" for i in range(300))
+    app = make_app(lambda r, row: long, delay_s=0.005)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
+        await asyncio.sleep(0.2)
+        await tap(app, "ctrl+t", 0.2)
+        assert app.chat.generating and replies(app)[0].token_mode
+        await settle(pilot, app)
+        tv = replies(app)[0].token_view
+        assert len(tv.units) == 300
+        assert sum(len(c.render().plain) for c in tv._chunks) == len(long)  # type: ignore[attr-defined]
+        chunk = tv._chunks[0]
+        await pilot.click(chunk, offset=(0, 0))
+        await pilot.pause(0.1)
+        assert tv.cursor == 0
+
+
+async def test_continue_from_alternative_replaces_reply():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        view = replies(app)[0]
+        tv = view.token_view
+        await pilot.press("home", "right", "right", "2")
+        await settle(pilot, app)
+        request = app.holder["backend"].requests[-1]
+        assert request.prefix is not None
+        assert request.prefix.text == "You said:alt1"
+        reply = view.reply
+        assert reply.tokens[2].text == "alt1"
+        assert reply.text.startswith("You said:alt1You said:")  # scripted ignores the prefix
+        assert len(app.chat.conversation.entries) == 2 and len(replies(app)) == 1
+        assert tv.units and tv.tokens is reply.tokens
+
+
+async def test_continue_from_alternative_uses_token_ids_when_known():
+    class IdBackend(ScriptedBackend):
+        def generate(self, request, cancel):
+            import dataclasses
+
+            for ev in super().generate(request, cancel):
+                if hasattr(ev, "tokens"):
+                    ev = dataclasses.replace(ev, tokens=tuple(
+                        dataclasses.replace(t, id=100 + t.index, top=tuple(
+                            dataclasses.replace(a, id=200 + k) for k, a in enumerate(t.top)))
+                        for t in ev.tokens))
+                yield ev
+
+    app = make_app(backend=IdBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await app.chat.continue_from_alternative(replies(app)[0].id, 1, 3)
+        await settle(pilot, app)
+        prefix = app.holder["backend"].requests[-1].prefix
+        assert prefix.token_ids == (100, 202)
+
+
+async def test_multi_token_glyph_shown_once_and_special_hidden():
+    toks = [Token(0, 1, "Hi ", -0.1, 0.1), Token(1, 2, "", -2.0, 0.1),
+            Token(2, 3, "", -0.5, 0.1), Token(3, 4, "😀", -0.2, 0.1, glyph_start=1),
+            Token(4, 5, "", -0.1, 0.1, special=True, raw="<|im_end|>")]
+    units = build_units(toks)
+    assert [u.text for u in units] == ["Hi ", "😀"]
+    assert units[1].start == 1 and units[1].end == 3 and units[1].logprob == -2.0
+    raw = build_units(toks, raw=True)
+    assert raw[-1].text == "<|im_end|>" and len(raw) == 5
+
+
+async def test_raw_view_shows_special_tokens():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await send(pilot, app, "/raw")
+        assert all(v.raw for v in replies(app))
+
+
+async def test_theme_switch_is_remembered(config_dir):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/theme chatui-light")
+        assert app.theme == "chatui-light"
+        await send(pilot, app, "/theme chatui-ligth")
+        assert "Did you mean chatui-light?" in str(notices(app, "error")[-1].render())
+    assert load_remembered(config_dir)["theme"] == "chatui-light"
+    app2 = make_app()
+    async with app2.run_test(size=SIZE):
+        assert app2.theme == "chatui-light"
+    app3 = make_app(theme="chatui-dark")
+    async with app3.run_test(size=SIZE):
+        assert app3.theme == "chatui-dark"
+
+
+async def test_load_failure_is_shown_in_the_app():
+    def factory(progress):
+        raise RuntimeError("no such checkpoint: /nope")
+
+    app = ChatApp(factory, config=AppConfig())
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.pause()
+        assert "no such checkpoint" in app.chat.load_error
+        assert "could not be loaded" in str(notices(app, "error")[-1].render())
+        await send(pilot, app, "hello")
+        assert app.chat.prompt.text == "hello"
+        await send(pilot, app, "/help")  # commands still work
+        assert app.is_running
+
+
+async def test_generation_failure_gives_prompt_back():
+    class Broken(ScriptedBackend):
+        def generate(self, request, cancel):
+            raise RuntimeError("CUDA out of memory")
+            yield
+
+    app = make_app(backend=Broken())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        assert "out of memory" in str(notices(app, "error")[-1].render())
+        assert app.chat.conversation.entries == []
+        assert app.chat.prompt.text == "hello"
+
+
+async def test_context_overflow_notice():
+    class Dropping(ScriptedBackend):
+        def generate(self, request, cancel):
+            import dataclasses
+
+            from inference.types import Started
+
+            for ev in super().generate(request, cancel):
+                if isinstance(ev, Started):
+                    ev = dataclasses.replace(ev, dropped_messages=2)
+                yield ev
+
+    app = make_app(backend=Dropping(context_limit=64))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        text = str(notices(app, "warning")[-1].render())
+        assert "oldest 2 message(s) were left out" in text
+        assert app.chat.status.context_limit == 64
+
+
+async def test_markup_and_escapes_in_output_are_literal():
+    evil = "[bold red]x[/] [@click=app.quit]click[/] \x1b[31mred\x1b[0m [link](http://x)"
+    app = make_app(lambda r, row: evil)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, evil)
+        user = app.chat.query_one(UserMessage).query_one(".user-text").render()
+        assert "[bold red]x[/]" in str(user) and "\x1b" not in str(user) and "␛" in str(user)
+        md = replies(app)[0].markdown
+        assert "\x1b" not in md.source and "[bold red]x[/]" in md.source
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        plain = "".join(c.render().plain for c in replies(app)[0].token_view._chunks)
+        assert "[@click=app.quit]click[/]" in plain and "\x1b" not in plain
+        await pilot.click(replies(app)[0].token_view._chunks[0], offset=(20, 0))
+        await pilot.pause()
+        assert app.is_running
+
+
+async def test_copy_without_clipboard_does_not_crash():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/copy")
+        assert "no reply to copy" in str(notices(app, "error")[-1].render())
+        await send(pilot, app, "hi")
+        await pilot.press("f2")
+        assert app.clipboard.startswith("You said: hi")
+        await pilot.press("f3")
+        assert app.clipboard == "print(0 + 0.7)"
+
+
+async def test_message_sent_while_loading_goes_out_when_ready():
+    import time
+
+    def slow(progress):
+        time.sleep(1.0)
+        return ScriptedBackend()
+
+    app = ChatApp(slow, config=AppConfig(stable_timings=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.chat.prompt.text = "early"
+        await tap(app, "enter")
+        assert app.chat.loading.display
+        await loaded(pilot, app)
+        await settle(pilot, app)
+        assert app.chat.conversation.entries[-1].reply.finish_reason == "stop"
+
+
+async def test_palette_lists_commands():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        titles = [c.title for c in app.get_system_commands(app.chat)]
+        assert "/clear" in titles and "/logprobs" in titles and "Theme: chatui-light" in titles
+
+
+async def test_ui_stays_responsive_while_generating():
+    long = " ".join(f"w{i}" for i in range(2000))
+    app = make_app(lambda r, row: long, delay_s=0.001)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
+        await asyncio.sleep(0.2)
+        assert app.chat.generating
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await tap(app, "x", 0)
+        while app.chat.prompt.text != "x":
+            await asyncio.sleep(0.002)
+        assert loop.time() - t0 < 0.2
+        await tap(app, "escape")
+        await settle(pilot, app)
