@@ -621,8 +621,10 @@ class OpenAIBackend:
         url = self.endpoint.api_root + "/chat/completions"
         finish: str | None = None
         usage: dict[str, Any] | None = None
-        with self._client.stream("POST", url, json=body,
-                                 headers={"Accept": "text/event-stream"}) as response:
+        # A fresh connection per reply: a chat completion is never retried, so it must not
+        # meet a keep-alive connection the server has dropped meanwhile (a spurious reset).
+        with self._client.stream("POST", url, json=body, headers={
+                "Accept": "text/event-stream", "Connection": "close"}) as response:
             if not control.attach(response):
                 raise _RowAborted
             if response.status_code >= 400:
@@ -686,8 +688,11 @@ class OpenAIBackend:
             return (f"The server at {where} ended the stream without a finish reason"
                     f"{kept or ' before any token'} (llama-cpp-python does this when another "
                     "request interrupts the reply: start it with --interrupt_requests false).")
+        if isinstance(exc, _Cut) and not n:
+            return (f"The server at {where} closed the stream before any token; its log says why "
+                    "(often a prompt longer than its context window).")
         if isinstance(exc, _Cut):
-            return f"The server at {where} closed the stream mid-reply{kept or ' before any token'}."
+            return f"The server at {where} closed the stream mid-reply{kept}."
         if isinstance(exc, _Malformed):
             return f"The server at {where} sent a malformed stream: {exc.args[0]}{tail}."
         if isinstance(exc, _StreamError):
