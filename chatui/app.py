@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Iterable
 
 from textual.app import App, SystemCommand
@@ -22,7 +23,8 @@ from inference.worker import InferenceWorker
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
 from .config import AppConfig, load_remembered, remember
-from .messages import ResponseComplete, ResponseFailed
+from .conversation import ModelRef
+from .messages import ResponseComplete, ResponseFailed, ResponseStarted
 from .screens.chat import ChatScreen
 
 log = logging.getLogger(__name__)
@@ -80,11 +82,15 @@ class ChatApp(App[int]):
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._remember_theme = True
         self.push_screen(ChatScreen(settings=self.config.settings,
+                                    overrides=self.config.settings_overrides,
                                     top_logprobs=self.config.top_logprobs,
                                     system_prompt=self.config.system_prompt,
                                     token_mode=self.config.token_view,
                                     stable_timings=self.config.stable_timings))
         self.run_worker(self._load(), group="load", exit_on_error=False)
+        if self.config.load_path is not None:
+            self.run_worker(self.cmd_load(str(self.config.load_path)), group="open",
+                            exit_on_error=False)
 
     async def _load(self) -> None:
         """Load the model behind the loading panel; report a failure in the app."""
@@ -105,6 +111,9 @@ class ChatApp(App[int]):
         else:
             log.info("model loaded: %s", info)
             self.chat.model_ready(info)
+            self._model_ref = ModelRef(name=info.name, checkpoint=info.checkpoint,
+                                       weights_hash=info.weights_hash, dtype=info.dtype,
+                                       backend=info.backend, url=info.url)
 
     def _theme_changed(self, theme: Theme) -> None:
         if self._remember_theme:
@@ -136,8 +145,111 @@ class ChatApp(App[int]):
         self.worker.close()
         self.exit(0)
 
-    def save_conversation(self) -> None:
-        """Autosave hook (transcripts); never raises."""
+    _model_ref: ModelRef | None = None
+    _autosave_warned = False
+    _history: list = []
+
+    def save_conversation(self) -> Path | None:
+        """Autosave the conversation (after every reply and on quit); never raises."""
+        if not self.config.autosave:
+            return None
+        try:
+            conv = self.chat.conversation
+        except LookupError:
+            return None
+        if not conv.entries:
+            return None
+        from . import transcript
+
+        if self._model_ref is not None and not conv.model.name:
+            conv.model = self._model_ref
+        try:
+            return transcript.autosave(conv, self.config.transcripts_dir())
+        except Exception as exc:  # noqa: BLE001 - saving must never end the chat
+            log.exception("autosave failed")
+            if not self._autosave_warned:
+                self._autosave_warned = True
+                self.notify(f"Autosave failed: {exc}", severity="error", timeout=10)
+            return None
+
+    # ---- transcript commands (the chat screen falls back to these) ----
+
+    async def cmd_save(self, arg: str = "") -> None:
+        from . import transcript
+
+        chat = self.chat
+        conv = chat.conversation
+        if not conv.entries:
+            chat.notice("There is nothing to save yet.", "error")
+            return
+        if self._model_ref is not None and not conv.model.name:
+            conv.model = self._model_ref
+        try:
+            if arg:
+                path = Path(arg).expanduser()
+                transcript.save_transcript(conv, path)
+            else:
+                path = transcript.autosave(conv, self.config.transcripts_dir())
+        except transcript.TranscriptError as exc:
+            chat.notice(str(exc), "error")
+            return
+        chat.notice(f"Saved to {path}")
+
+    async def cmd_history(self, arg: str = "") -> None:
+        from . import transcript
+
+        self._history = transcript.list_transcripts(self.config.transcripts_dir())
+        if not self._history:
+            self.chat.notice("No saved conversations yet.")
+            return
+        import datetime
+
+        lines = ["Saved conversations (/load N opens one):"]
+        for i, s in enumerate(self._history[:30], 1):
+            when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
+            what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
+            lines.append(f"{i:>3}. {when}  {what}")
+        self.chat.notice("\n".join(lines))
+
+    async def cmd_load(self, arg: str) -> None:
+        from . import transcript
+
+        chat = self.chat
+        arg = arg.strip()
+        if arg.isdigit():
+            if not self._history:
+                self._history = transcript.list_transcripts(self.config.transcripts_dir())
+            n = int(arg)
+            if not 1 <= n <= len(self._history):
+                chat.notice(f"There is no conversation {n}; /history lists them.", "error")
+                return
+            path = self._history[n - 1].path
+        else:
+            path = Path(arg).expanduser()
+        try:
+            conv = transcript.load_transcript(path)
+        except transcript.TranscriptError as exc:
+            chat.notice(str(exc), "error")
+            return
+        self.save_conversation()
+        await chat.show_conversation(conv)
+        chat.notice(f"Loaded {path} ({len(conv.entries)} messages).")
+
+    async def cmd_export(self, arg: str) -> None:
+        from . import transcript
+
+        chat = self.chat
+        path = Path(arg).expanduser()
+        fmt = "messages" if path.suffix == ".json" else "md"
+        try:
+            written = transcript.export_to_file(chat.conversation, fmt, path)
+        except transcript.TranscriptError as exc:
+            chat.notice(str(exc), "error")
+            return
+        chat.notice(f"Exported to {written}")
+
+    def on_response_started(self, event: ResponseStarted) -> None:
+        self.save_conversation()  # the user's message is kept even if the reply never ends
 
     def on_response_complete(self, event: ResponseComplete) -> None:
         self.save_conversation()

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from typing import Any, Mapping
 
 from inference.settings import SamplingParams
 
@@ -51,6 +52,9 @@ class AppConfig:
     settings: SamplingParams | None = None
     """Sampling settings to start with; None means the model's own defaults."""
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Settings given on the command line (``{"temperature": 0.2}``), applied on top of the
+    model's defaults (or of ``settings``) once the model has loaded."""
+    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
     """Settings given on the command line (user names, e.g. {"temperature": 0.2}), applied on
     top of the model's defaults once it has loaded."""
     system_prompt: str = ""
@@ -58,7 +62,8 @@ class AppConfig:
     log_file: Path | None = None
     """Where ``run_chat`` writes logs; None means ``<data_dir>/chatui.log``."""
     data_dir: Path | None = None
-    """Folder for transcripts and logs; None means the platform's user data dir."""
+    """Folder for logs, with transcripts in its ``conversations`` subfolder; None means the
+    platform's user data dir (transcripts then honour ``$CHATUI_DATA_DIR``)."""
     config_dir: Path | None = None
     """Folder of the remembered-settings file; None means :func:`default_config_dir`."""
     load_path: Path | None = None
@@ -75,6 +80,10 @@ class AppConfig:
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir or default_data_dir()
+
+    def transcripts_dir(self) -> Path | None:
+        """Where autosaves go; None means the transcript module's default."""
+        return self.data_dir / "conversations" if self.data_dir else None
 
     def resolved_log_file(self) -> Path:
         return self.log_file or self.resolved_data_dir() / "chatui.log"

@@ -21,6 +21,7 @@ SIZE = (110, 40)
 @pytest.fixture(autouse=True)
 def config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
     return tmp_path / "config"
 
 
@@ -541,3 +542,33 @@ async def test_ui_stays_responsive_while_generating():
         assert loop.time() - t0 < 0.2
         await tap(app, "escape")
         await settle(pilot, app)
+
+
+async def test_autosave_save_history_load_export(tmp_path):
+    from chatui import transcript
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "remember me")
+        saved = transcript.list_transcripts(tmp_path / "data")
+        assert len(saved) == 1 and saved[0].messages == 2
+        await send(pilot, app, f"/save {tmp_path / 'mine.json'}")
+        assert (tmp_path / "mine.json").exists()
+        await send(pilot, app, f"/export {tmp_path / 'out.md'}")
+        assert "remember me" in (tmp_path / "out.md").read_text()
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "/history")
+        assert "remember me" in str(notices(app)[-1].render())
+        await send(pilot, app, "/load 1")
+        conv = app.chat.conversation
+        assert [e.content for e in conv.entries][0] == "remember me"
+        assert len(replies(app)) == 1 and replies(app)[0].reply.tokens
+        await send(pilot, app, f"/load {tmp_path / 'missing.json'}")
+        assert "missing.json" in str(notices(app, "error")[-1].render())
+
+
+async def test_settings_overrides_apply_on_model_defaults():
+    app = make_app(settings_overrides={"temperature": 0.1, "max_tokens": 9})
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        assert app.chat.settings.temperature == 0.1 and app.chat.settings.max_new_tokens == 9

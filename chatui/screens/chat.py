@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from textual import on
 from textual.app import ComposeResult
@@ -105,6 +105,8 @@ class ChatScreen(Screen[None]):
                 tooltip="Copy the last code block"),
         Binding("r", "raw", "Raw", id="chat.raw", show=False,
                 tooltip="Raw token view (special tokens)"),
+        Binding("ctrl+s", "save", "Save", id="chat.save", show=False,
+                tooltip="Save the conversation now"),
         Binding("f1", "help", "Help", id="chat.help", tooltip="Commands and keys"),
     ]
 
@@ -112,12 +114,14 @@ class ChatScreen(Screen[None]):
     token_mode: reactive[bool] = reactive(False, init=False)
     raw: reactive[bool] = reactive(False, init=False)
 
-    def __init__(self, *, settings: SamplingParams | None = None, top_logprobs: int = 5,
+    def __init__(self, *, settings: SamplingParams | None = None,
+                 overrides: Mapping[str, Any] | None = None, top_logprobs: int = 5,
                  system_prompt: str = "", token_mode: bool = False,
                  stable_timings: bool = False) -> None:
         super().__init__()
         self.conversation = Conversation(system_prompt=system_prompt)
-        self.settings = settings or SamplingParams()
+        self._overrides = dict(overrides or {})
+        self.settings = self._with_overrides(settings or SamplingParams())
         self._settings_from_user = settings is not None
         self.top_logprobs = top_logprobs
         self.stable_timings = stable_timings
@@ -131,6 +135,13 @@ class ChatScreen(Screen[None]):
         self._waiting_for_model = False
         self._warned_context = False
         self.set_reactive(ChatScreen.token_mode, token_mode)
+
+    def _with_overrides(self, base: SamplingParams) -> SamplingParams:
+        try:
+            return base.with_values(**self._overrides) if self._overrides else base
+        except SettingsError as exc:
+            log.warning("ignoring settings overrides: %s", exc)
+            return base
 
     @property
     def chat_app(self) -> ChatApp:
@@ -184,7 +195,7 @@ class ChatScreen(Screen[None]):
         """The model loaded: show it and send any message typed while loading."""
         self.info = info
         if not self._settings_from_user:
-            self.settings = info.default_settings
+            self.settings = self._with_overrides(info.default_settings)
         self.status.model = f"{info.name} · {info.device} · {info.dtype}"
         self.status.context_limit = info.context_limit
         self.status.settings = settings_label(self.settings)
@@ -203,6 +214,25 @@ class ChatScreen(Screen[None]):
         self._waiting_for_model = False
         self.notice(f"The model could not be loaded: {message}", "error")
         self.app.notify(message, title="Loading failed", severity="error", timeout=10)
+
+    async def show_conversation(self, conversation: Conversation) -> None:
+        """Replace the conversation (``/load``) and draw all of it."""
+        await self.stop_generation()
+        self.conversation = conversation
+        self._views.clear()
+        self._widgets_of.clear()
+        await self.log_view.remove_children()
+        self.inspector.clear()
+        for entry in conversation.entries:
+            if entry.role == "user":
+                self._mount_user(entry)
+            elif entry.reply is not None:
+                self._mount_reply(entry, entry.reply)
+        if self.info is not None:
+            await self.chat_app.worker.reset()
+            await self._update_context()
+        self.log_view.scroll_end(animate=False)
+        self.log_view.anchor()
 
     # ---- conversation items ----
 
@@ -682,6 +712,9 @@ class ChatScreen(Screen[None]):
 
     async def action_raw(self) -> None:
         await self.cmd_raw()
+
+    async def action_save(self) -> None:
+        await self.run_command("/save")
 
     async def action_help(self) -> None:
         await self.cmd_help()
