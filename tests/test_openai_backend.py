@@ -521,12 +521,12 @@ def test_server_gone_after_load_fails_the_row(fake):
 def test_read_timeout(fake):
     def chat(h, body):
         h.start_sse()
-        time.sleep(1.5)
+        time.sleep(4)
     fake.chat = chat
     b = OpenAIBackend(fake.url, None, None, timeout_s=0.3)
     t = time.perf_counter()
     events = run(b, ask())
-    assert time.perf_counter() - t < 1.4
+    assert time.perf_counter() - t < 3
     assert isinstance(events[-1], Failed) and "within 0.3 s" in events[-1].message
     b.close()
 
@@ -561,14 +561,14 @@ def test_cancel_closes_the_connection_and_keeps_the_partial(fake):
 def test_cancel_while_waiting_for_the_first_token_is_quick(fake):
     def chat(h, body):
         h.start_sse()
-        time.sleep(3)
+        time.sleep(5)
     fake.chat = chat
     b = OpenAIBackend(fake.url, None, None)
     cancel = threading.Event()
     threading.Timer(0.2, cancel.set).start()
     t = time.perf_counter()
     events = run(b, ask(), cancel)
-    assert time.perf_counter() - t < 1.0
+    assert time.perf_counter() - t < 3
     assert events[-1] == RowDone(0, "cancelled", "", events[-1].usage)
     b.close()
 
