@@ -1,0 +1,102 @@
+"""The headless CLI: real subprocesses, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def chatui(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chatui", *args], capture_output=True,
+                          text=True, timeout=timeout, env=ENV)
+
+
+def test_version_and_help():
+    r = chatui("--version")
+    assert r.returncode == 0 and r.stdout.startswith("chatui ")
+    for cmd in ("generate", "batch", "compare", "bench", "export"):
+        h = chatui(cmd, "--help")
+        assert h.returncode == 0 and "--ckpt" in h.stdout or cmd == "export", cmd
+
+
+@pytest.mark.parametrize("args, words", [
+    (["generate", "-p", "hi", "--ckpt", "/no/such/dir"], "No such file or directory"),
+    (["generate", "-p", "hi", "--top-p", "2"], "top_p must be in (0, 1]"),
+    (["generate", "-p", "hi", "--temperature", "-1"], "temperature must be between 0 and 100"),
+    (["generate"], "give a prompt"),
+    (["generate", "--prompt-file", "/no/such/file"], "cannot read the prompt file"),
+    (["generate", "-p", "hi", "--top-logprobs", "50"], "--top-logprobs must be between 0 and 20"),
+    (["generate", "-p", "hi", "--backend", "nope"], "unknown backend"),
+    (["generate", "-p", "hi", "--backend", "openai"], "needs --base-url"),
+    (["compare", "-p", "hi"], "between 1 and 6 --setting"),
+    (["compare", "-p", "hi", "--setting", "warmth=2"], "unknown setting 'warmth'"),
+    (["batch", "--input-file", "/no/such/file"], "cannot read"),
+    (["export", "/no/such/transcript.json"], "/no/such/transcript.json"),
+])
+def test_bad_input_gives_one_sentence_and_exit_2(args, words):
+    r = chatui(*args)
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_checkpoint_dir_is_reported(tmp_path: Path):
+    (tmp_path / "config.json").write_text("{not json")
+    r = chatui("generate", "-p", "hi", "--ckpt", str(tmp_path))
+    assert r.returncode == 2 and "not valid JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_generate_json_on_tiny_model(tiny_model_dir: Path):
+    r = chatui("generate", "-p", "Hello", "--ckpt", str(tiny_model_dir), "--temperature", "0",
+               "--max-tokens", "6", "--json", "--top-logprobs", "3")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    toks, done = lines[:-1], lines[-1]
+    assert len(toks) == 6 and all(t["type"] == "token" for t in toks)
+    assert set(toks[0]) >= {"id", "text", "logprob", "entropy", "top"}
+    assert len(toks[0]["top"]) == 3 and set(toks[0]["top"][0]) == {"id", "text", "logprob"}
+    assert done["type"] == "done" and done["finish_reason"] == "length"
+    assert done["completion_tokens"] == 6 and done["prompt_tokens"] > 0
+    assert {"ttft_s", "decode_tokens_per_s"} <= set(done)
+
+
+def test_batch_keeps_input_order_and_matches_generate(tiny_model_dir: Path, tmp_path: Path):
+    prompts = ["Hello", "What is two plus two?", "Name a colour"]
+    (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n\n")
+    out = tmp_path / "out.jsonl"
+    r = chatui("batch", "--input-file", str(tmp_path / "p.txt"), "--output", str(out),
+               "--ckpt", str(tiny_model_dir), "--temperature", "0", "--max-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["prompt"] for x in rows] == prompts and [x["index"] for x in rows] == [0, 1, 2]
+    single = chatui("generate", "-p", prompts[1], "--ckpt", str(tiny_model_dir),
+                    "--temperature", "0", "--max-tokens", "8", "--json")
+    events = [json.loads(x) for x in single.stdout.splitlines()]
+    assert "".join(e["text"] for e in events if e["type"] == "token") == rows[1]["text"]
+
+
+def test_compare_json_tags_columns(tiny_model_dir: Path):
+    r = chatui("compare", "-p", "Hello", "--ckpt", str(tiny_model_dir), "--max-tokens", "5",
+               "--setting", "temperature=0", "--setting", "temperature=1.0,top_p=0.9,seed=3",
+               "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert {x["row"] for x in lines} == {0, 1}
+    assert sum(1 for x in lines if x["type"] == "done") == 2
+
+
+def test_bench_json_on_tiny_model(tiny_model_dir: Path):
+    r = chatui("bench", "--ckpt", str(tiny_model_dir), "--prompt-tokens", "32",
+               "--new-tokens", "8", "--vs-hf", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["new_tokens"] == 8 and d["decode_tokens_per_s"] > 0
+    assert d["hf_decode_tokens_per_s"] > 0 and d["speedup_vs_hf"] > 0
+    assert d["weight_bytes"] > 0 and d["peak_memory_mb"] > 0
