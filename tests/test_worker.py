@@ -1,0 +1,116 @@
+"""The async worker: events cross from the engine thread in groups, errors come back as
+events, cancellation, and the worker stays usable."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from inference.scripted import ScriptedBackend
+from inference.settings import SamplingParams
+from inference.types import (Failed, GenerationRequest, Message, Progress, RowDone, Started,
+                             TokenBatch)
+from inference.worker import InferenceWorker, merge_batches
+
+REQ = GenerationRequest((Message("user", "hello"),), (SamplingParams(temperature=0),))
+
+
+class Exploding(ScriptedBackend):
+    def generate(self, request, cancel):
+        if request.messages[-1].content == "boom":
+            yield Started(1, 1, 0)
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        yield from super().generate(request, cancel)
+
+
+async def test_load_reports_progress_then_info():
+    def factory(progress):
+        for i in range(3):
+            progress(Progress("Loading", i, 3))
+        return ScriptedBackend()
+
+    w = InferenceWorker(factory)
+    events = await w.load().collect()
+    assert [e.done for e in events if isinstance(e, Progress)] == [0, 1, 2]
+    assert w.info is not None and w.info.backend == "scripted"
+    await w.aclose()
+
+
+async def test_load_failure_is_one_sentence():
+    class Bad(Exception):
+        user_message = "No such file or directory: /x."
+
+    def factory(progress):
+        raise Bad()
+
+    w = InferenceWorker(factory)
+    events = await w.load().collect()
+    assert events == [Failed("No such file or directory: /x.")]
+    await w.aclose()
+
+
+async def test_errors_come_back_as_events_and_the_worker_stays_usable():
+    w = InferenceWorker(lambda p: Exploding())
+    await w.load().collect()
+    bad = GenerationRequest((Message("user", "boom"),))
+    events = await w.generate(bad).collect()
+    assert isinstance(events[-1], Failed) and "ran out of memory" in events[-1].message
+    events = await w.generate(REQ).collect()
+    assert isinstance(events[-1], RowDone) and events[-1].finish_reason == "stop"
+    await w.aclose()
+
+
+async def test_slow_consumer_never_stalls_the_engine():
+    backend = ScriptedBackend(lambda r, i: "word " * 300)
+    w = InferenceWorker(lambda p: backend)
+    await w.load().collect()
+    stream = w.generate(REQ)
+    groups = 0
+    tokens = 0
+    t0 = time.perf_counter()
+    async for group in stream:
+        groups += 1
+        tokens += sum(len(e.tokens) for e in group if isinstance(e, TokenBatch))
+        await asyncio.sleep(0.05)  # a consumer far slower than the engine
+    assert tokens >= 300
+    assert groups < 30  # tokens arrived merged, not one wake-up per token
+    assert time.perf_counter() - t0 < 5
+    await w.aclose()
+
+
+async def test_cancel_keeps_the_partial_reply():
+    w = InferenceWorker(lambda p: ScriptedBackend(lambda r, i: "tok " * 500, delay_s=0.005))
+    await w.load().collect()
+    stream = w.generate(REQ)
+    text = ""
+    done = None
+    async for group in stream:
+        for e in group:
+            if isinstance(e, TokenBatch):
+                text += "".join(t.text for t in e.tokens)
+                if len(text) > 20:
+                    stream.cancel()
+            elif isinstance(e, RowDone):
+                done = e
+    assert done is not None and done.finish_reason == "cancelled"
+    assert done.text == text and 20 < len(text) < 2000
+    await w.aclose()
+
+
+async def test_calls_run_on_the_worker_thread():
+    w = InferenceWorker(lambda p: ScriptedBackend())
+    await w.load().collect()
+    name = await w.call(lambda b: threading.current_thread().name)
+    assert name == "chatui-inference" != threading.current_thread().name
+    assert await w.count_tokens((Message("user", "a b c"),)) > 0
+    await w.aclose()
+
+
+def test_merge_batches_keeps_row_order():
+    from inference.types import Token
+
+    t = lambda i: Token(i, i, str(i), -1.0, 0.0)  # noqa: E731
+    merged = merge_batches([TokenBatch(0, (t(0),)), TokenBatch(0, (t(1),)), TokenBatch(1, (t(0),)),
+                            TokenBatch(0, (t(2),))])
+    assert [(m.row, len(m.tokens)) for m in merged] == [(0, 2), (1, 1), (0, 1)]
