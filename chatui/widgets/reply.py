@@ -24,6 +24,9 @@ from ..conversation import Reply
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
 
+MARKDOWN_S = 0.08
+"""Smallest interval between two Markdown appends while streaming (12.5 per second)."""
+
 FINISH_LABELS = {
     "stop": "",
     "length": "✂ cut off at the token limit — /continue to go on",
@@ -85,6 +88,10 @@ class ReplyView(Vertical):
         self._streamed = 0
         self._last_stats = 0.0
         self._stats_timer = False
+        self._pending: list[str] = []
+        self._write_timer = False
+        self._last_write = 0.0
+        self._token_sync_pending = False
         self.set_reactive(ReplyView.token_mode, token_mode)
         self.set_class(token_mode, "-tokens")
 
@@ -126,16 +133,34 @@ class ReplyView(Vertical):
             self._first_token_at = time.perf_counter()
         self._streamed += len(tokens)
         text = "".join(t.text for t in tokens if not t.special)
-        if text and self._stream is not None:
-            await self._stream.write(safe_text(text))
-        self.token_view.sync()
+        if text:
+            self._pending.append(text)
+            if not self._write_timer and not self.token_mode:  # hidden Markdown waits
+                # coalesce: the Markdown is appended at most every MARKDOWN_S
+                self._write_timer = True
+                delay = max(0.001, self._last_write + MARKDOWN_S - time.monotonic())
+                self.set_timer(delay, self._write_pending)
+        if self.token_mode:
+            self.token_view.sync()
+        else:
+            self._token_sync_pending = True
         self._schedule_stats()
+
+    async def _write_pending(self) -> None:
+        self._write_timer = False
+        self._last_write = time.monotonic()
+        if self._pending and self._stream is not None:
+            text = "".join(self._pending)
+            self._pending.clear()
+            await self._stream.write(safe_text(text))
 
     async def end(self) -> None:
         """The reply finished: flush the Markdown and make sure it equals ``reply.text``."""
+        await self._write_pending()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        self.token_view.sync()
         if self.markdown.source != safe_text(self.reply.text):
             await self.markdown.update(safe_text(self.reply.text))
         self.token_view.flush()
@@ -185,6 +210,11 @@ class ReplyView(Vertical):
 
     def watch_token_mode(self, on: bool) -> None:
         self.set_class(on, "-tokens")
+        if on:
+            self.token_view.sync()
+        elif self._pending and not self._write_timer:
+            self._write_timer = True
+            self.set_timer(0.001, self._write_pending)
 
     def watch_raw(self, on: bool) -> None:
         self.token_view.reset(raw=on)

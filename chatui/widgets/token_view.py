@@ -26,8 +26,8 @@ from themes import heat_bin
 from ..messages import AlternativeChosen, TokenSelected
 from .text import safe_text
 
-REFRESH_S = 0.04
-"""Smallest interval between two renders of the same view (25 per second)."""
+REFRESH_S = 0.08
+"""Smallest interval between two renders of the same view (12.5 per second)."""
 CHUNK_SOFT = 60
 """A chunk ends at the first line break after this many units..."""
 CHUNK_HARD = 240
