@@ -1,3 +1,6 @@
+"""``python -m chatui``."""
+
 from .cli import main
 
-main()
+if __name__ == "__main__":  # guarded: the isolated inference process re-imports __main__
+    main()

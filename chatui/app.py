@@ -53,7 +53,8 @@ class ChatApp(App[int]):
                  worker: InferenceWorker | None = None) -> None:
         super().__init__()
         self.config = config or AppConfig()
-        self.worker = worker or InferenceWorker(factory)
+        self.worker = worker or InferenceWorker(
+            factory, log_file=self.config.resolved_log_file())  # engine output never hits the screen
         for theme in THEMES:
             self.register_theme(theme)
         self._remember_theme = False
@@ -269,7 +270,7 @@ class ChatApp(App[int]):
         from .commands import COMMANDS
 
         simple = {"clear", "exit", "settings", "retry", "edit", "continue", "logprobs", "raw",
-                  "help", "copy", "history", "save"}
+                  "help", "copy", "history", "save", "compare"}
         for spec in COMMANDS:
             if spec.name in simple:
                 yield SystemCommand(f"/{spec.name}", spec.help,

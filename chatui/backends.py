@@ -36,31 +36,38 @@ class BackendOptions:
     api_key_env: str | None = None
 
 
-def make_factory(opts: BackendOptions) -> BackendFactory:
-    """A factory for :class:`inference.worker.InferenceWorker` from the options."""
-    if opts.backend == "scripted":
-        from inference.scripted import ScriptedBackend
+@dataclass(frozen=True)
+class LocalFactory:
+    """Loads a checkpoint into a :class:`inference.engine.LocalBackend`. Picklable, so the
+    worker can run it in its own process (``isolate``), away from the UI's GIL."""
 
-        return lambda progress: ScriptedBackend(delay_s=0.02)
-    if opts.backend == "openai":
-        from inference.openai_backend import make_openai_factory
+    opts: BackendOptions
+    isolate: bool = True
 
-        if not opts.base_url:
-            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        return make_openai_factory(opts.base_url, opts.model, opts.api_key_env)
-
-    def build(progress: ProgressCallback) -> Backend:
+    def __call__(self, progress: ProgressCallback) -> Backend:
         from transformers.utils import logging as hf_logging
 
         from inference.checkpoint import load_checkpoint
         from inference.engine import LocalBackend
 
         hf_logging.disable_progress_bar()  # progress goes through the callback, not stderr
+        o = self.opts
+        ckpt = load_checkpoint(o.ckpt, device=o.device, dtype=o.dtype, device_map=o.device_map,
+                               trust_remote_code=o.trust_remote_code,
+                               allow_pickle=o.allow_pickle, progress=progress)
+        return LocalBackend.from_checkpoint(ckpt, quantize=o.quantize, progress=progress)
 
-        ckpt = load_checkpoint(opts.ckpt, device=opts.device, dtype=opts.dtype,
-                               device_map=opts.device_map,
-                               trust_remote_code=opts.trust_remote_code,
-                               allow_pickle=opts.allow_pickle, progress=progress)
-        return LocalBackend.from_checkpoint(ckpt, quantize=opts.quantize, progress=progress)
 
-    return build
+def make_factory(opts: BackendOptions) -> BackendFactory:
+    """A factory for :class:`inference.worker.InferenceWorker` from the options."""
+    if opts.backend == "scripted":
+        from inference.scripted import ScriptedFactory
+
+        return ScriptedFactory(delay_s=0.02)
+    if opts.backend == "openai":
+        from inference.openai_backend import make_openai_factory
+
+        if not opts.base_url:
+            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        return make_openai_factory(opts.base_url, opts.model, opts.api_key_env)
+    return LocalFactory(opts)

@@ -109,7 +109,7 @@ async def _load(opts: BackendOptions, *, quiet: bool = False) -> InferenceWorker
         factory = make_factory(opts)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    worker = InferenceWorker(factory)
+    worker = InferenceWorker(factory, isolate=False)  # headless: no UI to keep away from
     shown = False
     async for group in worker.load():
         for ev in group:

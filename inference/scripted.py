@@ -7,6 +7,8 @@ for trying the interface without a model.
 from __future__ import annotations
 
 import hashlib
+import os
+from dataclasses import dataclass
 import math
 import re
 import threading
@@ -71,7 +73,11 @@ class ScriptedBackend:
     def close(self) -> None:
         pass
 
+    exit_on: str | None = None
+
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
+        if self.exit_on is not None and request.messages[-1].content == self.exit_on:
+            os._exit(3)  # simulate a hard crash of the engine process
         self.requests.append(request)
         t0 = time.perf_counter()
         prompt = self.count_tokens(request.messages)
@@ -124,6 +130,25 @@ class ScriptedBackend:
             step += 1
             if self.delay_s:
                 time.sleep(self.delay_s)
+
+
+@dataclass(frozen=True)
+class ScriptedFactory:
+    """A picklable factory (the isolated worker needs one). ``exit_on`` makes the backend's
+    process exit abruptly when the last user message equals it (to test a crash)."""
+
+    reply: ReplyFn = echo_reply
+    delay_s: float = 0.0
+    context_limit: int = 4096
+    exit_on: str | None = None
+    isolate: bool = False
+
+    def __call__(self, progress: Callable[..., None]) -> ScriptedBackend:
+        backend = ScriptedBackend(self.reply, delay_s=self.delay_s,
+                                  context_limit=self.context_limit)
+        if self.exit_on is not None:
+            backend.exit_on = self.exit_on
+        return backend
 
 
 def perplexity(logprobs: list[float]) -> float:

@@ -114,3 +114,76 @@ def test_merge_batches_keeps_row_order():
     merged = merge_batches([TokenBatch(0, (t(0),)), TokenBatch(0, (t(1),)), TokenBatch(1, (t(0),)),
                             TokenBatch(0, (t(2),))])
     assert [(m.row, len(m.tokens)) for m in merged] == [(0, 2), (1, 1), (0, 1)]
+
+
+# ---- isolated mode: the engine in a child process ----
+
+from inference.scripted import ScriptedFactory, echo_reply  # noqa: E402
+
+
+async def test_isolated_worker_streams_cancels_and_calls(tmp_path):
+    w = InferenceWorker(ScriptedFactory(delay_s=0.002), isolate=True,
+                        log_file=tmp_path / "engine.log")
+    assert w.isolated
+    await w.load().collect()
+    assert w.info is not None and w.info.backend == "scripted"
+    events = await w.generate(REQ).collect()
+    assert isinstance(events[0], Started) and isinstance(events[-1], RowDone)
+    assert events[-1].text == echo_reply(REQ, 0)
+    assert await w.count_tokens((Message("user", "a b c"),)) > 0
+    await w.reset()
+    pid = await w.call(_pid)
+    import os
+    assert pid != os.getpid()
+    await w.aclose()
+
+
+async def test_closing_an_isolated_worker_stops_a_running_reply():
+    import time
+
+    w = InferenceWorker(ScriptedFactory(reply=_long_reply, delay_s=0.01), isolate=True)
+    await w.load().collect()
+    stream = w.generate(REQ)
+    async for group in stream:
+        break  # it is streaming now (2000 tokens would take 20 s)
+    t0 = time.perf_counter()
+    await w.aclose()
+    assert time.perf_counter() - t0 < 5
+
+
+def _pid(backend):
+    import os
+    return os.getpid()
+
+
+async def test_isolated_worker_cancel_within_a_step():
+    w = InferenceWorker(ScriptedFactory(reply=_long_reply, delay_s=0.01), isolate=True)
+    await w.load().collect()
+    stream = w.generate(REQ)
+    n = 0
+    done = None
+    async for group in stream:
+        for e in group:
+            if isinstance(e, TokenBatch):
+                n += len(e.tokens)
+                if n >= 5:
+                    stream.cancel()
+            elif isinstance(e, RowDone):
+                done = e
+    assert done is not None and done.finish_reason == "cancelled"
+    assert done.usage.completion_tokens < 100
+    await w.aclose()
+
+
+def _long_reply(request, row):
+    return "tok " * 2000
+
+
+async def test_isolated_worker_reports_a_crash_and_never_hangs():
+    w = InferenceWorker(ScriptedFactory(exit_on="die"), isolate=True)
+    await w.load().collect()
+    events = await w.generate(GenerationRequest((Message("user", "die"),))).collect()
+    assert isinstance(events[-1], Failed) and "stopped unexpectedly" in events[-1].message
+    events = await w.generate(REQ).collect()  # later requests fail cleanly, never hang
+    assert isinstance(events[-1], Failed)
+    await w.aclose()
