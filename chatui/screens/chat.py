@@ -55,6 +55,7 @@ from ..widgets.reply import ReplyView
 from ..widgets.status import CONTEXT_WARN, LoadingPanel, StatusBar
 from ..widgets.text import code_blocks, shorten
 from ..widgets.token_view import TokenView
+from .compare_flow import CompareFlow, pick_bindings
 
 if TYPE_CHECKING:
     from ..app import ChatApp
@@ -89,8 +90,10 @@ class _Job:
     stream: GenerationStream | None = None
 
 
-class ChatScreen(Screen[None]):
-    """The main screen. The app hands it the worker and the config (attributes down)."""
+class ChatScreen(CompareFlow, Screen[None]):
+    """The main screen. The app hands it the worker and the config (attributes down).
+
+    Compare mode (``/compare``, ``/pick``) lives in :class:`CompareFlow`."""
 
     BINDINGS = [
         Binding("escape", "stop", "Stop", id="chat.stop", tooltip="Stop the reply (keeps it)"),
@@ -108,6 +111,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+s", "save", "Save", id="chat.save", show=False,
                 tooltip="Save the conversation now"),
         Binding("f1", "help", "Help", id="chat.help", tooltip="Commands and keys"),
+        *pick_bindings(),
     ]
 
     generating: reactive[bool] = reactive(False)
@@ -204,7 +208,7 @@ class ChatScreen(Screen[None]):
             self.notice(info.chat_template_warning, "warning")
         if self._waiting_for_model:
             self._waiting_for_model = False
-            self._start_reply(self._new_reply_entry(), prompt_text="")
+            self._answer("")
 
     def model_failed(self, message: str) -> None:
         """The model could not be loaded: say so; commands keep working."""
@@ -226,6 +230,8 @@ class ChatScreen(Screen[None]):
         for entry in conversation.entries:
             if entry.role == "user":
                 self._mount_user(entry)
+            elif entry.is_comparison:
+                self._mount_compare(entry)
             elif entry.reply is not None:
                 self._mount_reply(entry, entry.reply)
         if self.info is not None:
@@ -306,7 +312,7 @@ class ChatScreen(Screen[None]):
             self.notice("The model is still loading; your message will be sent when it is "
                         "ready.")
             return
-        self._start_reply(self._new_reply_entry(), prompt_text=text)
+        self._answer(text)
 
     def _messages_before(self, entry: Entry) -> tuple[Message, ...]:
         out: list[Message] = []
@@ -473,6 +479,10 @@ class ChatScreen(Screen[None]):
         if entry is not self.conversation.last_assistant:
             self.notice("Continuing from an alternative works on the last reply only.", "error")
             return
+        if entry.is_comparison:
+            self.notice("Continuing from an alternative works on a single reply, not on a "
+                        "comparison; /pick a column and go on from there.", "error")
+            return
         if self.generating:
             await self.stop_generation()
         reply = entry.reply
@@ -529,6 +539,8 @@ class ChatScreen(Screen[None]):
             "set": ["temperature ", "top_p ", "top_k ", "min_p ", "repetition_penalty ",
                     "seed ", "max_tokens "],
             "copy": ["code"],
+            "compare": ["off", *self._preset_names()],
+            "pick": [str(n) for n in range(1, 7)],
         }
 
     async def run_command(self, text: str) -> None:
@@ -610,7 +622,7 @@ class ChatScreen(Screen[None]):
             self.notice("There is no reply to retry.", "error")
             return
         await self._remove_entry(last)
-        self._start_reply(self._new_reply_entry())
+        self._answer("", again=last)
 
     async def cmd_edit(self, arg: str = "") -> None:
         await self.stop_generation()
@@ -632,6 +644,11 @@ class ChatScreen(Screen[None]):
         reply = last.reply if last is not None else None
         if reply is None or last is None:
             self.notice("There is no reply to continue.", "error")
+            return
+        if last.is_comparison:
+            self.notice("A comparison cannot be continued; /retry it with a larger "
+                        "max_tokens (/set max_tokens N), or /pick a column and send a message.",
+                        "error")
             return
         if reply.finish_reason not in ("length", "cancelled"):
             self.notice("The last reply finished on its own; only a stopped or cut-off reply "

@@ -1,0 +1,290 @@
+"""A comparison group: N replies to the same conversation side by side, one column each.
+
+Each column reuses :class:`~chatui.widgets.reply.ReplyView` (streamed Markdown, the token view,
+the per-reply statistics) under a header with the column's number, the settings that differ
+between columns, a "deterministic" mark for greedy rows and the finish state. The group marks
+the first token position where the columns diverge, in every column.
+
+Attributes down, messages up: the chat screen appends tokens to the replies and calls
+:meth:`CompareView.add_tokens`; it sets :attr:`CompareView.chosen`; a click on a column's
+header posts :class:`CompareView.Picked`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Awaitable, Sequence
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import HorizontalScroll, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from inference.settings import SamplingParams
+from inference.types import Token
+
+from ..conversation import Entry, Reply
+from .reply import ReplyView
+from .text import show_token
+
+MIN_COLUMN = 30
+"""Narrowest a column gets side by side; below two of these the columns stack."""
+
+_SHORT = {"max_new_tokens": "max_tokens", "repetition_penalty": "rep"}
+_STATE = {None: "…", "stop": "✓ stop", "length": "✂ length", "cancelled": "■ stopped",
+          "error": "✗ error"}
+
+
+def _fmt(name: str, value: object) -> str:
+    if name == "stop":
+        value = ",".join(value)  # type: ignore[arg-type]
+    elif isinstance(value, float):
+        value = f"{value:g}"
+    return f"{_SHORT.get(name, name)}={value}"
+
+
+def column_labels(settings: Sequence[SamplingParams]) -> tuple[list[str], str]:
+    """(one label per column with only the settings that differ, the shared settings)."""
+    names = [f.name for f in dataclasses.fields(SamplingParams)]
+    varying = [n for n in names if len({repr(getattr(s, n)) for s in settings}) > 1]
+    labels = [" ".join(_fmt(n, getattr(s, n)) for n in varying
+                       if not (n == "seed" and s.seed is None)) or "same settings"
+              for s in settings]
+    first = settings[0]
+    shared = " ".join(_fmt(n, getattr(first, n)) for n in names
+                      if n not in varying and not (n == "stop" and not first.stop)
+                      and not (n == "seed" and first.seed is None))
+    return labels, shared
+
+
+def token_key(token: Token) -> object:
+    """What makes two tokens the same: the id when known, else the text (servers)."""
+    return token.id if token.id is not None else ("text", token.text)
+
+
+def first_divergence(replies: Sequence[Reply], start: int = 0) -> tuple[int | None, int]:
+    """The first token position where the replies differ, and how far they agree so far.
+
+    Returns ``(position, agreed)``: ``position`` is None while every reply agrees on its
+    common prefix (and none has ended before another went on); ``agreed`` lets the next call
+    start from there.
+    """
+    lists = [r.tokens for r in replies]
+    n = min(len(t) for t in lists)
+    i = start
+    while i < n:
+        key = token_key(lists[0][i])
+        if any(token_key(t[i]) != key for t in lists[1:]):
+            return i, i
+        i += 1
+    ended_short = any(r.finish_reason is not None and len(r.tokens) == n for r in replies)
+    if ended_short and any(len(t) > n for t in lists):
+        return n, n
+    return None, n
+
+
+class CompareColumn(Vertical):
+    """One column: header, divergence mark, and the reply view."""
+
+    DEFAULT_CSS = """
+    CompareColumn { height: auto; width: 1fr; min-width: 30; padding: 0 1 0 0; }
+    CompareColumn > .column-header { height: auto; color: $text-muted; }
+    CompareColumn > .column-meta { height: auto; color: $text-muted; }
+    CompareColumn.-chosen > .column-header { color: $accent; text-style: bold; }
+    CompareColumn > ReplyView > .reply-header { display: none; }
+    """
+
+    def __init__(self, index: int, reply: Reply, label: str, view: ReplyView) -> None:
+        super().__init__(classes="compare-column")
+        self.index = index
+        self.reply = reply
+        self.label = label
+        self.view = view
+        self.chosen = False
+        self.divergence: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="column-header")
+        yield Static(classes="column-meta")
+        yield self.view
+
+    def on_mount(self) -> None:
+        self.refresh_header()
+        self.refresh_divergence()
+
+    def refresh_header(self) -> None:
+        """Redraw the header (number, settings, chosen mark) and the meta line."""
+        mark = " ★" if self.chosen else ""
+        self.query_one(".column-header", Static).update(
+            Content(f"[{self.index + 1}]{mark} {self.label}"))
+        self.set_class(self.chosen, "-chosen")
+        self.refresh_meta()
+
+    def refresh_meta(self) -> None:
+        """The finish state, the deterministic mark and where the columns diverge."""
+        parts: list[Content | str] = [_STATE.get(self.reply.finish_reason, "")]
+        if self.reply.settings.greedy:
+            parts.append("deterministic")
+        pos = self.divergence
+        tokens = self.reply.tokens
+        if pos is not None:
+            what = ("ends here" if pos >= len(tokens)
+                    else show_token(tokens[pos].raw if tokens[pos].special else tokens[pos].text))
+            parts.append(Content.assemble(("⑂ ", "$warning"), f"diverges at token {pos + 1}: ",
+                                          (what, "bold")))
+        elif self.reply.finish_reason is not None and tokens:
+            parts.append("= same tokens as every column")
+        self.query_one(".column-meta", Static).update(Content(" · ").join(parts))
+
+    def refresh_divergence(self) -> None:
+        self.refresh_meta()
+
+    def on_click(self, event: events.Click) -> None:
+        if event.widget is not None and event.widget.has_class("column-header"):
+            event.stop()
+            self.post_message(CompareView.Picked(self.parent_view, self.index))
+
+    @property
+    def parent_view(self) -> CompareView:
+        node = self.parent
+        while node is not None and not isinstance(node, CompareView):
+            node = node.parent
+        assert node is not None
+        return node
+
+
+class CompareView(Vertical):
+    """The columns of one comparison group (an assistant entry with several replies).
+
+    Args:
+        entry: the assistant entry; its ``replies`` are the columns (shared, not copied).
+        view_ids: an id for each column's reply view (the chat screen's ids).
+    """
+
+    DEFAULT_CSS = """
+    CompareView { height: auto; }
+    CompareView > .compare-header { height: auto; color: $text-muted; }
+    CompareView > HorizontalScroll { height: auto; scrollbar-size-horizontal: 1; }
+    CompareView.-stacked > HorizontalScroll { layout: vertical; }
+    CompareView.-stacked CompareColumn { width: 100%; min-width: 0; margin: 0 0 1 0; }
+    """
+
+    @dataclass
+    class Picked(Message):
+        """The user clicked a column's header to continue with that reply."""
+
+        view: CompareView
+        column: int
+
+    chosen: reactive[int] = reactive(0, init=False)
+    """The column the conversation continues with."""
+
+    def __init__(self, entry: Entry, *, view_ids: Sequence[str], stable_timings: bool = False,
+                 token_mode: bool = False, raw: bool = False, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.entry = entry
+        labels, self.shared = column_labels([r.settings for r in entry.replies])
+        views = []
+        for reply, vid in zip(entry.replies, view_ids):
+            view = ReplyView(reply, label="", stable_timings=stable_timings,
+                             token_mode=token_mode, id=vid)
+            view.raw = raw
+            views.append(view)
+        self.columns = [CompareColumn(i, r, labels[i], views[i])
+                        for i, r in enumerate(entry.replies)]
+        self._agreed = 0
+        self._ended: set[int] = set()
+        self.mounting: Awaitable[None] | None = None
+        """Set by whoever mounts this view, so a worker can wait for the columns to exist."""
+        self.divergence: int | None = None
+        self.set_reactive(CompareView.chosen, entry.chosen)
+        for c in self.columns:
+            c.chosen = c.index == entry.chosen
+
+    @property
+    def views(self) -> list[ReplyView]:
+        return [c.view for c in self.columns]
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="compare-header")
+        with HorizontalScroll():
+            yield from self.columns
+
+    def on_mount(self) -> None:
+        self._refresh_group_header()
+        self.update_divergence()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < 2 * MIN_COLUMN, "-stacked")
+
+    def _refresh_group_header(self) -> None:
+        n = len(self.columns)
+        text = (f"comparison of {n} settings on one prefill · shared: {self.shared or '–'}"
+                f" · continuing with [{self.chosen + 1}]  (/pick N, Alt+N or click a header)")
+        self.query_one(".compare-header", Static).update(Content(text))
+
+    # ---- streaming (the screen calls these) ----
+
+    def begin(self) -> None:
+        self._ended.clear()
+        for c in self.columns:
+            c.view.begin()
+            c.refresh_header()
+
+    async def add_tokens(self, column: int, tokens: Sequence[Token]) -> None:
+        """Show tokens just appended to column ``column``'s reply."""
+        await self.columns[column].view.add_tokens(tokens)
+        self.update_divergence()
+
+    async def end_column(self, column: int) -> None:
+        """Column ``column`` finished (its row left the batch)."""
+        col = self.columns[column]
+        self._ended.add(column)
+        await col.view.end()
+        col.refresh_header()
+        self.update_divergence(force=True)
+
+    async def end(self) -> None:
+        """Every column finished (or the comparison was stopped)."""
+        for col in self.columns:
+            if col.index not in self._ended:
+                self._ended.add(col.index)
+                await col.view.end()
+            col.refresh_header()
+        self.update_divergence(force=True)
+
+    def update_divergence(self, force: bool = False) -> None:
+        """Recompute the first divergent position (incrementally) and mark it in each column."""
+        if self.divergence is not None and not force:
+            return
+        if self.divergence is None:
+            pos, self._agreed = first_divergence(self.entry.replies, self._agreed)
+            self.divergence = pos
+        for col in self.columns:
+            if col.divergence != self.divergence or force:
+                col.divergence = self.divergence
+                if col.is_mounted:
+                    col.refresh_divergence()
+
+    # ---- picking ----
+
+    def watch_chosen(self, chosen: int) -> None:
+        for c in self.columns:
+            c.chosen = c.index == chosen
+            c.refresh_header()
+        self._refresh_group_header()
+
+    def jump_to_divergence(self) -> None:
+        """Put each column's token cursor on the divergent token (token view)."""
+        if self.divergence is None:
+            return
+        for col in self.columns:
+            units = col.view.token_view.units
+            for i, unit in enumerate(units):
+                if unit.end >= self.divergence:
+                    col.view.token_view.cursor = i
+                    break
