@@ -86,11 +86,11 @@ class LocalBackend:
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, eos_token_ids: Sequence[int],
-                 info: ModelInfo, prefill_chunk: int = 512) -> None:
+                 info: ModelInfo, prefill_chunk: int = 512, runner: Any = None) -> None:
         self.tokenizer = tokenizer
         self.info = info
         self.eos_ids = frozenset(int(i) for i in eos_token_ids)
-        self.runner = HFRunner(model)
+        self.runner = runner if runner is not None else HFRunner(model)
         self.device = self.runner.device
         self.prefill_chunk = prefill_chunk
         self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", []) or [])
@@ -102,22 +102,30 @@ class LocalBackend:
     # ---- small helpers ----
 
     @classmethod
-    def from_checkpoint(cls, ckpt: Any, *, quantize: str = "none",
-                        progress: Any = None) -> LocalBackend:
-        """Build from an ``inference.checkpoint.LoadedCheckpoint``."""
+    def from_checkpoint(cls, ckpt: Any, *, quantize: str = "none", progress: Any = None,
+                        precision: str = "model", runner: str = "auto") -> LocalBackend:
+        """Build from an ``inference.checkpoint.LoadedCheckpoint``.
+
+        ``quantize`` (none / int8), ``precision`` (model / auto / a dtype) and ``runner``
+        (auto / fast / hf) pick the model runner: see ``inference.fast_llama.build_runner``.
+        """
+        from .fast_llama import build_runner
         from .settings import defaults_from_generation_config
 
-        if quantize not in ("none", ""):
-            raise ValueError(f"unknown quantization {quantize!r}; choose none")
-        quantization = "none"
+        quantization = quantize or "none"
+        model_runner = build_runner(ckpt, quantize=quantization, precision=precision,
+                                    runner=runner, progress=progress)
+        fast = getattr(model_runner, "fast", None)
+        dtype = fast.dtype if fast is not None else ckpt.dtype
 
         info = ModelInfo(
             name=ckpt.name, backend="local", device=str(ckpt.device),
-            dtype=str(ckpt.dtype).replace("torch.", ""), context_limit=ckpt.context_limit,
+            dtype=str(dtype).replace("torch.", ""), context_limit=ckpt.context_limit,
             checkpoint=ckpt.path, weights_hash=ckpt.weights_hash, quantization=quantization,
             default_settings=defaults_from_generation_config(ckpt.generation_config),
             chat_template_warning=ckpt.chat_template_warning)
-        return cls(ckpt.model, ckpt.tokenizer, eos_token_ids=ckpt.eos_token_ids, info=info)
+        return cls(ckpt.model, ckpt.tokenizer, eos_token_ids=ckpt.eos_token_ids, info=info,
+                   runner=model_runner)
 
     def piece_text(self, token_id: int) -> str:
         """A token's own text for display (alternatives): byte escapes for partial UTF-8."""

@@ -1,0 +1,496 @@
+"""A compact Llama-family forward with a preallocated KV cache: the fast path of the engine.
+
+transformers' modules cost more in Python per layer than the int8 matmuls they wrap on a small
+CPU model, so ``FastLlama`` re-implements the decoder (RMSNorm, RoPE, grouped-query attention
+through ``F.scaled_dot_product_attention``, SwiGLU) over weights taken from an already loaded
+transformers model: fused QKV and gate/up projections, q/k rows permuted so RoPE is one complex
+multiply, optional int8 weight-only linears (``inference.quant``). Any checkpoint whose modules
+have the Llama shape (llama, mistral without a sliding window, qwen2) works without custom
+code; ``unsupported_reason`` names why another one falls back to ``HFRunner``.
+
+``FastRunner`` has ``HFRunner``'s interface, and ``StaticKVCache`` the cache operations the
+engine uses (crop, batch_repeat_interleave, batch_select_indices, deepcopy, get_seq_length).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from .quant import Int8Weight, int8_linear
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+CACHE_BLOCK = 256
+"""KV cache capacity grows in multiples of this many positions."""
+
+Weight = Any  # torch.Tensor [N, K] or Int8Weight
+
+
+def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
+    out = int8_linear(x, w) if isinstance(w, Int8Weight) else F.linear(x.to(w.dtype), w)
+    return out if b is None else out + b
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """None when ``FastLlama`` can run this transformers model exactly, else why not."""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return "no config"
+    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return f"model type {getattr(cfg, 'model_type', None)!r} is not Llama-shaped"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r}"
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) in ("dynamic", "longrope"):
+        return "position-dependent RoPE scaling"
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        return "sliding-window attention"
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return "non-full attention layers"
+    if len({p.device for p in model.parameters()}) != 1:
+        return "model is sharded over several devices"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or not hasattr(inner, "embed_tokens") or not hasattr(model, "lm_head"):
+        return "unexpected module layout"
+    for layer in layers:
+        att, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if att is None or mlp is None or hasattr(att, "q_norm"):
+            return "unexpected attention layout"
+        if not all(hasattr(att, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+            return "unexpected attention layout"
+        if not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+            return "unexpected MLP layout"
+        if not (hasattr(layer, "input_layernorm") and hasattr(layer, "post_attention_layernorm")):
+            return "unexpected norm layout"
+    return None
+
+
+class StaticKVCache:
+    """Keys and values of every layer in two preallocated tensors [L, B, KV, C, D].
+
+    ``length`` positions are valid; the capacity C grows in blocks (a copy) only when a
+    prompt outgrows it, so decoding writes in place.
+    """
+
+    def __init__(self, n_layers: int, n_kv: int, head_dim: int, *, dtype: torch.dtype,
+                 device: torch.device, batch: int = 1, capacity: int = CACHE_BLOCK) -> None:
+        shape = (n_layers, batch, n_kv, capacity, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[3]
+
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def reserve(self, needed: int, batch: int) -> None:
+        """Make room for ``needed`` positions of ``batch`` rows (an empty cache takes any batch
+        size; a filled one keeps its valid positions)."""
+        if batch != self.batch:
+            if self.length:
+                raise ValueError(f"cache holds {self.batch} rows, got {batch}")
+            self.k = self.k.new_zeros((self.k.shape[0], batch, *self.k.shape[2:]))
+            self.v = torch.zeros_like(self.k)
+        if needed <= self.capacity:
+            return
+        cap = max(needed, 2 * self.capacity)
+        cap = -(-cap // CACHE_BLOCK) * CACHE_BLOCK
+        rows = self.batch
+        self.k = self._moved(self.k, rows, cap, None)
+        self.v = self._moved(self.v, rows, cap, None)
+
+    def _moved(self, t: torch.Tensor, batch: int, cap: int,
+               fill: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
+        L, _, kv, _, d = t.shape
+        new = torch.zeros((L, batch, kv, cap, d), dtype=t.dtype, device=t.device)
+        used = t[:, :, :, : self.length]
+        new[:, :, :, : self.length] = fill(used) if fill else used
+        return new
+
+    def crop(self, max_length: int) -> None:
+        """transformers' semantics: negative = drop that many positions, else keep that many."""
+        if max_length < 0:
+            max_length = self.length + max_length
+        self.length = max(0, min(self.length, max_length))
+
+    def batch_repeat_interleave(self, n: int) -> None:
+        """Each row becomes n consecutive rows (one prefill shared by n replies)."""
+        rep = lambda t: t.repeat_interleave(n, dim=1)  # noqa: E731
+        rows, cap = self.batch * n, self.capacity
+        self.k = self._moved(self.k, rows, cap, rep)
+        self.v = self._moved(self.v, rows, cap, rep)
+
+    def batch_select_indices(self, idx: torch.Tensor) -> None:
+        """Keep only the rows in idx (finished rows leave the batch)."""
+        sel = lambda t: t.index_select(1, idx.to(t.device))  # noqa: E731
+        self.k = self._moved(self.k, len(idx), self.capacity, sel)
+        self.v = self._moved(self.v, len(idx), self.capacity, sel)
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor  # [hidden]
+    wqkv: Weight  # [(H + 2KV) * D, hidden]; q and k rows permuted to interleaved RoPE pairs
+    bqkv: torch.Tensor | None
+    wo: Weight  # [hidden, H * D]
+    bo: torch.Tensor | None
+    ln2: torch.Tensor
+    wgu: Weight  # [2 * I, hidden]: gate rows, then up rows
+    bgu: torch.Tensor | None
+    wd: Weight  # [hidden, I]
+    bd: torch.Tensor | None
+
+
+def _interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
+    """Reorder each head's rows from rotate-half order (pairs i, i + D/2) to adjacent pairs
+    (2i, 2i + 1), so RoPE becomes a complex multiply. q.k is unchanged when both q and k are
+    permuted alike. w: [n_heads * D, ...] (or a bias [n_heads * D])."""
+    half = head_dim // 2
+    perm = torch.stack([torch.arange(half), torch.arange(half) + half], dim=-1).reshape(-1)
+    idx = (torch.arange(n_heads)[:, None] * head_dim + perm[None, :]).reshape(-1)
+    return w[idx.to(w.device)]
+
+
+class FastLlama:
+    """The decoder over weights copied (and fused) from a transformers Llama-family model.
+
+    Args:
+        model: the loaded transformers model (see ``unsupported_reason``).
+        dtype: dtype of matmul inputs and the KV cache (bf16 for int8 weights on CPU).
+        quantize: "none" or "int8" (weight-only, per output channel).
+        residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
+            keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
+        int8_weights: previously quantized weights by name (the disk cache), or None.
+    """
+
+    def __init__(self, model: Any, *, dtype: torch.dtype, quantize: str = "none",
+                 int8_weights: dict[str, Int8Weight] | None = None,
+                 residual_dtype: torch.dtype | None = None) -> None:
+        cfg = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = dtype
+        self.rdtype = rdtype = residual_dtype or dtype
+        self.quantize = quantize
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.hidden = cfg.hidden_size
+        self.head_dim = getattr(cfg, "head_dim", None) or self.hidden // self.n_heads
+        self.inter = cfg.intermediate_size
+        self.eps = float(cfg.rms_norm_eps)
+        self.vocab = cfg.vocab_size
+        rot = model.model.rotary_emb
+        self.inv_freq = rot.inv_freq.detach().float().to(self.device)  # [D/2]
+        self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
+        self._rope = torch.empty(0, self.head_dim // 2, dtype=torch.complex64, device=self.device)
+        self.quantized: dict[str, Int8Weight] = {}
+        stored = int8_weights or {}
+
+        def weight(name: str, w: torch.Tensor) -> Weight:
+            if quantize != "int8":
+                return w.detach().to(dtype).contiguous()
+            q = stored.get(name)
+            if q is None or q.q.shape != w.shape:
+                q = Int8Weight.quantize(w, dtype)
+            q = Int8Weight(q.q.to(self.device), q.scales.to(self.device, dtype))
+            self.quantized[name] = q
+            return q
+
+        def bias(*mods: Any) -> torch.Tensor | None:
+            bs = [getattr(m, "bias", None) for m in mods]
+            if all(b is None for b in bs):
+                return None
+            parts = [b if b is not None else torch.zeros(m.weight.shape[0], device=self.device)
+                     for b, m in zip(bs, mods)]
+            return torch.cat([p.detach().float() for p in parts]).to(dtype)
+
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        self.layers: list[_Layer] = []
+        for i, layer in enumerate(model.model.layers):
+            att, mlp = layer.self_attn, layer.mlp
+            wq = _interleave_rows(att.q_proj.weight.detach(), H, D)
+            wk = _interleave_rows(att.k_proj.weight.detach(), KV, D)
+            bqkv = bias(att.q_proj, att.k_proj, att.v_proj)
+            if bqkv is not None:
+                bq, bk, bv = bqkv.split([H * D, KV * D, KV * D])
+                bqkv = torch.cat([_interleave_rows(bq, H, D), _interleave_rows(bk, KV, D), bv])
+            self.layers.append(_Layer(
+                ln1=layer.input_layernorm.weight.detach().to(rdtype),
+                wqkv=weight(f"layers.{i}.qkv", torch.cat([wq, wk, att.v_proj.weight.detach()])),
+                bqkv=bqkv,
+                wo=weight(f"layers.{i}.o", att.o_proj.weight), bo=bias(att.o_proj),
+                ln2=layer.post_attention_layernorm.weight.detach().to(rdtype),
+                wgu=weight(f"layers.{i}.gate_up",
+                           torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])),
+                bgu=bias(mlp.gate_proj, mlp.up_proj),
+                wd=weight(f"layers.{i}.down", mlp.down_proj.weight), bd=bias(mlp.down_proj)))
+        self.norm = model.model.norm.weight.detach().to(rdtype)
+        emb = model.model.embed_tokens.weight
+        tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
+        self.lm_head = weight("lm_head", model.lm_head.weight)
+        self.lm_bias = bias(model.lm_head)
+        if tied and isinstance(self.lm_head, Int8Weight):
+            self.embed: Weight = self.lm_head
+        elif tied:
+            self.embed = self.lm_head
+        else:
+            self.embed = weight("embed", emb)
+        self.tied = tied
+
+    # ---- sizes ----
+
+    def weight_bytes(self) -> int:
+        """Bytes the decode step reads per token (each tensor once)."""
+        seen: set[int] = set()
+        total = 0
+
+        def add(t: Any) -> None:
+            nonlocal total
+            if t is None:
+                return
+            if isinstance(t, Int8Weight):
+                add(t.q)
+                add(t.scales)
+                return
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+
+        for L in self.layers:
+            for t in (L.ln1, L.wqkv, L.bqkv, L.wo, L.bo, L.ln2, L.wgu, L.bgu, L.wd, L.bd):
+                add(t)
+        for t in (self.norm, self.lm_head, self.lm_bias):
+            add(t)
+        return total
+
+    def new_cache(self, batch: int = 1) -> StaticKVCache:
+        return StaticKVCache(len(self.layers), self.n_kv, self.head_dim, dtype=self.dtype,
+                             device=self.device, batch=batch)
+
+    # ---- forward ----
+
+    def _rotations(self, n: int) -> torch.Tensor:
+        """scale * exp(i * pos * inv_freq) for positions [0, n): [n, D/2] complex64."""
+        if self._rope.shape[0] < n:
+            size = max(n, 2 * self._rope.shape[0], 1024)
+            pos = torch.arange(size, device=self.device, dtype=torch.float32)
+            angles = pos[:, None] * self.inv_freq[None, :]
+            self._rope = torch.polar(torch.full_like(angles, self.rope_scale), angles)
+        return self._rope
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.embed, Int8Weight):
+            return self.embed.rows(ids, self.rdtype)
+        return F.embedding(ids, self.embed).to(self.rdtype)
+
+    @torch.inference_mode()
+    def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
+                attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None,
+                all_logits: bool = False) -> torch.Tensor:
+        """input_ids: [B, T] -> logits of the last position [B, V] fp32 (every position
+        [B, T, V] with ``all_logits``); the cache grows by T.
+
+        attention_mask: [B, >= length + T] (1 = a real token) for left-padded batches;
+        position_ids: [B, >= T] (the last T are used). Without them, positions continue from
+        the cache length for every row.
+        """
+        B, T = input_ids.shape
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        G = H // KV
+        start = cache.length
+        end = start + T
+        cache.reserve(end, B)
+        table = self._rotations(end if position_ids is None else int(position_ids.max()) + 1)
+        if position_ids is None:
+            rot = table[start:end][None, :, None, :]  # [1, T, 1, D/2]
+        else:
+            rot = table[position_ids[:, -T:]][:, :, None, :]  # [B, T, 1, D/2]
+
+        mask: torch.Tensor | None = None
+        causal = False
+        if attention_mask is not None or (T > 1 and start > 0):
+            if T == 1:
+                mask = attention_mask[:, None, None, :end].bool()  # [B, 1, 1, S]
+            else:
+                q_pos = torch.arange(start, end, device=self.device)[:, None]
+                k_pos = torch.arange(end, device=self.device)[None, :]
+                m = (k_pos <= q_pos)[None]  # [1, T, S]
+                if attention_mask is not None:  # padding; a position always sees itself
+                    m = (m & attention_mask[:, None, :end].bool()) | (k_pos == q_pos)[None]
+                mask = m[:, None]  # [B or 1, 1, T, S]
+        elif T > 1:
+            causal = True
+
+        x = self._embed(input_ids)  # [B, T, hidden]
+        hidden, nqk = (self.hidden,), (H + KV) * D
+        for i, L in enumerate(self.layers):
+            h = F.rms_norm(x, hidden, L.ln1, self.eps)
+            qkv = _linear(h, L.wqkv, L.bqkv)  # [B, T, (H + 2KV) * D]
+            qk = qkv[..., :nqk].float().view(B, T, H + KV, D // 2, 2)
+            qk = torch.view_as_real(torch.view_as_complex(qk) * rot).view(B, T, H + KV, D)
+            kc, vc = cache.k[i], cache.v[i]  # [B, KV, C, D]
+            kc[:, :, start:end] = qk[:, :, H:].transpose(1, 2)
+            vc[:, :, start:end] = qkv[..., nqk:].view(B, T, KV, D).transpose(1, 2)
+            keys, values = kc[:, :, :end], vc[:, :, :end]
+            q = qk[:, :, :H].to(self.dtype)  # [B, T, H, D]
+            if T == 1:  # the G query heads of a KV head act as G query rows: no K/V copies
+                o = F.scaled_dot_product_attention(q.view(B, KV, G, D), keys, values,
+                                                   attn_mask=mask)  # [B, KV, G, D]
+                o = o.reshape(B, 1, H * D)
+            else:
+                o = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values,
+                                                   attn_mask=mask, is_causal=causal,
+                                                   enable_gqa=G > 1)  # [B, H, T, D]
+                o = o.transpose(1, 2).reshape(B, T, H * D)
+            x = x + _linear(o, L.wo, L.bo)
+            h = F.rms_norm(x, hidden, L.ln2, self.eps)
+            gate, up = _linear(h, L.wgu, L.bgu).split(self.inter, dim=-1)
+            x = x + _linear(F.silu(gate) * up, L.wd, L.bd)  # promotes to the residual dtype
+        cache.length = end
+        x = F.rms_norm(x if all_logits else x[:, -1], hidden, self.norm, self.eps)
+        return _linear(x, self.lm_head, self.lm_bias).float()  # [B, V] or [B, T, V]
+
+
+class FastRunner:
+    """``HFRunner``'s interface over ``FastLlama`` (the transformers model stays as ``model``
+    for reference comparisons)."""
+
+    name = "fast"
+
+    def __init__(self, model: Any, *, dtype: torch.dtype | None = None, quantize: str = "none",
+                 int8_weights: dict[str, Int8Weight] | None = None,
+                 residual_dtype: torch.dtype | None = None) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        model_dtype = next(model.parameters()).dtype
+        if dtype is None:
+            dtype = torch.bfloat16 if quantize == "int8" and model_dtype == torch.float32 \
+                else model_dtype
+        self.fast = FastLlama(model, dtype=dtype, quantize=quantize, int8_weights=int8_weights,
+                              residual_dtype=residual_dtype)
+        self.dtype = dtype
+        self.int8_path: Any = None
+        """Where the int8 weights are cached on disk (None when not quantized)."""
+
+    def new_cache(self) -> StaticKVCache:
+        return self.fast.new_cache()
+
+    @staticmethod
+    def can_crop(cache: Any) -> bool:
+        return True
+
+    def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
+                attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fast.forward(cache, input_ids, attention_mask=attention_mask,
+                                 position_ids=position_ids)
+
+    def weight_bytes(self) -> int:
+        return self.fast.weight_bytes()
+
+
+
+PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")
+
+
+def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
+                 runner: str = "auto", progress: Callable[[Any], None] | None = None) -> Any:
+    """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
+
+    Args:
+        quantize: "none" or "int8" (weight-only; the int8 weights are cached on disk).
+        precision: matmul/KV dtype of the fast path: "model" (the checkpoint's own dtype,
+            exact), "auto" (the fastest that keeps quality: bf16 matmuls with an fp32 residual
+            stream for an fp32 model on CPU, measured in ``inference.quality``), or a dtype.
+        runner: "auto" (fast when the model supports it), "fast" or "hf". The environment
+            variable ``CHATUI_RUNNER`` (hf / fast) overrides "auto".
+    """
+    import os
+
+    from .runner import HFRunner
+    from .types import Progress
+
+    if quantize not in ("none", "int8"):
+        raise ValueError(f"unknown quantization {quantize!r}; choose none or int8")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if runner == "auto":
+        runner = os.environ.get("CHATUI_RUNNER", "auto") or "auto"
+    model = ckpt.model
+    reason = unsupported_reason(model)
+    if runner == "hf" or (runner == "auto" and reason is not None):
+        if quantize != "none":
+            raise ValueError(f"--quantize {quantize} needs the fast runner, which cannot run this "
+                             f"model ({reason or 'transformers runner forced'}); use --quantize none")
+        return HFRunner(model)
+    if reason is not None:
+        raise ValueError(f"the fast runner cannot run this model: {reason}")
+
+    model_dtype = next(model.parameters()).dtype
+    residual = None
+    if precision == "model":
+        dtype = model_dtype
+    elif precision == "auto":
+        dtype = torch.bfloat16 if model_dtype == torch.float32 else model_dtype
+        if model_dtype == torch.float32 and quantize == "none":
+            residual = torch.float32
+    else:
+        dtype = getattr(torch, precision)
+    if quantize == "int8":
+        if dtype == torch.float32:
+            dtype = torch.bfloat16  # the int8 kernel wants bf16 activations
+        residual = residual or (torch.float32 if model_dtype == torch.float32 else None)
+
+    stored = None
+    path = None
+    if quantize == "int8":
+        from .checkpoint import cache_root
+        from .quant import int8_cache_path, load_int8
+
+        path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
+                               cache_root())
+        if progress:
+            progress(Progress("quantizing weights to int8", 0, 1))
+        stored = load_int8(path, ckpt.device)
+    fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
+                      residual_dtype=residual)
+    if quantize == "int8" and path is not None:
+        if stored is None or set(stored) != set(fast.fast.quantized):
+            from .quant import save_int8
+
+            try:
+                save_int8(path, fast.fast.quantized)
+            except OSError as exc:  # a read-only cache costs start-up time, nothing else
+                import logging
+
+                logging.getLogger(__name__).warning("could not cache int8 weights: %s", exc)
+        if progress:
+            progress(Progress("quantizing weights to int8", 1, 1))
+    fast.int8_path = path
+    return fast
+
+
+def describe(runner: Any) -> str:
+    """One line: which runner and precision a backend picked (shown by ``chatui bench``)."""
+    fast = getattr(runner, "fast", None)
+    if fast is None:
+        return "transformers runner (" + str(next(runner.model.parameters()).dtype) + ")"
+    name = str(fast.dtype).replace("torch.", "")
+    res = str(fast.rdtype).replace("torch.", "")
+    q = "int8 weights, " if fast.quantize == "int8" else ""
+    return f"fast runner ({q}{name} matmuls and KV cache, {res} residual)"
