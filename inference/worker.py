@@ -22,6 +22,7 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import sys
 import threading
 import traceback
 from collections import deque
@@ -423,7 +424,18 @@ class _ProcessHost:
             raise WorkerError("the inference worker is closed")
         if not self._started:
             self._started = True
-            self._proc.start()
+            # A UI may have replaced sys.stderr with an object without a real file descriptor,
+            # which multiprocessing passes to its helper process: use the real one meanwhile.
+            saved = sys.stderr
+            sys.stderr = sys.__stderr__ or saved
+            try:
+                self._proc.start()
+            except Exception as exc:  # noqa: BLE001
+                log.error("starting the inference process failed: %s", traceback.format_exc())
+                self._dead = f"The inference process could not start ({describe_error(exc)})."
+                return
+            finally:
+                sys.stderr = saved
             self._child_conn.close()
             self._reader.start()
 

@@ -187,3 +187,22 @@ async def test_isolated_worker_reports_a_crash_and_never_hangs():
     events = await w.generate(REQ).collect()  # later requests fail cleanly, never hang
     assert isinstance(events[-1], Failed)
     await w.aclose()
+
+
+async def test_isolated_worker_starts_when_a_ui_has_replaced_stderr(monkeypatch):
+    class Captured:  # what Textual puts in sys.stderr while the app runs
+        def write(self, text):
+            return len(text)
+
+        def flush(self):
+            pass
+
+        def fileno(self):
+            return -1
+
+    monkeypatch.setattr("sys.stderr", Captured())
+    w = InferenceWorker(ScriptedFactory(), isolate=True)
+    await w.load().collect()
+    events = await w.generate(REQ).collect()
+    assert isinstance(events[-1], RowDone)
+    await w.aclose()
