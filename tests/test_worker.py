@@ -189,20 +189,32 @@ async def test_isolated_worker_reports_a_crash_and_never_hangs():
     await w.aclose()
 
 
-async def test_isolated_worker_starts_when_a_ui_has_replaced_stderr(monkeypatch):
-    class Captured:  # what Textual puts in sys.stderr while the app runs
-        def write(self, text):
-            return len(text)
+def test_isolated_worker_starts_when_a_ui_has_replaced_stderr():
+    """Textual swaps sys.stderr for an object with no file descriptor; multiprocessing's
+    helper process must still start (checked in a fresh interpreter, where it starts first)."""
+    import subprocess
+    import sys
 
-        def flush(self):
-            pass
+    code = """
+import asyncio, sys
+from inference.scripted import ScriptedFactory
+from inference.worker import InferenceWorker
+from inference.types import GenerationRequest, Message, RowDone
 
-        def fileno(self):
-            return -1
+class Captured:
+    def write(self, text): return len(text)
+    def flush(self): pass
+    def fileno(self): return -1
 
-    monkeypatch.setattr("sys.stderr", Captured())
+async def main():
+    sys.stderr = Captured()
     w = InferenceWorker(ScriptedFactory(), isolate=True)
     await w.load().collect()
-    events = await w.generate(REQ).collect()
-    assert isinstance(events[-1], RowDone)
+    events = await w.generate(GenerationRequest((Message("user", "hi"),))).collect()
     await w.aclose()
+    print("OK" if isinstance(events[-1], RowDone) else events)
+
+asyncio.run(main())
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "OK", r.stdout + r.stderr
