@@ -107,7 +107,8 @@ def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, 
     started, rows, _ = best
     usage = rows[0].usage
     tps = min(r.usage.decode_tokens_per_s for r in rows)
-    wbytes = weight_bytes(model)
+    per_step = getattr(backend.runner, "weight_bytes", None)  # the fast runner's own weights
+    wbytes = per_step() if per_step else weight_bytes(model)
     hf_tps = hf_total = None
     if vs_hf:
         hf_tps, hf_total = hf_generate_speed(model, backend.tokenizer, messages, new_tokens)
