@@ -20,6 +20,7 @@ from textual.widgets._markdown import MarkdownStream
 
 from inference.types import Token
 
+from .. import gcpolicy
 from ..conversation import Reply
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
@@ -92,6 +93,7 @@ class ReplyView(Vertical):
         self._write_timer = False
         self._last_write = 0.0
         self._token_sync_pending = False
+        self._gc_held = False
         self.set_reactive(ReplyView.token_mode, token_mode)
         self.set_class(token_mode, "-tokens")
 
@@ -123,6 +125,9 @@ class ReplyView(Vertical):
     def begin(self) -> None:
         """Start (or resume, for /continue) streaming into this view."""
         self._stream = Markdown.get_stream(self.markdown)
+        if not self._gc_held:
+            self._gc_held = True
+            gcpolicy.stream_started()
         self._first_token_at = None
         self._streamed = 0
         self.refresh_stats()
@@ -156,15 +161,26 @@ class ReplyView(Vertical):
 
     async def end(self) -> None:
         """The reply finished: flush the Markdown and make sure it equals ``reply.text``."""
-        await self._write_pending()
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        self.token_view.sync()
-        if self.markdown.source != safe_text(self.reply.text):
-            await self.markdown.update(safe_text(self.reply.text))
-        self.token_view.flush()
-        self.refresh_stats()
+        try:
+            await self._write_pending()
+            if self._stream is not None:
+                await self._stream.stop()
+                self._stream = None
+            self.token_view.sync()
+            if self.markdown.source != safe_text(self.reply.text):
+                await self.markdown.update(safe_text(self.reply.text))
+            self.token_view.flush()
+            self.refresh_stats()
+        finally:
+            self._release_gc()
+
+    def _release_gc(self) -> None:
+        if self._gc_held:
+            self._gc_held = False
+            gcpolicy.stream_ended()
+
+    def on_unmount(self) -> None:
+        self._release_gc()
 
     async def rebuild(self) -> None:
         """Show ``reply`` afresh (its tokens were replaced, e.g. continue-from-alternative)."""

@@ -1,24 +1,35 @@
 """The token view: a reply's tokens coloured on the theme's heat scale, with a token cursor.
 
-Work per token is bounded: tokens are grouped into display units (a glyph made of several
-tokens is one unit), units into chunks of about a paragraph, and only chunks that changed are
-re-rendered, at most :data:`REFRESH_S` apart. A reply of any length therefore costs the same
-per token as a short one.
+Work per token is bounded, whatever the length of the reply:
+
+- tokens become display units incrementally (a glyph made of several tokens is one unit);
+- units are wrapped into lines incrementally: wrapping is greedy, so appending units only
+  extends the last line or adds lines, and earlier lines never change (a resize re-wraps once);
+- the view draws through Textual's line API (:meth:`TokenView.render_line`): only the lines on
+  screen are rendered, each once into a cached :class:`~textual.strip.Strip`, and appending
+  invalidates only the tail line;
+- the view redraws at most every :data:`REFRESH_S`, and asks for a new layout only when its
+  number of lines changed.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from textual import events
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.content import Content, Span
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.style import Style
-from textual.widgets import Static
+from textual.widget import Widget
 
 from inference.types import Token
 from themes import heat_bin
@@ -27,11 +38,9 @@ from ..messages import AlternativeChosen, TokenSelected
 from .text import safe_text
 
 REFRESH_S = 0.08
-"""Smallest interval between two renders of the same view (12.5 per second)."""
-CHUNK_SOFT = 60
-"""A chunk ends at the first line break after this many units..."""
-CHUNK_HARD = 240
-"""...or at this many units in any case."""
+"""Smallest interval between two redraws of the same view while streaming (12.5 per second)."""
+LINE_CACHE = 512
+"""Rendered lines kept per view (those on screen and around it)."""
 
 
 @dataclass
@@ -89,15 +98,96 @@ def build_units(tokens: Sequence[Token], raw: bool = False) -> list[TokenUnit]:
     return UnitBuilder(raw).feed(tokens, 0)
 
 
-class TokenChunk(Static):
-    """A run of units rendered as one wrapped text (one widget per paragraph or so)."""
+class Piece(NamedTuple):
+    """A part of one unit on one line."""
 
-    DEFAULT_CSS = """
-    TokenChunk { height: auto; width: 1fr; }
+    unit: int
+    """Index of the unit."""
+    text: str
+    """The part of the unit's text on this line (tabs expanded, no newline)."""
+    newline: bool
+    """The unit's text breaks the line after this part."""
+
+
+@dataclass
+class _Line:
+    pieces: list[Piece] = field(default_factory=list)
+    width: int = 0
+    """Cells used."""
+
+
+class LineWrapper:
+    """Greedy wrapping of units into lines of ``width`` cells, one unit at a time.
+
+    A unit goes on the current line if it fits, else on a new line; a unit wider than a line is
+    cut at character boundaries (double-width characters are never split); a newline in a unit
+    ends the line. Because the wrapping is greedy, adding units never changes the lines before
+    the last one.
     """
 
+    def __init__(self, width: int) -> None:
+        self.width = max(1, width)
+        self.lines: list[_Line] = [_Line()]
+        self.first_unit: list[int] = [0]
+        """Index of the first unit that has a piece on each line (for the cursor's line)."""
 
-class TokenView(Vertical, can_focus=True):
+    def _new_line(self, unit: int) -> _Line:
+        line = _Line()
+        self.lines.append(line)
+        self.first_unit.append(unit)
+        return line
+
+    def add(self, index: int, text: str) -> None:
+        """Append unit ``index`` with ``text``."""
+        width = self.width
+        line = self.lines[-1]
+        if not line.pieces:
+            self.first_unit[-1] = index
+        parts = text.split("\n")
+        for n, part in enumerate(parts):
+            ends_line = n < len(parts) - 1
+            if "\t" in part:
+                part = part.expandtabs(4)
+            size = cell_len(part)
+            if line.width + size > width and line.width and size <= width:
+                line = self._new_line(index)
+            while line.width + size > width:  # longer than the room left: cut it
+                room = width - line.width
+                head, part = _cut(part, room)
+                if not head and not line.pieces:
+                    head, part = part[0], part[1:]  # a wide glyph on a 1-cell line
+                if head:
+                    line.pieces.append(Piece(index, head, False))
+                    line.width += cell_len(head)
+                line = self._new_line(index)
+                size = cell_len(part)
+            if part or ends_line:
+                line.pieces.append(Piece(index, part, ends_line))
+                line.width += size
+            if ends_line:
+                line = self._new_line(index + 1)
+
+
+def _cut(text: str, cells: int) -> tuple[str, str]:
+    """Split ``text`` after at most ``cells`` cells."""
+    used = 0
+    for i, ch in enumerate(text):
+        used += cell_len(ch)
+        if used > cells:
+            return text[:i], text[i:]
+    return text, ""
+
+
+def wrap_units(units: Sequence[TokenUnit], width: int) -> LineWrapper:
+    """All units wrapped at ``width`` (see :class:`LineWrapper`)."""
+    wrapper = LineWrapper(width)
+    for i, unit in enumerate(units):
+        if unit.text:
+            wrapper.add(i, unit.text)
+    return wrapper
+
+
+class TokenView(Widget, can_focus=True):
     """A reply's tokens on the heat scale, with a keyboard and mouse token cursor.
 
     The parent sets ``tokens`` (the reply's list, shared) and calls :meth:`sync` when it grew;
@@ -133,9 +223,13 @@ class TokenView(Vertical, can_focus=True):
         self.units: list[TokenUnit] = []
         self._builder = UnitBuilder(raw)
         self._seen = 0
-        self._chunk_starts: list[int] = [0]
-        self._chunks: list[TokenChunk] = []
-        self._dirty: set[int] = set()
+        self._wrapper: LineWrapper | None = None
+        self._shown_lines = 0
+        """Lines the last layout was given (a layout is asked for only when this changes)."""
+        self._strips: LRUCache[int, Strip] = LRUCache(LINE_CACHE)
+        self._strip_key: object = None
+        self._heat: tuple[str, list[Style]] | None = None
+        self._dirty_from: int | None = None
         self._last_render = 0.0
         self._timer_pending = False
         self.owner_id = ""
@@ -150,12 +244,17 @@ class TokenView(Vertical, can_focus=True):
             return
         units = self._builder.feed(new, self._seen)
         self._seen = len(self.tokens)
-        for unit in units:
-            self.units.append(unit)
-            self._dirty.add(len(self._chunk_starts) - 1)
-            size = len(self.units) - self._chunk_starts[-1]
-            if size >= CHUNK_HARD or (size >= CHUNK_SOFT and unit.text.endswith("\n")):
-                self._chunk_starts.append(len(self.units))
+        if not units:
+            return
+        first = len(self.units)
+        self.units.extend(units)
+        wrapper = self._wrapper
+        if wrapper is not None:
+            line = len(wrapper.lines) - 1
+            for i, unit in enumerate(units, first):
+                if unit.text:
+                    wrapper.add(i, unit.text)
+            self._mark_dirty(line)
         self._schedule()
 
     def reset(self, raw: bool | None = None) -> None:
@@ -165,14 +264,50 @@ class TokenView(Vertical, can_focus=True):
         self._builder = UnitBuilder(self.raw)
         self.units = []
         self._seen = 0
-        self._chunk_starts = [0]
-        self._dirty = set(range(len(self._chunks)))
+        self._wrapper = None
+        self._strips.clear()
         self.cursor = None
         self.sync()
-        self._dirty.update(range(len(self._chunks)))
+        self._dirty_from = 0
         self._schedule()
 
+    @property
+    def text(self) -> str:
+        """The text shown (all units, as displayed)."""
+        return "".join(u.text for u in self.units)
+
+    def plain_lines(self) -> list[str]:
+        """The wrapped lines as plain text (for tests and copying)."""
+        wrapper = self._wrap(self._content_width())
+        return ["".join(p.text for p in line.pieces) for line in wrapper.lines]
+
+    # ---- layout ----
+
+    def _content_width(self) -> int:
+        return self.content_region.width or self.size.width or 80
+
+    def _wrap(self, width: int) -> LineWrapper:
+        wrapper = self._wrapper
+        if wrapper is None or wrapper.width != max(1, width):
+            wrapper = self._wrapper = wrap_units(self.units, width)
+            self._strips.clear()
+        return wrapper
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if not self.units:
+            return 0
+        lines = self._wrap(width).lines
+        count = len(lines) - (1 if not lines[-1].pieces else 0)
+        self._shown_lines = count
+        return count
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return container.width
+
     # ---- rendering ----
+
+    def _mark_dirty(self, line: int) -> None:
+        self._dirty_from = line if self._dirty_from is None else min(self._dirty_from, line)
 
     def _schedule(self) -> None:
         if self._timer_pending or not self.is_mounted:
@@ -182,75 +317,141 @@ class TokenView(Vertical, can_focus=True):
         self.set_timer(max(delay, 0.001), self.flush)
 
     def flush(self) -> None:
-        """Render the chunks that changed (called by the refresh timer)."""
+        """Redraw what changed (called by the refresh timer; bounded work)."""
         self._timer_pending = False
-        if not self.display:
-            return  # hidden views render when shown
+        if not self.display or not self.is_mounted:
+            return  # hidden views redraw when shown
         self._last_render = time.monotonic()
-        count = len(self._chunk_starts)
-        if len(self.units) == self._chunk_starts[-1] and count > 1:
-            count -= 1  # the last chunk is empty so far
-        new_widgets = []
-        while len(self._chunks) < count:
-            chunk = TokenChunk()
-            self._chunks.append(chunk)
-            new_widgets.append(chunk)
-            self._dirty.add(len(self._chunks) - 1)
-        for index in sorted(self._dirty):
-            if index < len(self._chunks):
-                content = self.render_chunk(index) if index < count else Content("")
-                self._chunks[index].update(content)
-        self._dirty.clear()
-        if new_widgets:
-            self.mount_all(new_widgets)
+        dirty, self._dirty_from = self._dirty_from, None
+        wrapper = self._wrapper
+        if wrapper is None:
+            self.refresh(layout=True)
+            return
+        lines = wrapper.lines
+        count = len(lines) - (1 if not lines[-1].pieces else 0)
+        if dirty is None:
+            return
+        for y in range(dirty, len(lines)):
+            self._strips.discard(y)
+        width = self.size.width
+        if count != self._shown_lines:
+            self.refresh(layout=True)  # grew: the conversation needs a new layout
+        else:
+            self.refresh(Region(0, dirty, width, max(1, count - dirty)))
 
     def on_show(self) -> None:
-        self._dirty.update(range(len(self._chunk_starts)))
-        self._schedule()
+        self._strips.clear()
+        self.refresh(layout=True)
 
-    def render_chunk(self, index: int) -> Content:
-        """The text of chunk ``index`` with a heat colour and a mouse target per unit."""
-        start = self._chunk_starts[index]
-        end = (self._chunk_starts[index + 1] if index + 1 < len(self._chunk_starts)
-               else len(self.units))
-        parts: list[str] = []
-        spans: list[Span] = []
-        pos = 0
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+        self._heat = None
+
+    def _heat_styles(self) -> list[Style]:
+        theme = self.app.theme
+        if self._heat is None or self._heat[0] != theme:
+            self._heat = (theme, [Style.parse(f"$heat-{b}") for b in range(5)])
+        return self._heat[1]
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.visual_style
+        key = (width, base, self.app.theme)
+        if key != self._strip_key:
+            self._strip_key = key
+            self._strips.clear()
+        strip = self._strips.get(y)
+        if strip is None:
+            strip = self._render_strip(y, width, base)
+            self._strips[y] = strip
+        return strip
+
+    def _render_strip(self, y: int, width: int, base: Style) -> Strip:
+        wrapper = self._wrap(width)
+        rich_base = base.rich_style
+        if y >= len(wrapper.lines):
+            return Strip.blank(width, rich_base)
+        heat = self._heat_styles()
         cursor = self.cursor
-        for ui in range(start, end):
-            unit = self.units[ui]
-            text = unit.text
-            prob = None if unit.logprob is None else _exp(unit.logprob)
-            style = f"$heat-{heat_bin(prob)}"
-            if ui == cursor:
-                style += " reverse bold"
-                if text.strip() == "":
-                    text = text.replace("\n", "↵\n").replace(" ", "·") or "·"
-            if not text:
-                continue
-            parts.append(text)
-            spans.append(Span(pos, pos + len(text), style))
-            spans.append(Span(pos, pos + len(text), Style.from_meta({"unit": ui})))
-            pos += len(text)
-        return Content("".join(parts), spans)
+        cursor_style = Style(reverse=True, bold=True)
+        units = self.units
+        segments: list[Segment] = []
+        used = 0
+        for piece in wrapper.lines[y].pieces:
+            unit = units[piece.unit]
+            text = piece.text
+            style = base + heat[heat_bin(None if unit.logprob is None else
+                                         math.exp(unit.logprob))]
+            if piece.unit == cursor:
+                style += cursor_style
+                if not unit.text.strip():  # make a whitespace unit visible (same width)
+                    text = text.replace(" ", "·")
+                    if piece.newline and used + cell_len(text) < width:
+                        text += "↵"
+            if text:
+                segments.append(Segment(text, style.rich_style))
+                used += cell_len(text)
+        return Strip(segments, used).adjust_cell_length(width, rich_base)
 
-    def _chunk_of(self, unit: int) -> int:
-        import bisect
-
-        return bisect.bisect_right(self._chunk_starts, unit) - 1
+    def _lines_of(self, unit: int) -> range:
+        """The lines on which unit ``unit`` has pieces."""
+        wrapper = self._wrapper
+        if wrapper is None:
+            return range(0)
+        first = bisect.bisect_right(wrapper.first_unit, unit) - 1
+        first = max(0, first)
+        while first > 0 and any(p.unit == unit for p in wrapper.lines[first - 1].pieces):
+            first -= 1
+        last = first
+        while last + 1 < len(wrapper.lines) and any(
+                p.unit == unit for p in wrapper.lines[last + 1].pieces):
+            last += 1
+        return range(first, last + 1)
 
     # ---- cursor ----
 
     def watch_cursor(self, old: int | None, new: int | None) -> None:
+        width = self.size.width
         for u in (old, new):
             if u is not None and 0 <= u < len(self.units):
-                self._dirty.add(self._chunk_of(u))
-        self.flush()
+                for y in self._lines_of(u):
+                    self._strips.discard(y)
+                    self.refresh(Region(0, y, width, 1))
         if new is not None:
-            chunk = self._chunk_of(new)
-            if chunk < len(self._chunks):
-                self._chunks[chunk].scroll_visible(animate=False)
+            lines = self._lines_of(new)
+            if lines:
+                self._scroll_lines_into_view(lines)
             self.post_message(TokenSelected(self.owner_id, new))
+
+    def _scroll_lines_into_view(self, lines: range) -> None:
+        """Scroll the nearest scrolling ancestor so that ``lines`` are on screen."""
+        container = next((a for a in self.ancestors if isinstance(a, Widget)
+                          and a.is_scrollable), None)
+        if container is None:
+            return
+        window = container.scrollable_content_region
+        top = self.content_region.y + lines.start
+        bottom = top + len(lines)
+        if top < window.y:
+            delta = top - window.y
+        elif bottom > window.bottom:
+            delta = min(bottom - window.bottom, top - window.y)
+        else:
+            return
+        container.scroll_to(y=container.scroll_y + delta, animate=False, immediate=True)
+
+    def unit_at(self, x: int, y: int) -> int | None:
+        """The unit drawn at content offset (``x``, ``y``), or None."""
+        wrapper = self._wrapper
+        if wrapper is None or not 0 <= y < len(wrapper.lines):
+            return None
+        used = 0
+        for piece in wrapper.lines[y].pieces:
+            used += cell_len(piece.text)
+            if x < used:
+                return piece.unit
+        return None
 
     def action_move(self, delta: int) -> None:
         if not self.units:
@@ -276,17 +477,12 @@ class TokenView(Vertical, can_focus=True):
         self.post_message(AlternativeChosen(self.owner_id, self.units[self.cursor].start, rank))
 
     def on_click(self, event: events.Click) -> None:
-        unit = event.style.meta.get("unit")
+        offset = event.get_content_offset(self)
+        unit = None if offset is None else self.unit_at(offset.x, offset.y)
         if unit is not None:
             self.focus()
-            self.cursor = int(unit)
+            self.cursor = unit
 
     def on_focus(self) -> None:
         if self.cursor is None and self.units:
             self.cursor = len(self.units) - 1
-
-
-def _exp(x: float) -> float:
-    import math
-
-    return math.exp(x)
