@@ -1,0 +1,211 @@
+"""The fast runner against the transformers runner: same logits in fp32, the same engine
+behaviour (greedy tokens, logprobs, batches, prefix reuse, cancel), the KV cache operations,
+and int8 against the same math with dequantized weights."""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+import torch
+
+from inference.engine import LocalBackend
+from inference.fast_llama import (FastLlama, FastRunner, StaticKVCache, build_runner,
+                                  unsupported_reason)
+from inference.quant import Int8Weight
+from inference.runner import HFRunner
+from inference.settings import SamplingParams
+from inference.types import GenerationRequest, Message, RowDone, TokenBatch
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
+MSGS = (Message("system", "You are terse."), Message("user", "List three colours."))
+
+
+def run(backend, messages=MSGS, *settings, k=5, cancel=None):
+    req = GenerationRequest(tuple(messages), settings or (GREEDY,), top_logprobs=k)
+    return list(backend.generate(req, cancel or threading.Event()))
+
+
+def tokens(events, row=0):
+    return [t for e in events if isinstance(e, TokenBatch) and e.row == row for t in e.tokens]
+
+
+def backends(ckpt):
+    return (LocalBackend.from_checkpoint(ckpt, runner="hf"),
+            LocalBackend.from_checkpoint(ckpt, runner="fast"))
+
+
+def assert_same_tokens(a, b, abs_tol=1e-4):
+    """Same ids; logprobs and entropy within abs_tol; alternatives with the same logprobs
+    (their order may differ only between near-ties)."""
+    assert [t.id for t in a] == [t.id for t in b]
+    for x, y in zip(a, b):
+        assert x.logprob == pytest.approx(y.logprob, abs=abs_tol)
+        assert x.entropy == pytest.approx(y.entropy, abs=10 * abs_tol)
+        assert [p.logprob for p in x.top] == pytest.approx([p.logprob for p in y.top], abs=abs_tol)
+        if abs_tol <= 1e-4:
+            assert [p.id for p in x.top] == [p.id for p in y.top]
+
+
+def test_auto_picks_fast_and_env_forces_transformers(tiny_ckpt, monkeypatch):
+    assert unsupported_reason(tiny_ckpt.model) is None
+    assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, FastRunner)
+    monkeypatch.setenv("CHATUI_RUNNER", "hf")
+    assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, HFRunner)
+    with pytest.raises(ValueError, match="fast runner"):
+        LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8")
+
+
+def test_unsupported_model_falls_back():
+    class Cfg:
+        model_type = "gpt2"
+
+    class M:
+        config = Cfg()
+
+    assert "gpt2" in unsupported_reason(M())
+
+
+def test_logits_equal_transformers_prefill_decode_and_padding(tiny_ckpt):
+    hf, fast = HFRunner(tiny_ckpt.model), FastRunner(tiny_ckpt.model)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 1000, (1, 37))
+    ch, cf = hf.new_cache(), fast.new_cache()
+    for chunk in (ids[:, :20], ids[:, 20:36], ids[:, 36:]):  # prefill with a past, then decode
+        a, b = hf.forward(ch, chunk), fast.forward(cf, chunk)
+        assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
+    # left-padded batch with attention mask and position ids, then two decode steps
+    x = torch.randint(3, 1000, (3, 12))
+    mask = torch.ones_like(x)
+    mask[1, :5] = 0
+    mask[2, :9] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    ch, cf = hf.new_cache(), fast.new_cache()
+    a = hf.forward(ch, x, attention_mask=mask, position_ids=pos)
+    b = fast.forward(cf, x, attention_mask=mask, position_ids=pos)
+    assert torch.allclose(a, b, atol=1e-4)
+    nxt = pos[:, -1:] + 1
+    for _ in range(2):
+        step = a.argmax(-1)[:, None]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        a = hf.forward(ch, step, attention_mask=mask, position_ids=nxt)
+        b = fast.forward(cf, step, attention_mask=mask, position_ids=nxt)
+        assert torch.allclose(a, b, atol=1e-4)
+        nxt = nxt + 1
+
+
+def test_cache_operations_match_fresh_prefills(tiny_ckpt):
+    fast = FastRunner(tiny_ckpt.model)
+    ids = torch.randint(3, 1000, (1, 300))  # grows past one capacity block
+    cache = fast.new_cache()
+    full = fast.forward(cache, ids)
+    assert cache.get_seq_length() == 300 and cache.capacity >= 300
+    # crop back and refeed == fresh
+    cache.crop(-50)
+    assert cache.get_seq_length() == 250
+    again = fast.forward(cache, ids[:, 250:])
+    assert torch.allclose(full, again, atol=1e-5)
+    # branch: deepcopy + repeat, then select keeps the right rows
+    branch = copy.deepcopy(cache)
+    branch.batch_repeat_interleave(3)
+    assert branch.batch == 3 and cache.batch == 1
+    step = torch.tensor([[7], [8], [9]])
+    out = fast.forward(branch, step)
+    for r in range(3):
+        single = copy.deepcopy(cache)
+        assert torch.allclose(out[r], fast.forward(single, step[r:r + 1])[0], atol=1e-5)
+    branch.batch_select_indices(torch.tensor([2]))
+    single = copy.deepcopy(cache)
+    fast.forward(single, step[2:])
+    assert torch.allclose(fast.forward(branch, torch.tensor([[5]])),
+                          fast.forward(single, torch.tensor([[5]])), atol=1e-5)
+
+
+def test_static_cache_refuses_a_different_batch_once_filled():
+    c = StaticKVCache(2, 2, 8, dtype=torch.float32, device=torch.device("cpu"))
+    c.reserve(4, 3)
+    assert c.batch == 3
+    c.length = 4
+    with pytest.raises(ValueError):
+        c.reserve(5, 1)
+
+
+@pytest.mark.parametrize("settings", [
+    (GREEDY,),
+    (SamplingParams(temperature=1.0, seed=5, max_new_tokens=16),),
+    (GREEDY, SamplingParams(temperature=0.9, top_k=40, seed=3, max_new_tokens=12),
+     SamplingParams(temperature=0, max_new_tokens=6, repetition_penalty=1.3)),
+])
+def test_engine_same_events_on_both_runners(tiny_ckpt, settings):
+    hf, fast = backends(tiny_ckpt)
+    a, b = run(hf, MSGS, *settings), run(fast, MSGS, *settings)
+    for r in range(len(settings)):
+        assert_same_tokens(tokens(a, r), tokens(b, r))
+
+
+def test_prefix_reuse_and_batches_same_on_both_runners(tiny_ckpt):
+    hf, fast = backends(tiny_ckpt)
+    convo = [Message("user", "Write a sentence.")]
+    for b in (hf, fast):
+        first = run(b, convo)
+        text = next(e for e in first if isinstance(e, RowDone)).text
+        follow = convo + [Message("assistant", text), Message("user", "Another.")]
+        ev = run(b, follow)
+        b.result = (tokens(first), tokens(ev), ev[0].cached_tokens)
+    assert hf.result[2] == fast.result[2] > 0
+    assert_same_tokens(hf.result[0], fast.result[0])
+    assert_same_tokens(hf.result[1], fast.result[1])
+    reqs = [GenerationRequest((Message("user", m),), (GREEDY,), 3)
+            for m in ("Hi", "A much longer question about the sea and the sky?", "Ok")]
+    a = list(hf.generate_batch(reqs, threading.Event()))
+    c = list(fast.generate_batch(reqs, threading.Event()))
+    for r in range(3):
+        assert_same_tokens(tokens(a, r), tokens(c, r))
+
+
+def test_cancel_on_fast_path(tiny_ckpt):
+    backend = LocalBackend.from_checkpoint(tiny_ckpt, runner="fast")
+    cancel = threading.Event()
+    out = []
+    long = SamplingParams(temperature=0, max_new_tokens=200)
+    for ev in backend.generate(GenerationRequest(MSGS, (long,), 5), cancel):
+        out.append(ev)
+        if sum(len(e.tokens) for e in out if isinstance(e, TokenBatch)) >= 3:
+            cancel.set()
+    done = next(e for e in out if isinstance(e, RowDone))
+    assert done.finish_reason == "cancelled" and done.usage.completion_tokens < 10
+    # the backend stays usable, its cache consistent with a fresh one
+    fresh = LocalBackend.from_checkpoint(tiny_ckpt, runner="fast")
+    assert_same_tokens(tokens(run(backend)), tokens(run(fresh)))
+
+
+def dequantized_twin(runner: FastRunner) -> FastRunner:
+    """The same runner with every int8 weight replaced by its dequantized bf16 tensor."""
+    twin = copy.copy(runner)
+    fast = copy.copy(runner.fast)
+    deq = lambda w: w.dequantize(fast.dtype) if isinstance(w, Int8Weight) else w  # noqa: E731
+    fast.layers = [copy.copy(L) for L in fast.layers]
+    for L in fast.layers:
+        L.wqkv, L.wo, L.wgu, L.wd = deq(L.wqkv), deq(L.wo), deq(L.wgu), deq(L.wd)
+    fast.lm_head = deq(fast.lm_head)
+    fast.quantize = "none"
+    twin.fast = fast
+    return twin
+
+
+def test_int8_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
+    int8 = build_runner(tiny_ckpt, quantize="int8", precision="auto")
+    assert isinstance(int8.fast, FastLlama) and isinstance(int8.fast.lm_head, Int8Weight)
+    twin = dequantized_twin(int8)
+    ids = torch.randint(3, 1000, (1, 40))
+    a, b = int8.forward(int8.new_cache(), ids), twin.forward(twin.new_cache(), ids)
+    assert torch.allclose(a, b, atol=0.05 * b.abs().max().item())
+    q = LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8", precision="auto")
+    e = LocalBackend.from_checkpoint(tiny_ckpt, precision="auto")
+    e.runner = twin
+    for settings in ((GREEDY,), (GREEDY, GREEDY.with_values(max_tokens=10))):
+        assert_same_tokens(tokens(run(q, MSGS, *settings)), tokens(run(e, MSGS, *settings)),
+                           abs_tol=0.05)
+    assert q.info.quantization == "int8" and q.info.dtype == "bfloat16"
