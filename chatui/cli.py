@@ -470,7 +470,13 @@ def bench(
     repeats: Annotated[int, typer.Option(help="Runs; the best is reported.")] = 1,
     vs_hf: Annotated[bool, typer.Option("--vs-hf", help="Also time transformers' generate on the "
                                                         "same model and prompt.")] = False,
+    compare_mode: Annotated[bool, typer.Option(
+        "--compare", help="Compare mode: aggregate tokens/s of N = 1, 2, 4 settings decoded as "
+                          "one batch against N sequential runs.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    runner: Annotated[str, typer.Option(
+        "--runner", help="auto (the fast runner where the model supports it), fast, or hf "
+                         "(transformers' modules, for comparison).")] = "auto",
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
     quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False,
@@ -481,9 +487,18 @@ def bench(
         if prompt_tokens < 8 or new_tokens < 2 or not 1 <= batch_size <= 64:
             raise UserError("--prompt-tokens must be >= 8, --new-tokens >= 2, --batch 1-64")
         _check_top(top_logprobs)
+        if runner not in ("auto", "fast", "hf"):
+            raise UserError(f"unknown runner {runner!r}; choose auto, fast or hf")
         opts = _options("local", ckpt, device, dtype, device_map, quantize, trust_remote_code,
                         allow_pickle, None, None, None)
+        from dataclasses import replace
+
+        opts = replace(opts, runner=runner)
         worker = await _load(opts, quiet=as_json)
+        if compare_mode:
+            await _bench_compare(worker, prompt_tokens, new_tokens, top_logprobs, repeats,
+                                 as_json)
+            return
         from inference.bench import run_bench
 
         try:
@@ -499,6 +514,8 @@ def bench(
         print(f"model {d['model']} on {d['device']} ({d['dtype']}, quantization "
               f"{d['quantization']}, {d['threads']} threads), batch {d['batch']}, "
               f"top-{d['top_logprobs']} logprobs")
+        if d.get("runner"):
+            print(f"  picked: {d['runner']}")
         print(f"  prompt {d['prompt_tokens']} tokens: time to first token {d['ttft_s'] * 1000:.0f} ms, "
               f"prefill {d['prefill_tokens_per_s']:.0f} tokens/s")
         print(f"  decode {d['new_tokens']} tokens: {d['decode_tokens_per_s']:.1f} tokens/s per row, "
@@ -510,6 +527,34 @@ def bench(
                   f"chatui is {d['speedup_vs_hf']:.2f}x")
 
     _run(go())
+
+
+async def _bench_compare(worker: InferenceWorker, prompt_tokens: int, new_tokens: int,
+                         top_logprobs: int, repeats: int, as_json: bool) -> None:
+    """``bench --compare``: N settings in one batch against N sequential runs."""
+    from functools import partial
+
+    from inference.bench import run_compare_bench
+
+    try:
+        result: Any = await worker.call(partial(
+            run_compare_bench, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
+            top_logprobs=top_logprobs, repeats=repeats))
+    finally:
+        await worker.aclose()
+    d = result.to_dict()
+    if as_json:
+        print(json.dumps(d))
+        return
+    print(f"model {d['model']} on {d['device']} ({d['dtype']}, quantization "
+          f"{d['quantization']}, {d['threads']} threads), prompt {d['prompt_tokens']} tokens, "
+          f"{d['new_tokens']} new tokens per setting, top-{d['top_logprobs']} logprobs")
+    print("  N  batched: s  tok/s (decode)   sequential: s  tok/s (decode)   speedup")
+    for r in d["rows"]:
+        print(f"  {r['n']}  {r['batched_s']:10.2f}  {r['batched_tokens_per_s']:6.1f} "
+              f"({r['batched_decode_tokens_per_s']:6.1f})   {r['sequential_s']:13.2f}  "
+              f"{r['sequential_tokens_per_s']:6.1f} ({r['sequential_decode_tokens_per_s']:6.1f})"
+              f"   {r['speedup']:.2f}x")
 
 
 @app.command()

@@ -45,6 +45,8 @@ class BenchResult:
     hf_decode_tokens_per_s: float | None = None
     hf_total_s: float | None = None
     speedup_vs_hf: float | None = None
+    runner: str = ""
+    """Which runner and precision the backend picked."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +123,7 @@ def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, 
         decode_tokens_per_s=tps, aggregate_tokens_per_s=tps * batch, weight_bytes=wbytes,
         bandwidth_gb_s=wbytes * tps / 1e9, peak_memory_mb=peak_memory_mb(device),
         hf_decode_tokens_per_s=hf_tps, hf_total_s=hf_total,
-        speedup_vs_hf=(tps / hf_tps) if hf_tps else None)
+        speedup_vs_hf=(tps / hf_tps) if hf_tps else None, runner=_describe(backend))
 
 
 @torch.inference_mode()
@@ -143,3 +145,115 @@ def hf_generate_speed(model: Any, tokenizer: Any, messages: tuple[Message, ...],
     model.generate(x, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
     tn = time.perf_counter() - t0
     return (new_tokens - 1) / max(tn - t1, 1e-9), tn
+
+
+# ---- compare mode: N settings in one batch against N sequential runs ----
+
+
+@dataclass(frozen=True)
+class CompareBenchRow:
+    """N settings answered once as one batch and once one after the other."""
+
+    n: int
+    batched_s: float
+    """Wall time of the batched request (one prefill, N rows decoded together)."""
+    sequential_s: float
+    """Wall time of N single-row requests in a row (the prompt's cache reused after the first)."""
+    batched_tokens_per_s: float
+    """Aggregate: all rows' tokens / wall time (prefill included)."""
+    sequential_tokens_per_s: float
+    batched_decode_tokens_per_s: float
+    """Aggregate decode only: all rows' tokens after the first / decode time."""
+    sequential_decode_tokens_per_s: float
+    speedup: float
+    """batched_tokens_per_s / sequential_tokens_per_s."""
+
+
+@dataclass(frozen=True)
+class CompareBenchResult:
+    """``chatui bench --compare``: one row per N."""
+
+    model: str
+    device: str
+    dtype: str
+    quantization: str
+    threads: int
+    prompt_tokens: int
+    new_tokens: int
+    top_logprobs: int
+    rows: tuple[CompareBenchRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_settings(n: int, new_tokens: int) -> tuple[SamplingParams, ...]:
+    """N different sampled settings with their own seeds (what a comparison looks like)."""
+    temps = (0.7, 1.0, 0.4, 1.2, 0.9, 0.6)
+    return tuple(SamplingParams(temperature=temps[i % len(temps)], top_p=0.95, seed=i + 1,
+                                max_new_tokens=new_tokens) for i in range(n))
+
+
+def _timed(backend: Any, messages: tuple[Message, ...], settings: tuple[SamplingParams, ...],
+           top_logprobs: int) -> tuple[float, int, float]:
+    """(wall seconds, tokens generated, decode seconds of the slowest row) for one request."""
+    t0 = time.perf_counter()
+    events = list(backend.generate(GenerationRequest(messages, settings, top_logprobs),
+                                   threading.Event()))
+    wall = time.perf_counter() - t0
+    done = [e for e in events if isinstance(e, RowDone)]
+    if len(done) != len(settings) or any(d.finish_reason != "length" for d in done):
+        raise RuntimeError(f"benchmark run ended early: {[d.finish_reason for d in done]}")
+    tokens = sum(d.usage.completion_tokens for d in done)
+    decode = max((d.usage.completion_tokens - 1) / d.usage.decode_tokens_per_s
+                 for d in done if d.usage.decode_tokens_per_s > 0)
+    return wall, tokens, decode
+
+
+def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4), prompt_tokens: int = 128,
+                      new_tokens: int = 128, top_logprobs: int = 5,
+                      repeats: int = 1) -> CompareBenchResult:
+    """For each N: N settings as one batched request against the same N as N requests in a
+    row (EOS ignored so every row decodes exactly ``new_tokens``). The best of ``repeats``
+    is kept for each side."""
+    messages = make_prompt(backend.tokenizer, prompt_tokens)
+    eos, backend.eos_ids = backend.eos_ids, frozenset()
+    rows = []
+    try:
+        backend.reset()
+        _timed(backend, messages, compare_settings(max(ns), 4), top_logprobs)  # warm-up
+        for n in ns:
+            settings = compare_settings(n, new_tokens)
+            best_b = best_s = None
+            for _ in range(max(1, repeats)):
+                backend.reset()  # each side prefills the prompt once
+                b = _timed(backend, messages, settings, top_logprobs)
+                backend.reset()
+                runs = [_timed(backend, messages, (s,), top_logprobs) for s in settings]
+                s = (sum(r[0] for r in runs), sum(r[1] for r in runs), sum(r[2] for r in runs))
+                best_b = b if best_b is None or b[0] < best_b[0] else best_b
+                best_s = s if best_s is None or s[0] < best_s[0] else best_s
+            assert best_b is not None and best_s is not None
+            b_tps, s_tps = best_b[1] / best_b[0], best_s[1] / best_s[0]
+            rows.append(CompareBenchRow(
+                n=n, batched_s=best_b[0], sequential_s=best_s[0], batched_tokens_per_s=b_tps,
+                sequential_tokens_per_s=s_tps,
+                batched_decode_tokens_per_s=(best_b[1] - n) / best_b[2],
+                sequential_decode_tokens_per_s=(best_s[1] - n) / best_s[2],
+                speedup=b_tps / s_tps))
+    finally:
+        backend.eos_ids = eos
+    return CompareBenchResult(
+        model=backend.info.name, device=str(backend.device), dtype=backend.info.dtype,
+        quantization=backend.info.quantization, threads=torch.get_num_threads(),
+        prompt_tokens=backend.count_tokens(messages), new_tokens=new_tokens,
+        top_logprobs=top_logprobs, rows=tuple(rows))
+
+
+def _describe(backend: Any) -> str:
+    from .fast_llama import describe
+
+    try:
+        return describe(backend.runner)
+    except Exception:  # noqa: BLE001 - a stand-in backend without a runner
+        return ""
