@@ -29,6 +29,10 @@ class BackendOptions:
     """'auto' shards a big model over several GPUs."""
     quantize: str = "none"
     """Weight-only quantization applied at load time: none or int8."""
+    runner: str = "auto"
+    """auto: chatui's fast Llama-family runner where the model supports it, else transformers';
+    fast or hf force one. With no --dtype the fast runner picks the fastest precision that
+    keeps quality (bf16 matmuls with an fp32 residual stream for an fp32 model on CPU)."""
     trust_remote_code: bool = False
     allow_pickle: bool = False
     base_url: str | None = None
@@ -55,7 +59,9 @@ class LocalFactory:
         ckpt = load_checkpoint(o.ckpt, device=o.device, dtype=o.dtype, device_map=o.device_map,
                                trust_remote_code=o.trust_remote_code,
                                allow_pickle=o.allow_pickle, progress=progress)
-        return LocalBackend.from_checkpoint(ckpt, quantize=o.quantize, progress=progress)
+        precision = "model" if o.dtype else "auto"
+        return LocalBackend.from_checkpoint(ckpt, quantize=o.quantize, progress=progress,
+                                            precision=precision, runner=o.runner)
 
 
 def make_factory(opts: BackendOptions) -> BackendFactory:
