@@ -56,3 +56,10 @@ class AlternativeChosen(Message):
     view_id: str
     token_index: int
     alt_rank: int
+
+
+@dataclass
+class TextTyped(Message):
+    """Text was typed in a view that takes none (the token view): it belongs in the prompt."""
+
+    text: str

@@ -574,3 +574,30 @@ async def test_settings_overrides_apply_on_model_defaults():
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
         assert app.chat.settings.temperature == 0.1 and app.chat.settings.max_new_tokens == 9
+
+
+async def test_typing_after_esc_in_token_view_goes_to_the_prompt():
+    long = " ".join(f"w{i}" for i in range(400))
+    app = make_app(lambda r, row: long, delay_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
+        await asyncio.sleep(0.2)
+        await tap(app, "ctrl+t", 0.2)
+        tv = replies(app)[0].token_view
+        assert app.focused is tv
+        await tap(app, "escape", 0.1)  # stops the reply; the token view keeps the focus
+        await settle(pilot, app)
+        reply = app.chat.conversation.entries[-1].reply
+        assert reply.finish_reason == "cancelled"
+        cursor = tv.cursor
+        await pilot.press(*"/continue")  # 'n' must not jump to the least likely token
+        assert app.chat.prompt.text == "/continue" and app.focused is app.chat.prompt
+        assert tv.cursor == cursor
+        before = len(reply.tokens)
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert len(reply.tokens) > before and reply.finish_reason in ("stop", "length")
+        tv.focus()  # the view's own keys still work there
+        await pilot.press("home", "right")
+        assert tv.cursor == 1

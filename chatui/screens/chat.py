@@ -38,7 +38,7 @@ from inference.types import (
 )
 from inference.worker import GenerationStream, describe_error
 
-from .. import commands
+from .. import commands, gcpolicy
 from ..conversation import Conversation, Entry, Reply
 from ..messages import (
     AlternativeChosen,
@@ -46,6 +46,7 @@ from ..messages import (
     ResponseComplete,
     ResponseFailed,
     ResponseStarted,
+    TextTyped,
     TokenSelected,
 )
 from ..widgets.inspector import TokenInspector
@@ -226,6 +227,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         self._views.clear()
         self._widgets_of.clear()
         await self.log_view.remove_children()
+        gcpolicy.release()  # the old conversation's widgets are garbage now
         self.inspector.clear()
         for entry in conversation.entries:
             if entry.role == "user":
@@ -466,6 +468,11 @@ class ChatScreen(CompareFlow, Screen[None]):
         self.inspector.show(event.view_id, tokens, event.unit, len(units))
         self.inspector._position = unit.start
 
+    @on(TextTyped)
+    def _text_typed(self, event: TextTyped) -> None:
+        self.prompt.focus()
+        self.prompt.insert(event.text)
+
     @on(AlternativeChosen)
     async def _alternative_chosen(self, event: AlternativeChosen) -> None:
         await self.continue_from_alternative(event.view_id, event.token_index, event.alt_rank)
@@ -577,6 +584,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         self._views.clear()
         self._widgets_of.clear()
         await self.log_view.remove_children()
+        gcpolicy.release()  # the old conversation's widgets are garbage now
         self.inspector.clear()
         self.status.context_used = 0
         self.status.speed = ""

@@ -34,7 +34,7 @@ from textual.widget import Widget
 from inference.types import Token
 from themes import heat_bin
 
-from ..messages import AlternativeChosen, TokenSelected
+from ..messages import AlternativeChosen, TextTyped, TokenSelected
 from .text import safe_text
 
 REFRESH_S = 0.08
@@ -482,6 +482,15 @@ class TokenView(Widget, can_focus=True):
         if unit is not None:
             self.focus()
             self.cursor = unit
+
+    def on_key(self, event: events.Key) -> None:
+        """A typed character that is not one of the view's keys goes to the prompt (after Esc
+        stopped a reply here, ``/continue`` must not jump the cursor with its ``n``)."""
+        if (event.is_printable and event.character
+                and event.key not in self.screen.active_bindings):
+            event.stop()
+            event.prevent_default()
+            self.post_message(TextTyped(event.character))
 
     def on_focus(self) -> None:
         if self.cursor is None and self.units:
