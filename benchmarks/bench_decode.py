@@ -9,7 +9,7 @@ llama-cpp-python is installed). Then quality (top-1 agreement with fp32 and perp
 time to first token of a follow-up turn as the conversation grows.
 
     .venv/bin/python benchmarks/bench_decode.py [--new-tokens 128] [--prompt-tokens 128]
-        [--rounds 3] [--no-llamacpp] [--json out.json]
+        [--rounds 3] [--threads N] [--no-llamacpp] [--json out.json]
 """
 
 from __future__ import annotations
@@ -85,8 +85,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--skip-extras", action="store_true", help="decode speeds only")
+    ap.add_argument("--threads", type=int, default=0, help="torch and llama.cpp threads "
+                    "(default: torch's)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
 
     ckpt = load_checkpoint(None, device="cpu", dtype="float32")
     backends = {name: LocalBackend.from_checkpoint(ckpt, **kw) for name, kw in CONFIGS.items()}

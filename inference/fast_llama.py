@@ -69,6 +69,24 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
+def _rope_parameters(model: Any) -> tuple[torch.Tensor, float]:
+    """RoPE inverse frequencies recomputed in fp32 from the config, the way the model's own
+    rotary module computes them (its buffer is rounded when a model is cast to bf16)."""
+    rot = model.model.rotary_emb
+    try:
+        rope_type = getattr(rot, "rope_type", "default")
+        if rope_type == "default":
+            fn = type(rot).compute_default_rope_parameters
+        else:
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+            fn = ROPE_INIT_FUNCTIONS[rope_type]
+        inv_freq, scale = fn(model.config)
+        return inv_freq.float().cpu(), float(scale)
+    except Exception:  # noqa: BLE001 - an unusual rotary module: trust its buffer
+        return rot.inv_freq.detach().float().cpu(), float(getattr(rot, "attention_scaling", 1.0))
+
+
 class StaticKVCache:
     """Keys and values of every layer in two preallocated tensors [L, B, KV, C, D].
 
@@ -193,9 +211,8 @@ class FastLlama:
         self.inter = cfg.intermediate_size
         self.eps = float(cfg.rms_norm_eps)
         self.vocab = cfg.vocab_size
-        rot = model.model.rotary_emb
-        self.inv_freq = rot.inv_freq.detach().float().to(self.device)  # [D/2]
-        self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
+        inv_freq, self.rope_scale = _rope_parameters(model)
+        self.inv_freq = inv_freq.to(self.device)  # [D/2] fp32
         self._rope = torch.empty(0, self.head_dim // 2, dtype=torch.complex64, device=self.device)
         self.quantized: dict[str, Int8Weight] = {}
         stored = int8_weights or {}

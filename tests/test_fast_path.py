@@ -209,3 +209,12 @@ def test_int8_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monkeypat
         assert_same_tokens(tokens(run(q, MSGS, *settings)), tokens(run(e, MSGS, *settings)),
                            abs_tol=0.05)
     assert q.info.quantization == "int8" and q.info.dtype == "bfloat16"
+
+
+def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):
+    bf16 = copy.deepcopy(tiny_ckpt.model).to(torch.bfloat16)
+    assert bf16.model.rotary_emb.inv_freq.dtype == torch.bfloat16
+    fast = FastLlama(bf16, dtype=torch.bfloat16)
+    ref = FastLlama(tiny_ckpt.model, dtype=torch.float32)
+    assert fast.inv_freq.dtype == torch.float32
+    assert torch.allclose(fast.inv_freq, ref.inv_freq) and fast.rope_scale == ref.rope_scale
