@@ -57,9 +57,3 @@ class AlternativeChosen(Message):
     token_index: int
     alt_rank: int
 
-
-@dataclass
-class TextTyped(Message):
-    """Text was typed in a view that takes none (the token view): it belongs in the prompt."""
-
-    text: str

@@ -46,7 +46,6 @@ from ..messages import (
     ResponseComplete,
     ResponseFailed,
     ResponseStarted,
-    TextTyped,
     TokenSelected,
 )
 from ..widgets.inspector import TokenInspector
@@ -267,6 +266,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         view = ReplyView(reply, stable_timings=self.stable_timings, token_mode=self.token_mode,
                          id=self._next_id("reply"))
         view.raw = self.raw
+        view.type_into = self._type_into_prompt
         self._views[view.id or ""] = (entry, view)
         self._widgets_of.setdefault(id(entry), []).append(view)
         self.log_view.mount(view)
@@ -468,10 +468,13 @@ class ChatScreen(CompareFlow, Screen[None]):
         self.inspector.show(event.view_id, tokens, event.unit, len(units))
         self.inspector._position = unit.start
 
-    @on(TextTyped)
-    def _text_typed(self, event: TextTyped) -> None:
+    def _type_into_prompt(self, text: str, submit: bool) -> None:
+        """Text typed in a token view (which takes none) goes to the prompt."""
         self.prompt.focus()
-        self.prompt.insert(event.text)
+        if text:
+            self.prompt.insert(text)
+        if submit:
+            self.prompt.action_submit()
 
     @on(AlternativeChosen)
     async def _alternative_chosen(self, event: AlternativeChosen) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -94,6 +94,8 @@ class ReplyView(Vertical):
         self._last_write = 0.0
         self._token_sync_pending = False
         self._gc_held = False
+        self.type_into: Callable[[str, bool], None] | None = None
+        """Where text typed in the token view goes (set by the screen before mounting)."""
         self.set_reactive(ReplyView.token_mode, token_mode)
         self.set_class(token_mode, "-tokens")
 
@@ -112,6 +114,7 @@ class ReplyView(Vertical):
         yield Markdown(safe_text(self.reply.text), open_links=False)
         view = TokenView(self.reply.tokens, raw=self.raw)
         view.owner_id = self.id or ""
+        view.type_into = self.type_into
         yield view
         yield Static(classes="reply-finish")
         yield Static(classes="reply-stats")

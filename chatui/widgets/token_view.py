@@ -18,7 +18,7 @@ import bisect
 import math
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -34,7 +34,7 @@ from textual.widget import Widget
 from inference.types import Token
 from themes import heat_bin
 
-from ..messages import AlternativeChosen, TextTyped, TokenSelected
+from ..messages import AlternativeChosen, TokenSelected
 from .text import safe_text
 
 REFRESH_S = 0.08
@@ -232,6 +232,9 @@ class TokenView(Widget, can_focus=True):
         self._dirty_from: int | None = None
         self._last_render = 0.0
         self._timer_pending = False
+        self._typing_away = False
+        self.type_into: Callable[[str, bool], None] | None = None
+        """Where typed text goes (``(text, submit)``), set by the screen; None keeps it here."""
         self.owner_id = ""
         """The id of the reply view this belongs to (sent in messages)."""
 
@@ -484,14 +487,28 @@ class TokenView(Widget, can_focus=True):
             self.cursor = unit
 
     def on_key(self, event: events.Key) -> None:
-        """A typed character that is not one of the view's keys goes to the prompt (after Esc
-        stopped a reply here, ``/continue`` must not jump the cursor with its ``n``)."""
-        if (event.is_printable and event.character
-                and event.key not in self.screen.active_bindings):
-            event.stop()
-            event.prevent_default()
-            self.post_message(TextTyped(event.character))
+        """Typing that does not start with one of the view's keys goes to ``type_into`` (after
+        Esc stopped a reply here, ``/continue`` must reach the prompt, and its ``n`` must not
+        jump the cursor).
+
+        Keys that were on their way here before the focus moved (a fast typist, a terminal
+        delivering a burst) follow them, bound or not, in order; Enter submits.
+        """
+        if self.type_into is None:
+            return
+        away = self._typing_away or not self.has_focus
+        if away and event.key == "enter":
+            self.type_into("", True)
+        elif event.is_printable and event.character and (
+                away or event.key not in self.screen.active_bindings):
+            self._typing_away = True
+            self.type_into(event.character, False)
+        else:
+            return
+        event.stop()
+        event.prevent_default()
 
     def on_focus(self) -> None:
+        self._typing_away = False
         if self.cursor is None and self.units:
             self.cursor = len(self.units) - 1
