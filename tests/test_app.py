@@ -337,7 +337,7 @@ async def test_token_view_switches_while_streaming_and_mouse_selects():
         tv = replies(app)[0].token_view
         assert len(tv.units) == 300
         lines = tv.plain_lines()
-        assert "".join(lines) == long and len(lines) > 1
+        assert " ".join(lines) == long and len(lines) > 1  # wrapped at spaces
         assert all(len(line) <= tv.size.width for line in lines)
         assert tv.text == long
         await pilot.click(tv, offset=(1, 0))  # padding 1: the first cell of the first line

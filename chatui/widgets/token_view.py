@@ -150,7 +150,12 @@ class LineWrapper:
                 part = part.expandtabs(4)
             size = cell_len(part)
             if line.width + size > width and line.width and size <= width:
-                line = self._new_line(index)
+                if part[0] == " ":  # wrap at the space, which the new line does not show
+                    part = part[1:]
+                    size -= 1
+                    line = self._new_line(index)
+                else:  # take the start of the word along, if the word fits on a line
+                    line = self._wrap_word(line, index, size)
             while line.width + size > width:  # longer than the room left: cut it
                 room = width - line.width
                 head, part = _cut(part, room)
@@ -162,10 +167,42 @@ class LineWrapper:
                 line = self._new_line(index)
                 size = cell_len(part)
             if part or ends_line:
+                if not line.pieces:
+                    self.first_unit[-1] = index
                 line.pieces.append(Piece(index, part, ends_line))
                 line.width += size
             if ends_line:
                 line = self._new_line(index + 1)
+
+
+    def _wrap_word(self, line: _Line, index: int, size: int) -> _Line:
+        """A new line for unit ``index`` (``size`` cells, no leading space), with the pieces
+        at the end of ``line`` that start its word moved along when the word fits."""
+        moved: list[Piece] = []
+        cells = size
+        for k in range(len(line.pieces) - 1, -1, -1):
+            piece = line.pieces[k]
+            cut = max(piece.text.rfind(" "), piece.text.rfind("\t"))
+            tail = piece.text[cut + 1:]
+            cells += cell_len(tail)
+            if cells > self.width:
+                moved = []
+                break
+            if tail:
+                moved.insert(0, Piece(piece.unit, tail, False))
+            if cut >= 0:  # the word starts in this piece
+                del line.pieces[k + 1:]
+                if cut + 1 < len(piece.text):
+                    line.pieces[k] = Piece(piece.unit, piece.text[:cut + 1], False)
+                break
+        else:
+            moved = []  # the whole line is one word: break between units
+        if moved:
+            line.width -= sum(cell_len(p.text) for p in moved)
+        new = self._new_line(moved[0].unit if moved else index)
+        new.pieces.extend(moved)
+        new.width = sum(cell_len(p.text) for p in moved)
+        return new
 
 
 def _cut(text: str, cells: int) -> tuple[str, str]:

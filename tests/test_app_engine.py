@@ -1,0 +1,147 @@
+"""Pilot tests of the chat app on the real engine (a tiny random Llama with SmolLM2's tokenizer):
+token ids and alternatives in the token view, Esc mid-reply, ``/continue`` and
+continue-from-alternative with token-exact prefixes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from chatui.app import ChatApp
+from chatui.config import AppConfig
+from inference.settings import SamplingParams
+from inference.types import TokenBatch
+
+from test_app import SIZE, loaded, replies, send, send_nowait, settle, tap
+
+
+class Paced:
+    """The real backend, paced (so Esc lands mid-reply) and recording its requests."""
+
+    def __init__(self, backend, delay_s: float) -> None:
+        self.backend = backend
+        self.delay_s = delay_s
+        self.requests = []
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def generate(self, request, cancel):
+        self.requests.append(request)
+        for ev in self.backend.generate(request, cancel):
+            if isinstance(ev, TokenBatch) and self.delay_s:
+                time.sleep(self.delay_s)
+            yield ev
+
+
+@pytest.fixture
+def engine_app(tiny_ckpt, config_dir):
+    from inference.engine import LocalBackend
+
+    holder = {}
+
+    def make(delay_s=0.0, **settings):
+        def factory(progress):
+            holder["backend"] = Paced(LocalBackend.from_checkpoint(tiny_ckpt), delay_s)
+            return holder["backend"]
+
+        app = ChatApp(factory, config=AppConfig(
+            stable_timings=True,
+            settings=SamplingParams(**{"temperature": 0.0, "max_new_tokens": 40, **settings})))
+        app.holder = holder  # type: ignore[attr-defined]
+        return app
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
+
+
+def _check_streamed(reply):
+    """The streamed tokens concatenate to the reply's text (RowDone.text never trims them)."""
+    assert "".join(t.text for t in reply.tokens if not t.special) == reply.text
+    assert [t.index for t in reply.tokens] == list(range(len(reply.tokens)))
+
+
+async def test_reply_streams_with_ids_and_alternatives_in_token_view(engine_app):
+    app = engine_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        reply = app.chat.conversation.entries[-1].reply
+        assert reply.finish_reason in ("stop", "length") and reply.tokens
+        _check_streamed(reply)
+        view = replies(app)[0]
+        assert view.markdown.source == reply.text
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        tv = view.token_view
+        assert app.focused is tv and tv.units
+        await pilot.press("home")
+        await pilot.pause(0.1)
+        token = reply.tokens[tv.units[0].start]
+        assert token.id is not None and len(token.top) == 5
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        assert f"id           {token.id}" in detail and "alternatives" in detail
+        assert f"{token.prob:.2%}" in detail
+
+
+async def test_esc_mid_reply_then_continue_is_token_exact(engine_app):
+    app = engine_app(delay_s=0.02, max_new_tokens=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send_nowait(app, "Tell me a story")
+        entry = None
+        for _ in range(300):
+            entries = app.chat.conversation.entries
+            entry = entries[-1] if entries and entries[-1].role == "assistant" else None
+            if entry is not None and len(entry.reply.tokens) >= 5:
+                break
+            await asyncio.sleep(0.01)
+        await tap(app, "escape")
+        await settle(pilot, app)
+        reply = entry.reply
+        assert reply.finish_reason == "cancelled" and 5 <= len(reply.tokens) < 60
+        _check_streamed(reply)
+        kept = list(reply.tokens)
+        backend = app.holder["backend"]
+        backend.delay_s = 0.0
+        await send(pilot, app, "/continue")
+        request = backend.requests[-1]
+        assert request.prefix is not None
+        assert request.prefix.token_ids == tuple(t.id for t in kept)
+        assert request.prefix.text == "".join(t.text for t in kept if not t.special)
+        assert reply.tokens[:len(kept)] == kept and len(reply.tokens) > len(kept)
+        assert reply.finish_reason in ("stop", "length")
+        _check_streamed(reply)  # the new text follows the old, nothing doubled or lost
+        assert replies(app)[0].markdown.source == reply.text
+        assert len(app.chat.conversation.entries) == 2
+
+
+async def test_continue_from_alternative_is_token_exact(engine_app):
+    app = engine_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        reply = app.chat.conversation.entries[-1].reply
+        assert len(reply.tokens) >= 4
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        tv = replies(app)[0].token_view
+        await pilot.press("home", "right", "right")
+        await pilot.pause(0.1)
+        position = tv.units[tv.cursor].start
+        before = list(reply.tokens[:position])
+        alt = reply.tokens[position].top[1]
+        await pilot.press("2")
+        await settle(pilot, app)
+        request = app.holder["backend"].requests[-1]
+        assert request.prefix.token_ids == tuple(t.id for t in before) + (alt.id,)
+        assert reply.tokens[:position] == before
+        assert reply.tokens[position].id == alt.id
+        assert reply.finish_reason in ("stop", "length")
+        _check_streamed(reply)
+        assert replies(app)[0].markdown.source == reply.text

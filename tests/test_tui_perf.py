@@ -1,0 +1,161 @@
+"""The render side stays bounded: token view wrapping and drawing, strips without self-cycles,
+the garbage-collector policy, and wide characters (CJK, emoji) in the token view and Markdown."""
+
+from __future__ import annotations
+
+import gc
+import random
+
+import pytest
+from rich.cells import cell_len
+from textual.strip import Strip
+from rich.segment import Segment
+
+from chatui import gcpolicy
+from chatui.widgets import strip_cycles
+from chatui.widgets.token_view import LineWrapper, TokenUnit, wrap_units
+from inference.settings import SamplingParams
+from inference.types import Token
+
+from test_app import SIZE, loaded, make_app, replies, send, settle
+
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
+
+
+PIECES = ["Hello", " world", ",", " 日本語", "の", "テキスト", " 😀", "👋🏽", "\n", "\n\n", " a",
+          "verylongwordwithoutanyspaces" * 3, "\t", " ", "ok", " café", "  two"]
+
+
+def _units(n: int, seed: int = 0) -> list[TokenUnit]:
+    rng = random.Random(seed)
+    return [TokenUnit(i, i, rng.choice(PIECES), -0.5) for i in range(n)]
+
+
+@pytest.mark.parametrize("width", [1, 2, 7, 13, 40])
+def test_wrap_keeps_lines_within_width_and_units_in_order(width):
+    units = _units(400, seed=width)
+    wrapper = wrap_units(units, width)
+    seen = []
+    for line in wrapper.lines:
+        text = "".join(p.text for p in line.pieces)
+        assert cell_len(text) == line.width <= width or (width < 2 and cell_len(text) == 2)
+        assert "\n" not in text
+        seen += [p.unit for p in line.pieces]
+    assert seen == sorted(seen)
+    # every unit is on a line, except a lone space where a line was broken
+    assert {i for i, u in enumerate(units) if u.text != " "} <= set(seen)
+    # what is shown is the text, less one space at each line broken at a space
+    shown = "".join(p.text for line in wrapper.lines for p in line.pieces)
+    full = "".join(u.text for u in units).replace("\n", "").expandtabs(4)
+    assert len(full) - len(shown) <= len(wrapper.lines)
+
+
+def test_wrap_never_splits_a_wide_glyph():
+    wrapper = wrap_units([TokenUnit(0, 0, "日本語テキスト😀" * 5, None)], 5)
+    for line in wrapper.lines:
+        for piece in line.pieces:
+            assert all(cell_len(ch) == 2 for ch in piece.text)
+        assert line.width <= 5
+
+
+def test_wrap_incremental_equals_whole():
+    units = _units(300, seed=3)
+    whole = wrap_units(units, 23)
+    grown = LineWrapper(23)
+    for i, unit in enumerate(units):
+        grown.add(i, unit.text)
+    assert [ln.pieces for ln in grown.lines] == [ln.pieces for ln in whole.lines]
+
+
+def test_strip_divide_and_crop_extend_leave_no_cycle():
+    strip_cycles.apply()
+    strip = Strip([Segment("hello "), Segment("world")])
+    assert strip.divide([11]) == [strip]
+    assert strip.crop_extend(0, 11, None) is strip
+    assert strip.divide([5, 11])[0].text == "hello"
+    assert strip.crop_extend(0, 14, None).cell_length == 14
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(100):
+            s = Strip([Segment(f"line {n} "), Segment("text")])
+            s.divide([s.cell_length])
+            s.crop_extend(0, s.cell_length, None)
+        del s, strip
+        assert gc.collect() == 0  # all freed by reference counting, no cycle left over
+    finally:
+        gc.enable()
+
+
+def test_gc_policy_freezes_per_stream_and_releases():
+    gc.unfreeze()
+    gcpolicy.stream_started()
+    gcpolicy.stream_started()  # compare columns nest
+    assert gcpolicy.streaming() and gc.get_freeze_count() > 0
+    gcpolicy.stream_ended()
+    assert gcpolicy.streaming()
+    gcpolicy.stream_ended()
+    assert not gcpolicy.streaming()
+    frozen = gc.get_freeze_count()
+    gcpolicy.release()
+    assert gc.get_freeze_count() <= frozen + 1000
+    gc.unfreeze()
+
+
+async def test_long_reply_redraw_renders_only_visible_lines():
+    """A 6,000-token reply: appending more text re-renders a few lines, not the reply."""
+    text = " ".join(f"w{i}" for i in range(6000))
+    app = make_app(lambda r, row: text, token_view=True,
+                   settings=SamplingParams(max_new_tokens=7000))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go")
+        tv = replies(app)[0].token_view
+        await pilot.pause(0.2)
+        calls = []
+        original = tv._render_strip
+
+        def counting(y, width, base):
+            calls.append(y)
+            return original(y, width, base)
+
+        tv._render_strip = counting  # type: ignore[method-assign]
+        tv.tokens.append(Token(len(tv.tokens), None, " tail", -0.1, 0.1))
+        tv.sync()
+        tv.flush()
+        await pilot.pause(0.2)
+        assert len(tv.plain_lines()) > 500
+        assert 0 < len(calls) <= SIZE[1]
+        assert max(calls) >= len(tv.plain_lines()) - 3  # the tail was drawn
+
+
+WIDE = ("CJK: 日本語のテキストと中文字符，한국어 텍스트. Emoji: 😀👋🏽🇯🇵👨‍👩‍👧 done.\n\n"
+        "| 名前 | 値 |\n|---|---|\n| 東京 | 😀 |\n\n```\n# 注释 😀\nprint('日本')\n```\n")
+
+
+def wide_reply(request, row):
+    return WIDE
+
+
+@pytest.mark.parametrize("token_view", [False, True])
+async def test_wide_characters_keep_the_layout(token_view):
+    app = make_app(wide_reply, token_view=token_view)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await send(pilot, app, "wide")
+        await pilot.pause(0.2)
+        view = replies(app)[0]
+        assert view.markdown.source == WIDE
+        strips = app.screen._compositor.render_strips()  # the whole screen, as drawn
+        assert len(strips) == 40
+        for strip in strips:
+            assert strip.cell_length == 100  # no line pushed wider by a double-width glyph
+        screen_text = "\n".join(strip.text for strip in strips)
+        assert "日本語" in screen_text and "😀" in screen_text
+        if token_view:
+            tv = view.token_view
+            assert all(cell_len(line) <= tv.size.width for line in tv.plain_lines())
+            await settle(pilot, app)
