@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .quant import Int8Weight, int8_linear
+from .quant import Int4Weight, Int8Weight, int4_linear, int8_linear
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 CACHE_BLOCK = 256
@@ -30,7 +30,12 @@ Weight = Any  # torch.Tensor [N, K] or Int8Weight
 
 
 def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
-    out = int8_linear(x, w) if isinstance(w, Int8Weight) else F.linear(x.to(w.dtype), w)
+    if isinstance(w, Int8Weight):
+        out = int8_linear(x, w)
+    elif isinstance(w, Int4Weight):
+        out = int4_linear(x, w)
+    else:
+        out = F.linear(x.to(w.dtype), w)
     return out if b is None else out + b
 
 
@@ -190,7 +195,9 @@ class FastLlama:
     Args:
         model: the loaded transformers model (see ``unsupported_reason``).
         dtype: dtype of matmul inputs and the KV cache (bf16 for int8 weights on CPU).
-        quantize: "none" or "int8" (weight-only, per output channel).
+        quantize: "none", "int8" (weight-only, per output channel) or "int4" (groups of 32
+            with scale and zero point, CPU kernel; the output layer and shapes the kernel
+            cannot take stay int8).
         residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
             keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
         int8_weights: previously quantized weights by name (the disk cache), or None.
@@ -218,10 +225,18 @@ class FastLlama:
         stored = int8_weights or {}
 
         def weight(name: str, w: torch.Tensor) -> Weight:
-            if quantize != "int8":
+            # int4 for the decoder; the output layer (often the tied embedding, kept above
+            # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement
+            if quantize == "int4" and name != "lm_head" and Int4Weight.supports(w):
+                q4 = stored.get(name)
+                if not isinstance(q4, Int4Weight) or q4.q.shape != w.shape:
+                    q4 = Int4Weight.quantize(w)
+                self.quantized[name] = q4
+                return q4
+            if quantize not in ("int8", "int4"):
                 return w.detach().to(dtype).contiguous()
             q = stored.get(name)
-            if q is None or q.q.shape != w.shape:
+            if not isinstance(q, Int8Weight) or q.q.shape != w.shape:
                 q = Int8Weight.quantize(w, dtype)
             q = Int8Weight(q.q.to(self.device), q.scales.to(self.device, dtype))
             self.quantized[name] = q
@@ -282,6 +297,10 @@ class FastLlama:
             if isinstance(t, Int8Weight):
                 add(t.q)
                 add(t.scales)
+                return
+            if isinstance(t, Int4Weight):
+                add(t.packed)
+                add(t.scales_zeros)
                 return
             if t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
@@ -396,7 +415,7 @@ class FastRunner:
         self.device = next(model.parameters()).device
         model_dtype = next(model.parameters()).dtype
         if dtype is None:
-            dtype = torch.bfloat16 if quantize == "int8" and model_dtype == torch.float32 \
+            dtype = torch.bfloat16 if quantize != "none" and model_dtype == torch.float32 \
                 else model_dtype
         self.fast = FastLlama(model, dtype=dtype, quantize=quantize, int8_weights=int8_weights,
                               residual_dtype=residual_dtype)
@@ -430,7 +449,8 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
 
     Args:
-        quantize: "none" or "int8" (weight-only; the int8 weights are cached on disk).
+        quantize: "none", "int8" (weight-only; the int8 weights are cached on disk) or
+            "int4" (CPU only).
         precision: matmul/KV dtype of the fast path: "model" (the checkpoint's own dtype,
             exact), "auto" (the fastest that keeps quality: bf16 matmuls with an fp32 residual
             stream for an fp32 model on CPU, measured in ``inference.quality``), or a dtype.
@@ -442,8 +462,10 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     from .runner import HFRunner
     from .types import Progress
 
-    if quantize not in ("none", "int8"):
-        raise ValueError(f"unknown quantization {quantize!r}; choose none or int8")
+    if quantize not in ("none", "int8", "int4"):
+        raise ValueError(f"unknown quantization {quantize!r}; choose none, int8 or int4")
+    if quantize == "int4" and ckpt.device.type != "cpu":
+        raise ValueError("int4 uses torch's CPU kernel; on this device use --quantize int8")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if runner == "auto":
@@ -468,25 +490,26 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
             residual = torch.float32
     else:
         dtype = getattr(torch, precision)
-    if quantize == "int8":
+    if quantize != "none":
         if dtype == torch.float32:
             dtype = torch.bfloat16  # the int8 kernel wants bf16 activations
         residual = residual or (torch.float32 if model_dtype == torch.float32 else None)
 
     stored = None
     path = None
-    if quantize == "int8":
+    stage = f"quantizing weights to {quantize}"
+    if quantize != "none":
         from .checkpoint import cache_root
         from .quant import int8_cache_path, load_int8
 
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
-                               cache_root())
+                               cache_root(), quantize)
         if progress:
-            progress(Progress("quantizing weights to int8", 0, 1))
+            progress(Progress(stage, 0, 1))
         stored = load_int8(path, ckpt.device)
     fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
                       residual_dtype=residual)
-    if quantize == "int8" and path is not None:
+    if quantize != "none" and path is not None:
         if stored is None or set(stored) != set(fast.fast.quantized):
             from .quant import save_int8
 
@@ -497,7 +520,7 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
 
                 logging.getLogger(__name__).warning("could not cache int8 weights: %s", exc)
         if progress:
-            progress(Progress("quantizing weights to int8", 1, 1))
+            progress(Progress(stage, 1, 1))
     fast.int8_path = path
     return fast
 
@@ -509,5 +532,5 @@ def describe(runner: Any) -> str:
         return "transformers runner (" + str(next(runner.model.parameters()).dtype) + ")"
     name = str(fast.dtype).replace("torch.", "")
     res = str(fast.rdtype).replace("torch.", "")
-    q = "int8 weights, " if fast.quantize == "int8" else ""
+    q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""
     return f"fast runner ({q}{name} matmuls and KV cache, {res} residual)"

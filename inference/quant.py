@@ -13,6 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -64,10 +65,10 @@ def int8_linear(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
 
 
 def int8_cache_path(load_dir: str | os.PathLike | None, weights_hash: str,
-                    cache_root: Path) -> Path:
-    """Where the int8 weights of a checkpoint live: inside the model's own directory when that
-    is chatui's cache (the converted default model), else under ``<cache>/quantized``."""
-    name = f"int8-v{QUANT_VERSION}-{weights_hash}.safetensors"
+                    cache_root: Path, kind: str = "int8") -> Path:
+    """Where the quantized weights of a checkpoint live: inside the model's own directory when
+    that is chatui's cache (the converted default model), else under ``<cache>/quantized``."""
+    name = f"{kind}-v{QUANT_VERSION}-{weights_hash}.safetensors"
     if load_dir:
         d = Path(load_dir).resolve()
         try:
@@ -78,12 +79,17 @@ def int8_cache_path(load_dir: str | os.PathLike | None, weights_hash: str,
     return cache_root / "quantized" / name
 
 
-def save_int8(path: Path, weights: dict[str, Int8Weight]) -> None:
-    """Write atomically (a temp file renamed into place)."""
+def save_int8(path: Path, weights: dict[str, Any]) -> None:
+    """Write int8 and int4 weights atomically (a temp file renamed into place); int4 is stored
+    unpacked, the kernel layout is built on load."""
     from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
     for name, w in weights.items():
+        if isinstance(w, Int4Weight):
+            tensors[f"{name}.q4"] = w.q.contiguous().cpu()
+            tensors[f"{name}.sz"] = w.scales_zeros.contiguous().cpu()
+            continue
         tensors[f"{name}.q"] = w.q.contiguous().cpu()
         tensors[f"{name}.scales"] = w.scales.contiguous().cpu()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +98,7 @@ def save_int8(path: Path, weights: dict[str, Int8Weight]) -> None:
     os.replace(tmp, path)
 
 
-def load_int8(path: Path, device: torch.device) -> dict[str, Int8Weight] | None:
+def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:
     """The cached weights, or None when missing or unreadable."""
     if not path.is_file():
         return None
@@ -103,9 +109,69 @@ def load_int8(path: Path, device: torch.device) -> dict[str, Int8Weight] | None:
     except Exception as exc:  # noqa: BLE001 - a corrupt cache is rebuilt, not fatal
         log.warning("ignoring unreadable int8 cache %s: %s", path, exc)
         return None
-    out: dict[str, Int8Weight] = {}
+    out: dict[str, Any] = {}
     for key, t in tensors.items():
         if key.endswith(".q"):
             name = key[:-2]
             out[name] = Int8Weight(t, tensors[f"{name}.scales"])
+        elif key.endswith(".q4"):
+            name = key[:-3]
+            out[name] = Int4Weight(t, tensors[f"{name}.sz"]).pack()
     return out
+
+
+INT4_GROUP = 32
+"""int4 group size along the input dimension (a Q4_0/Q4_1 GGUF block: those weights round-trip
+exactly)."""
+
+
+@dataclass
+class Int4Weight:
+    """A weight [N, K] as 4-bit values in groups of ``INT4_GROUP`` along K, each group with a
+    scale and zero point: w = (q - 8) * scale + zero (torch's int4pack convention)."""
+
+    q: torch.Tensor  # [N, K] uint8 in 0..15 (unpacked; kept for the disk cache)
+    scales_zeros: torch.Tensor  # [K / G, N, 2] bf16
+    packed: torch.Tensor | None = None  # the CPU kernel's layout, built on load
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor, group: int = INT4_GROUP) -> Int4Weight:
+        """Asymmetric min/max per group (a group's min and max are represented exactly)."""
+        n, k = w.shape
+        wg = w.detach().float().reshape(n, k // group, group)
+        lo, hi = wg.amin(-1), wg.amax(-1)  # [N, K/G]
+        scale = ((hi - lo) / 15).clamp(min=1e-10)
+        q = torch.round((wg - lo[..., None]) / scale[..., None]).clamp_(0, 15)
+        zero = lo + 8 * scale
+        sz = torch.stack([scale, zero], -1).transpose(0, 1).contiguous()  # [K/G, N, 2]
+        return cls(q.reshape(n, k).to(torch.uint8), sz.to(torch.bfloat16)).pack()
+
+    @staticmethod
+    def supports(w: torch.Tensor, group: int = INT4_GROUP) -> bool:
+        return w.device.type == "cpu" and w.shape[1] % group == 0 and w.shape[0] % 16 == 0
+
+    def pack(self) -> Int4Weight:
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            self.q.to(torch.int32), 2)
+        return self
+
+    @property
+    def group(self) -> int:
+        return self.q.shape[1] // self.scales_zeros.shape[0]
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        n, k = self.q.shape
+        sz = self.scales_zeros.float().transpose(0, 1)  # [N, K/G, 2]
+        qg = self.q.float().reshape(n, k // self.group, self.group)
+        return ((qg - 8) * sz[..., :1] + sz[..., 1:]).reshape(n, k).to(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.numel() // 2 + self.scales_zeros.numel() * 2
+
+
+def int4_linear(x: torch.Tensor, w: Int4Weight) -> torch.Tensor:
+    """x: [..., K] -> [..., N] bf16 (CPU kernel)."""
+    flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, w.packed, w.group, w.scales_zeros)
+    return out.view(*x.shape[:-1], out.shape[-1])

@@ -13,7 +13,7 @@ import torch
 from inference.engine import LocalBackend
 from inference.fast_llama import (FastLlama, FastRunner, StaticKVCache, build_runner,
                                   unsupported_reason)
-from inference.quant import Int8Weight
+from inference.quant import Int4Weight, Int8Weight
 from inference.runner import HFRunner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, RowDone, TokenBatch
@@ -184,7 +184,8 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
     """The same runner with every int8 weight replaced by its dequantized bf16 tensor."""
     twin = copy.copy(runner)
     fast = copy.copy(runner.fast)
-    deq = lambda w: w.dequantize(fast.dtype) if isinstance(w, Int8Weight) else w  # noqa: E731
+    deq = lambda w: (w.dequantize(fast.dtype)  # noqa: E731
+                     if isinstance(w, (Int8Weight, Int4Weight)) else w)
     fast.layers = [copy.copy(L) for L in fast.layers]
     for L in fast.layers:
         L.wqkv, L.wo, L.wgu, L.wd = deq(L.wqkv), deq(L.wo), deq(L.wgu), deq(L.wd)
@@ -194,21 +195,24 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
     return twin
 
 
-def test_int8_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_quantized_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monkeypatch, kind):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
-    int8 = build_runner(tiny_ckpt, quantize="int8", precision="auto")
+    int8 = build_runner(tiny_ckpt, quantize=kind, precision="auto")
     assert isinstance(int8.fast, FastLlama) and isinstance(int8.fast.lm_head, Int8Weight)
+    if kind == "int4":
+        assert isinstance(int8.fast.layers[0].wgu, Int4Weight)
     twin = dequantized_twin(int8)
     ids = torch.randint(3, 1000, (1, 40))
     a, b = int8.forward(int8.new_cache(), ids), twin.forward(twin.new_cache(), ids)
     assert torch.allclose(a, b, atol=0.05 * b.abs().max().item())
-    q = LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8", precision="auto")
+    q = LocalBackend.from_checkpoint(tiny_ckpt, quantize=kind, precision="auto")
     e = LocalBackend.from_checkpoint(tiny_ckpt, precision="auto")
     e.runner = twin
     for settings in ((GREEDY,), (GREEDY, GREEDY.with_values(max_tokens=10))):
         assert_same_tokens(tokens(run(q, MSGS, *settings)), tokens(run(e, MSGS, *settings)),
                            abs_tol=0.05)
-    assert q.info.quantization == "int8" and q.info.dtype == "bfloat16"
+    assert q.info.quantization == kind and q.info.dtype == "bfloat16"
 
 
 def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):

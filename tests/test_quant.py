@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.quant import Int8Weight, int8_cache_path, int8_linear, load_int8, save_int8
+from inference.quant import (Int4Weight, Int8Weight, int4_linear, int8_cache_path, int8_linear,
+                             load_int8, save_int8)
 
 
 def test_quantize_round_trip_error_is_at_most_half_a_step():
@@ -33,6 +34,27 @@ def test_int8_linear_matches_dequantized_matmul(dtype):
     assert out.shape == (3, 5, 48) and out.dtype == dtype
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
     assert torch.allclose(out.float(), ref, rtol=tol, atol=tol * ref.abs().max().item())
+
+
+def test_int4_groups_and_kernel():
+    torch.manual_seed(2)
+    w = torch.randn(64, 96)
+    q = Int4Weight.quantize(w)
+    assert q.q.max() <= 15 and q.scales_zeros.shape == (3, 64, 2)
+    deq = q.dequantize(torch.float32)
+    # each group's min and max are on the grid; every weight within half a step (+ bf16)
+    step = (w.reshape(64, 3, 32).amax(-1) - w.reshape(64, 3, 32).amin(-1)) / 15
+    err = (deq - w).abs().reshape(64, 3, 32)
+    assert (err <= step[..., None] * 0.5 + 0.02).all()
+    x = torch.randn(4, 96, dtype=torch.bfloat16)
+    ref = x.float() @ deq.t()
+    out = int4_linear(x, q)
+    assert torch.allclose(out.float(), ref, atol=0.03 * ref.abs().max().item())
+    # the disk cache keeps int4 unpacked and packs on load
+    path = __import__("pathlib").Path(__import__("tempfile").mkdtemp()) / "q.safetensors"
+    save_int8(path, {"w": q})
+    back = load_int8(path, torch.device("cpu"))["w"]
+    assert torch.equal(int4_linear(x, back), out)
 
 
 def test_embedding_rows_are_dequantized_rows():
@@ -91,7 +113,7 @@ def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
 def test_unknown_quantization_is_refused(tiny_ckpt):
     from inference.engine import LocalBackend
 
-    with pytest.raises(ValueError, match="none or int8"):
+    with pytest.raises(ValueError, match="none, int8 or int4"):
         LocalBackend.from_checkpoint(tiny_ckpt, quantize="int3")
 
 
@@ -100,8 +122,8 @@ def test_quality_floor_on_the_default_model(default_ckpt):
 
     The issue's goal is >= 97 % top-1 agreement for int8; per-channel int8 of this
     Q4_1-derived model measures about 94.7 %, so the floor asserted here is what it reaches
-    (perplexity stays well within 2 %). The default CPU precision (bf16 matmuls, fp32
-    residual) meets the 97 % bar.
+    (perplexity stays well within 2 %). int4 (groups of 32, int8 output layer) reaches about
+    96.1 %; the default CPU precision (bf16 matmuls, fp32 residual) meets the 97 % bar.
     """
     from inference import quality
     from inference.fast_llama import build_runner
@@ -111,6 +133,10 @@ def test_quality_floor_on_the_default_model(default_ckpt):
     assert int8.tokens > 700
     assert int8.top1_agreement >= 0.94
     assert int8.perplexity_increase <= 0.02
+    int4 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
+                           build_runner(default_ckpt, quantize="int4", precision="auto"))
+    assert int4.top1_agreement >= 0.95  # measured 96.1 %
+    assert int4.perplexity_increase <= 0.02  # measured -0.03 %
     bf16 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, precision="auto"))
     assert bf16.top1_agreement >= 0.97
