@@ -28,7 +28,7 @@ class BackendOptions:
     device_map: str | None = None
     """'auto' shards a big model over several GPUs."""
     quantize: str = "none"
-    """Weight-only quantization applied at load time: none or int8."""
+    """Weight-only quantization applied at load time: none, int8 or int4 (CPU)."""
     runner: str = "auto"
     """auto: chatui's fast Llama-family runner where the model supports it, else transformers';
     fast or hf force one. With no --dtype the fast runner picks the fastest precision that

@@ -42,7 +42,8 @@ Dtype = Annotated[Optional[str], typer.Option(help="float32, bfloat16, float16 o
                                                    "bf16/fp16 on GPU, fp32 on CPU).")]
 DeviceMap = Annotated[Optional[str], typer.Option(
     "--device-map", help="'auto' shards a model that does not fit one GPU over several.")]
-Quantize = Annotated[str, typer.Option(help="Weight-only quantization at load time: none or int8.")]
+Quantize = Annotated[str, typer.Option(help="Weight-only quantization at load time: none, int8 "
+                                             "or int4 (CPU; groups of 32, output layer int8).")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code",
                                            help="Allow checkpoints that ship their own Python code.")]
 AllowPickle = Annotated[bool, typer.Option("--allow-pickle",
@@ -76,8 +77,8 @@ def _options(backend: str, ckpt: str | None, device: str | None, dtype: str | No
              base_url: str | None, model: str | None, api_key_env: str | None) -> BackendOptions:
     if backend not in ("local", "openai", "scripted"):
         raise UserError(f"unknown backend {backend!r}; choose local, openai or scripted")
-    if quantize not in ("none", "int8"):
-        raise UserError(f"unknown quantization {quantize!r}; choose none or int8")
+    if quantize not in ("none", "int8", "int4"):
+        raise UserError(f"unknown quantization {quantize!r}; choose none, int8 or int4")
     if backend == "openai" and not base_url:
         raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
     return BackendOptions(backend=backend, ckpt=ckpt, device=device, dtype=dtype,  # type: ignore[arg-type]
