@@ -50,11 +50,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("history", "List saved conversations."),
     CommandSpec("export", "Export to Markdown (.md) or messages JSON (.json).", args="PATH",
                 needs_arg=True),
-    CommandSpec("compare", "Answer the next prompt (or Ctrl+R: the last one) with 2-6 settings "
-                "side by side, e.g. /compare temperature=0 | temperature=1; a preset name; "
-                "off; no argument: the compare screen.", args="SETTINGS | SETTINGS ...|NAME"),
+    CommandSpec("compare", "Answer the next prompt with 2-6 settings side by side; no "
+                "argument: the compare screen.", args="A | B ...|PRESET|off"),
     CommandSpec("pick", "Continue with column N of the last comparison.", args="N",
-                needs_arg=True, key="Alt+N"),
+                needs_arg=True, key="F6: next"),
 )
 
 BY_NAME: dict[str, CommandSpec] = {c.name: c for c in COMMANDS}

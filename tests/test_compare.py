@@ -137,8 +137,9 @@ async def test_compare_two_settings_streams_two_columns():
             assert reply.text == echo_reply(request, i)
             assert col.view.markdown.source == reply.text  # every token reached the column
             assert "tokens" in str(col.view.query_one(".reply-stats").render())
-        header0 = str(view.columns[0].query_one(".column-meta").render())
-        header1 = str(view.columns[1].query_one(".column-meta").render())
+        header0, header1 = (str(c.query_one(".column-meta").render()) +
+                            str(c.query_one(".column-divergence").render())
+                            for c in view.columns)
         assert "deterministic" in header0 and "deterministic" not in header1
         # the replies differ first at the `print(row + ...)` line
         pos = next(i for i, (a, b) in enumerate(zip(entry.replies[0].tokens,
@@ -177,12 +178,16 @@ async def test_pick_by_key_and_by_click_and_refusals():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "/pick 1")
+        assert not app.chat.can_pick
         assert "not a comparison" in last_error(app)
         await send(pilot, app, TWO)
         await send(pilot, app, "hi")
         [view] = compare_views(app)
-        await pilot.press("alt+2")
+        await pilot.press("f6")  # the next column
         assert view.entry.chosen == 1 and view.chosen == 1
+        await pilot.press("f6")  # and round again
+        assert view.entry.chosen == 0
+        await pilot.press("f6")
         await pilot.click(view.columns[0].query_one(".column-header"))
         await pilot.pause()
         assert view.entry.chosen == 0

@@ -752,6 +752,8 @@ class ChatScreen(CompareFlow, Screen[None]):
             return True if self.generating or isinstance(self.focused, TokenView) else None
         if action == "raw":
             return isinstance(self.focused, TokenView) or None
+        if action == "pick_next":
+            return self.can_pick  # hidden unless the last reply is a comparison
         return True
 
     # ---- completion hint ----

@@ -100,7 +100,7 @@ class CompareScreen(ModalScreen[Result | None]):
         with Vertical(id="compare-dialog"):
             yield Static(Content("Compare sampling settings"), classes="compare-title")
             yield Static(Content(
-                "One column per line, applied on top of the settings in force (`current`: "
+                "One column per line, applied on top of the settings in force (current: "
                 "unchanged). The next prompt, or Ctrl+R on the last one, is answered by every "
                 "column in one batched decode."), classes="compare-help")
             yield OptionList(id="presets", compact=True)

@@ -4,7 +4,8 @@
 the next reply the chat asks for (the next prompt you send, or ``/retry`` / Ctrl+R on the last
 prompt) is answered by every column at once. If the conversation already ends with a prompt
 that has no reply, it is answered at once. All columns share one prefill and decode as one
-batch; Esc stops them all; ``/pick N``, Alt+N or a click on a column's header chooses the reply
+batch; Esc stops them all; ``/pick N``, F6 (next column) or a click on a column's header
+chooses the reply
 the conversation continues with (column 1 until you pick). ``/retry`` on a comparison runs the
 same columns again.
 
@@ -190,8 +191,16 @@ class CompareFlow:
         self.prompt.focus()
         self.chat_app.save_conversation()
 
-    async def action_pick(self: ChatScreen, column: int) -> None:  # type: ignore[misc]
-        await self.cmd_pick(str(column))
+    @property
+    def can_pick(self: ChatScreen) -> bool:  # type: ignore[misc]
+        """True when the last reply is a finished comparison (F6 is shown)."""
+        entry = self.conversation.last_assistant
+        return entry is not None and entry.is_comparison and not self.generating
+
+    async def action_pick_next(self: ChatScreen) -> None:  # type: ignore[misc]
+        entry = self.conversation.last_assistant
+        if entry is not None and entry.is_comparison:
+            self.pick_column(entry, (entry.chosen + 1) % len(entry.replies))
 
     def on_compare_view_picked(self: ChatScreen,  # type: ignore[misc]
                                event: CompareView.Picked) -> None:
@@ -333,12 +342,13 @@ class CompareFlow:
 
 
 def pick_bindings() -> list:
-    """Alt+1 .. Alt+6: pick a column of the last comparison (for the chat screen's BINDINGS)."""
+    """F6: continue with the next column of the last comparison (for the chat screen's
+    BINDINGS; shown only while there is one to pick from). Alt+digit is not used: terminals
+    and Textual's key parser turn several of them into symbols."""
     from textual.binding import Binding
 
-    return [Binding(f"alt+{n}", f"pick({n})", f"Pick {n}", show=False, id=f"chat.pick{n}",
-                    tooltip=f"Continue with column {n} of the last comparison")
-            for n in range(1, MAX_COLUMNS + 1)]
+    return [Binding("f6", "pick_next", "Pick", id="chat.pick", priority=True,
+                    tooltip="Continue with the next column of the last comparison")]
 
 
 __all__ = ["CompareFlow", "DEFAULT_COLUMNS", "PresetError", "pick_bindings"]

@@ -94,6 +94,7 @@ class CompareColumn(Vertical):
     CompareColumn { height: auto; width: 1fr; min-width: 30; padding: 0 1 0 0; }
     CompareColumn > .column-header { height: auto; color: $text-muted; }
     CompareColumn > .column-meta { height: auto; color: $text-muted; }
+    CompareColumn > .column-divergence { height: auto; color: $text-muted; }
     CompareColumn.-chosen > .column-header { color: $accent; text-style: bold; }
     CompareColumn > ReplyView > .reply-header { display: none; }
     """
@@ -110,6 +111,7 @@ class CompareColumn(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(classes="column-header")
         yield Static(classes="column-meta")
+        yield Static(classes="column-divergence")
         yield self.view
 
     def on_mount(self) -> None:
@@ -129,19 +131,23 @@ class CompareColumn(Vertical):
         parts: list[Content | str] = [_STATE.get(self.reply.finish_reason, "")]
         if self.reply.settings.greedy:
             parts.append("deterministic")
+        self.query_one(".column-meta", Static).update(Content(" · ").join(parts))
+        self.refresh_divergence()
+
+    def refresh_divergence(self) -> None:
+        """Mark the first token where the columns differ (this column's token there)."""
         pos = self.divergence
         tokens = self.reply.tokens
+        line = self.query_one(".column-divergence", Static)
         if pos is not None:
             what = ("ends here" if pos >= len(tokens)
                     else show_token(tokens[pos].raw if tokens[pos].special else tokens[pos].text))
-            parts.append(Content.assemble(("⑂ ", "$warning"), f"diverges at token {pos + 1}: ",
-                                          (what, "bold")))
+            line.update(Content.assemble(("⑂ ", "$warning"), f"diverges at token {pos + 1}: ",
+                                         (what, "bold")))
         elif self.reply.finish_reason is not None and tokens:
-            parts.append("= same tokens as every column")
-        self.query_one(".column-meta", Static).update(Content(" · ").join(parts))
-
-    def refresh_divergence(self) -> None:
-        self.refresh_meta()
+            line.update(Content("= same tokens as every column"))
+        else:
+            line.update(Content(""))
 
     def on_click(self, event: events.Click) -> None:
         if event.widget is not None and event.widget.has_class("column-header"):
@@ -223,8 +229,8 @@ class CompareView(Vertical):
 
     def _refresh_group_header(self) -> None:
         n = len(self.columns)
-        text = (f"comparison of {n} settings on one prefill · shared: {self.shared or '–'}"
-                f" · continuing with [{self.chosen + 1}]  (/pick N, Alt+N or click a header)")
+        text = (f"{n} settings on one prefill · shared: {self.shared or '–'} · continuing "
+                f"with [{self.chosen + 1}] (/pick N, F6 or click a header)")
         self.query_one(".compare-header", Static).update(Content(text))
 
     # ---- streaming (the screen calls these) ----
