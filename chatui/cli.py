@@ -475,6 +475,9 @@ def bench(
         "--compare", help="Compare mode: aggregate tokens/s of N = 1, 2, 4 settings decoded as "
                           "one batch against N sequential runs.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    runner: Annotated[str, typer.Option(
+        "--runner", help="auto (the fast runner where the model supports it), fast, or hf "
+                         "(transformers' modules, for comparison).")] = "auto",
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
     quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False,
@@ -485,8 +488,13 @@ def bench(
         if prompt_tokens < 8 or new_tokens < 2 or not 1 <= batch_size <= 64:
             raise UserError("--prompt-tokens must be >= 8, --new-tokens >= 2, --batch 1-64")
         _check_top(top_logprobs)
+        if runner not in ("auto", "fast", "hf"):
+            raise UserError(f"unknown runner {runner!r}; choose auto, fast or hf")
         opts = _options("local", ckpt, device, dtype, device_map, quantize, trust_remote_code,
                         allow_pickle, None, None, None)
+        from dataclasses import replace
+
+        opts = replace(opts, runner=runner)
         worker = await _load(opts, quiet=as_json)
         if compare_mode:
             await _bench_compare(worker, prompt_tokens, new_tokens, top_logprobs, repeats,
@@ -507,6 +515,8 @@ def bench(
         print(f"model {d['model']} on {d['device']} ({d['dtype']}, quantization "
               f"{d['quantization']}, {d['threads']} threads), batch {d['batch']}, "
               f"top-{d['top_logprobs']} logprobs")
+        if d.get("runner"):
+            print(f"  picked: {d['runner']}")
         print(f"  prompt {d['prompt_tokens']} tokens: time to first token {d['ttft_s'] * 1000:.0f} ms, "
               f"prefill {d['prefill_tokens_per_s']:.0f} tokens/s")
         print(f"  decode {d['new_tokens']} tokens: {d['decode_tokens_per_s']:.1f} tokens/s per row, "

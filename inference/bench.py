@@ -45,6 +45,8 @@ class BenchResult:
     hf_decode_tokens_per_s: float | None = None
     hf_total_s: float | None = None
     speedup_vs_hf: float | None = None
+    runner: str = ""
+    """Which runner and precision the backend picked."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +123,7 @@ def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, 
         decode_tokens_per_s=tps, aggregate_tokens_per_s=tps * batch, weight_bytes=wbytes,
         bandwidth_gb_s=wbytes * tps / 1e9, peak_memory_mb=peak_memory_mb(device),
         hf_decode_tokens_per_s=hf_tps, hf_total_s=hf_total,
-        speedup_vs_hf=(tps / hf_tps) if hf_tps else None)
+        speedup_vs_hf=(tps / hf_tps) if hf_tps else None, runner=_describe(backend))
 
 
 @torch.inference_mode()
@@ -247,3 +249,11 @@ def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4), prompt_t
         prompt_tokens=backend.count_tokens(messages), new_tokens=new_tokens,
         top_logprobs=top_logprobs, rows=tuple(rows))
 
+
+def _describe(backend: Any) -> str:
+    from .fast_llama import describe
+
+    try:
+        return describe(backend.runner)
+    except Exception:  # noqa: BLE001 - a stand-in backend without a runner
+        return ""

@@ -383,15 +383,14 @@ class FastLlama:
             kc[:, :, start:end] = qk[:, :, H:].transpose(1, 2)
             vc[:, :, start:end] = qkv[..., nqk:].view(B, T, KV, D).transpose(1, 2)
             keys, values = kc[:, :, :end], vc[:, :, :end]
-            q = qk[:, :, :H].to(self.dtype)  # [B, T, H, D]
             if T == 1:  # the G query heads of a KV head act as G query rows: no K/V copies
-                o = F.scaled_dot_product_attention(q.view(B, KV, G, D), keys, values,
-                                                   attn_mask=mask)  # [B, KV, G, D]
+                q = qk[:, :, :H].to(self.dtype).view(B, KV, G, D)
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
                 o = o.reshape(B, 1, H * D)
             else:
-                o = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values,
-                                                   attn_mask=mask, is_causal=causal,
-                                                   enable_gqa=G > 1)  # [B, H, T, D]
+                q = qk[:, :, :H].to(self.dtype).transpose(1, 2)  # [B, H, T, D]
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                   is_causal=causal, enable_gqa=G > 1)
                 o = o.transpose(1, 2).reshape(B, T, H * D)
             x = x + _linear(o, L.wo, L.bo)
             h = F.rms_norm(x, hidden, L.ln2, self.eps)

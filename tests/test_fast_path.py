@@ -222,3 +222,4 @@ def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):
     ref = FastLlama(tiny_ckpt.model, dtype=torch.float32)
     assert fast.inv_freq.dtype == torch.float32
     assert torch.allclose(fast.inv_freq, ref.inv_freq) and fast.rope_scale == ref.rope_scale
+
