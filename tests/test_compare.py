@@ -221,16 +221,16 @@ async def test_a_column_that_finishes_early_ends_while_others_stream():
     def script(request, row):
         return "short." if row == 0 else "".join(f"w{i} " for i in range(60))
 
-    app = make_app(script, delay_s=0.01)
+    app = make_app(script, delay_s=0.03)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, TWO)
         await send(pilot, app, "go", wait=False)
-        for _ in range(300):
+        for _ in range(500):
             views = compare_views(app)
-            if views and views[0].entry.replies[1].tokens:
+            if views and views[0].entry.replies[0].finish_reason is not None:
                 break
             await pilot.pause(0.01)
-        await pilot.pause(0.1)
+        await pilot.pause(0.05)
         [view] = compare_views(app)
         a, b = view.entry.replies
         assert a.finish_reason == "stop" and b.finish_reason is None  # still streaming
@@ -345,6 +345,10 @@ async def test_narrow_terminal_stacks_and_medium_one_scrolls():
         scroller = view.query_one("HorizontalScroll")
         assert scroller.max_scroll_x > 0  # the fourth column is reached by scrolling
         assert len({c.region.y for c in view.columns}) == 1  # side by side
+        await pilot.press("ctrl+t")  # token view and inspector: the columns stay in the view
+        await pilot.pause(0.3)
+        assert all(c.outer_size.width <= view.size.width for c in view.columns)
+        assert len({c.outer_size.width for c in view.columns}) == 1
 
 
 async def test_comparison_round_trips_through_a_transcript(tmp_path):

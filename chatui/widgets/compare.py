@@ -91,7 +91,7 @@ class CompareColumn(Vertical):
     """One column: header, divergence mark, and the reply view."""
 
     DEFAULT_CSS = """
-    CompareColumn { height: auto; width: 1fr; min-width: 30; padding: 0 1 0 0; }
+    CompareColumn { height: auto; width: 30; padding: 0 1 0 0; }
     CompareColumn > .column-header { height: auto; color: $text-muted; }
     CompareColumn > .column-meta { height: auto; color: $text-muted; }
     CompareColumn > .column-divergence { height: auto; color: $text-muted; }
@@ -176,7 +176,7 @@ class CompareView(Vertical):
     CompareView > .compare-header { height: auto; color: $text-muted; }
     CompareView > HorizontalScroll { height: auto; scrollbar-size-horizontal: 1; }
     CompareView.-stacked > HorizontalScroll { layout: vertical; }
-    CompareView.-stacked CompareColumn { width: 100%; min-width: 0; margin: 0 0 1 0; }
+    CompareView.-stacked CompareColumn { margin: 0 0 1 0; }
     """
 
     @dataclass
@@ -225,7 +225,17 @@ class CompareView(Vertical):
         self.update_divergence()
 
     def on_resize(self, event: events.Resize) -> None:
-        self.set_class(event.size.width < 2 * MIN_COLUMN, "-stacked")
+        self._fit(self.size.width)  # the content width (event.size counts the border)
+
+    def _fit(self, width: int) -> None:
+        """Side by side in equal widths (at least MIN_COLUMN, scrolling beyond), or stacked
+        when not even two columns fit. Widths are set, not ``1fr``: a token view would
+        otherwise widen its column to the whole scroll area."""
+        stacked = width < 2 * MIN_COLUMN
+        self.set_class(stacked, "-stacked")
+        each = max(MIN_COLUMN, width // max(1, len(self.columns)))
+        for col in self.columns:
+            col.styles.width = "100%" if stacked else each
 
     def _refresh_group_header(self) -> None:
         n = len(self.columns)
