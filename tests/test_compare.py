@@ -417,3 +417,16 @@ async def test_columns_equal_single_runs_on_the_real_engine(tiny_ckpt):
         hot = entry.replies[3].tokens
         assert any(t.top and t.id != t.top[0].id for t in hot)
         assert all(t.id == t.top[0].id for t in entry.replies[0].tokens if t.top)
+
+
+def test_bench_compare_reports_each_n(tiny_backend):
+    from inference.bench import run_compare_bench
+
+    eos = tiny_backend.eos_ids
+    result = run_compare_bench(tiny_backend, ns=(1, 2), prompt_tokens=16, new_tokens=4)
+    assert [r.n for r in result.rows] == [1, 2]
+    for r in result.rows:
+        assert r.batched_tokens_per_s > 0 and r.sequential_tokens_per_s > 0
+        assert r.speedup == pytest.approx(r.batched_tokens_per_s / r.sequential_tokens_per_s)
+    assert tiny_backend.eos_ids == eos  # EOS handling restored
+    assert set(result.to_dict()) >= {"model", "rows", "new_tokens"}
