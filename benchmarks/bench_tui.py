@@ -1,11 +1,20 @@
 """Benchmark: what the chat UI costs the engine, and how fast it answers a key while streaming.
 
-Streams a 2,000-token reply from the scripted engine (paced like a fast local model) through
-the real app with the token view on, and compares the tokens/s the screen shows with the
-engine alone (the same backend drained without a UI). While it streams, it presses a key every
-200 ms and measures the time until the prompt box shows the character.
+Two engines, each measured side by side in one run (engine alone and through the app,
+alternating, so both see the same machine load; the load average is printed):
 
-    .venv/bin/python benchmarks/bench_tui.py [--tokens 2000] [--delay-ms 2]
+- ``scripted`` (default): a model-free engine in the app's own process (a thread), paced like a
+  fast local model (``--delay-ms 2`` = 500 tok/s). The UI competes with it for Python's GIL, so
+  this is the harsh case. Rate = tokens that reached the reply / wall time.
+- ``real`` (``--engine real``): the default model (``chatui.backends.make_factory``) in the
+  isolated worker process, as ``chatui`` runs it. Rate = the engine's own decode tokens/s
+  (``Usage.decode_tokens_per_s``, what ``chatui bench`` reports), greedy, same prompt.
+
+Both views are measured (``--view tokens|markdown|both``). While a reply streams a key is
+pressed every 200 ms and the time until the prompt box shows it is recorded.
+
+    .venv/bin/python benchmarks/bench_tui.py [--engine scripted|real] [--view both]
+        [--tokens 2000] [--delay-ms 2] [--rounds 2]
 
 Targets: UI overhead under 5%, keypress latency under 50 ms.
 """
@@ -28,7 +37,10 @@ from chatui.app import ChatApp  # noqa: E402
 from chatui.config import AppConfig  # noqa: E402
 from inference.scripted import ScriptedBackend  # noqa: E402
 from inference.settings import SamplingParams  # noqa: E402
-from inference.types import GenerationRequest, Message, TokenBatch  # noqa: E402
+from inference.types import GenerationRequest, Message, RowDone, TokenBatch  # noqa: E402
+
+REAL_PROMPT = ("Write a long, detailed story about a lighthouse keeper, with dialogue, a list of "
+               "supplies and a short Python script that counts the waves.")
 
 
 def reply_text(n: int) -> str:
@@ -41,15 +53,23 @@ def reply_text(n: int) -> str:
             words.append("\n```\n\n")
         elif i % 40 == 0:
             words.append("\n\n- item")
+        elif i % 12 == 0 and 100 < i % 400 < 300:
+            words.append("\n    x")  # code lines
         else:
             words.append(f" w{i}")
     return "".join(words)
 
 
-def engine_alone(text: str, delay: float, n: int) -> float:
+def load() -> str:
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+# ---- scripted engine, in-process ----
+
+
+def scripted_alone(text: str, delay: float, n: int) -> float:
     backend = ScriptedBackend(lambda r, row: text, delay_s=delay)
     req = GenerationRequest((Message("user", "go"),), (SamplingParams(max_new_tokens=n * 2),))
-    t0 = time.perf_counter()
     count = 0
     first = None
     for ev in backend.generate(req, threading.Event()):
@@ -59,15 +79,47 @@ def engine_alone(text: str, delay: float, n: int) -> float:
     return (count - 1) / (time.perf_counter() - first)
 
 
-async def through_app(text: str, delay: float, n: int) -> tuple[float, int, list[float]]:
-    app = ChatApp(lambda p: ScriptedBackend(lambda r, row: text, delay_s=delay),
-                  config=AppConfig(token_view=True, settings=SamplingParams(max_new_tokens=n * 2)))
+async def _press_keys_while(app, chat, latencies: list[float], cpu: list[float]) -> None:
+    """Press 'x' every 200 ms while a reply streams; record until the prompt shows it.
+
+    Appends to ``cpu`` the UI thread's CPU seconds per wall second over the stream (the
+    event loop runs on this thread; an in-process engine runs on another)."""
     from textual import events
 
+    typed = chat.prompt.text
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    while chat.generating:
+        await asyncio.sleep(0.2)
+        if not chat.generating:
+            break
+        typed += "x"
+        ev = events.Key("x", "x")
+        ev.set_sender(app)
+        t0 = time.perf_counter()
+        app._driver.send_message(ev)
+        while chat.prompt.text != typed and chat.generating:
+            await asyncio.sleep(0.0005)
+        if chat.prompt.text == typed:
+            latencies.append(time.perf_counter() - t0)
+    cpu.append((time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - wall0))
+    chat.prompt.text = ""
+
+
+async def _wait_loaded(pilot, app) -> None:
+    while app.chat.info is None:
+        if app.chat.load_error:
+            raise SystemExit(f"the model did not load: {app.chat.load_error}")
+        await pilot.pause(0.05)
+
+
+async def scripted_app(text: str, delay: float, n: int, token_view: bool,
+                       cpu: list[float]) -> tuple[float, list[float]]:
+    app = ChatApp(lambda p: ScriptedBackend(lambda r, row: text, delay_s=delay),
+                  config=AppConfig(token_view=token_view,
+                                   settings=SamplingParams(max_new_tokens=n * 2)))
     latencies: list[float] = []
     async with app.run_test(size=(120, 40)) as pilot:
-        while app.chat.info is None:
-            await pilot.pause(0.01)
+        await _wait_loaded(pilot, app)
         chat = app.chat
         chat.prompt.text = "go"
         chat.prompt.action_submit()
@@ -77,51 +129,137 @@ async def through_app(text: str, delay: float, n: int) -> tuple[float, int, list
         reply = chat.conversation.entries[-1].reply
         t_first = time.perf_counter()
         first_count = len(reply.tokens)
-        typed = ""
-        while chat.generating:
-            await asyncio.sleep(0.2)
-            if not chat.generating:
-                break
-            typed += "x"
-            ev = events.Key("x", "x")
-            ev.set_sender(app)
-            t0 = time.perf_counter()
-            app._driver.send_message(ev)
-            while chat.prompt.text != typed and chat.generating:
-                await asyncio.sleep(0.0005)
-            latencies.append(time.perf_counter() - t0)
+        await _press_keys_while(app, chat, latencies, cpu)
         t_end = time.perf_counter()
         count = len(reply.tokens)
+        await pilot.pause(0.3)
         view = chat.query("ReplyView").last()
-        shown = len(view.token_view.units)
-        await pilot.pause(0.2)
         assert view.markdown.source == reply.text, "the screen lost text"
-    rate = (count - first_count) / (t_end - t_first)
-    return rate, shown, latencies
+    return (count - first_count) / (t_end - t_first), latencies
+
+
+def run_scripted(args, views: list[str]) -> None:
+    text = reply_text(args.tokens)
+    delay = args.delay_ms / 1000
+    print(f"engine: scripted, in-process, {args.tokens} tokens, {args.delay_ms} ms/token; "
+          f"{args.rounds} round(s), alternating; {load()}")
+    for view in views:
+        alone, through, lat, cpu = [], [], [], []
+        for _ in range(args.rounds):
+            alone.append(scripted_alone(text, delay, args.tokens))
+            rate, keys = asyncio.run(scripted_app(text, delay, args.tokens, view == "tokens",
+                                                  cpu))
+            through.append(rate)
+            lat += keys
+        report(view, alone, through, lat, cpu)
+    print(load())
+
+
+# ---- the real default model, isolated worker ----
+
+
+def _real_settings(n: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_new_tokens=n)
+
+
+async def real_alone(worker, n: int) -> tuple[float, int]:
+    request = GenerationRequest((Message("user", REAL_PROMPT),), (_real_settings(n),),
+                                top_logprobs=5)
+    done = None
+    async for events in worker.generate(request):
+        for ev in events:
+            if isinstance(ev, RowDone):
+                done = ev
+    await worker.reset()
+    assert done is not None and done.usage is not None
+    return done.usage.decode_tokens_per_s, done.usage.completion_tokens
+
+
+async def real_run(args, views: list[str]) -> None:
+    from chatui.backends import BackendOptions, make_factory
+    from inference.worker import InferenceWorker
+
+    factory = make_factory(BackendOptions())
+    alone_worker = InferenceWorker(factory, isolate=True)
+    async for _ in alone_worker.load():
+        pass
+    app = ChatApp(factory, config=AppConfig(settings=_real_settings(args.tokens)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _wait_loaded(pilot, app)
+        chat = app.chat
+        info = alone_worker.info
+        print(f"engine: {info.name if info else '?'} ({info.device if info else ''}), isolated "
+              f"worker process, greedy, up to {args.tokens} tokens, top-5 logprobs; "
+              f"{args.rounds} round(s), alternating; {load()}")
+        await real_alone(alone_worker, 8)  # warm both engines up
+        chat.prompt.text = "hi"
+        chat.prompt.action_submit()
+        while chat.generating or not chat.conversation.entries:
+            await pilot.pause(0.05)
+        for view in views:
+            chat.token_mode = view == "tokens"
+            await pilot.pause(0.1)
+            chat.prompt.focus()  # the keys are typed into the prompt, as a user would
+            alone, through, lat, counts, cpu = [], [], [], [], []
+            for _ in range(args.rounds):
+                rate, count = await real_alone(alone_worker, args.tokens)
+                alone.append(rate)
+                await chat.run_command("/clear")
+                await pilot.pause(0.2)
+                chat.prompt.text = REAL_PROMPT
+                chat.prompt.action_submit()
+                while not chat.generating:
+                    await asyncio.sleep(0.001)
+                await _press_keys_while(app, chat, lat, cpu)
+                while chat.generating:
+                    await asyncio.sleep(0.01)
+                await pilot.pause(0.3)
+                reply = chat.conversation.entries[-1].reply
+                assert reply.usage is not None, reply.finish_reason
+                through.append(reply.usage.decode_tokens_per_s)
+                counts.append((count, reply.usage.completion_tokens))
+                view_widget = chat.query("ReplyView").last()
+                assert view_widget.markdown.source == reply.text, "the screen lost text"
+            report(view, alone, through, lat, cpu, extra=f"tokens alone/app {counts}")
+        chat.token_mode = False
+    alone_worker.close()
+    print(load())
+
+
+def report(view: str, alone: list[float], through: list[float], lat: list[float],
+           cpu: list[float], extra: str = "") -> None:
+    a, t = statistics.median(alone), statistics.median(through)
+    print(f"[{view} view] engine alone {a:7.1f} tok/s {[round(x, 1) for x in alone]}; "
+          f"through the app {t:7.1f} tok/s {[round(x, 1) for x in through]}; "
+          f"UI overhead {1 - t / a:+.1%} (target < 5%) {extra}")
+    print(f"[{view} view] UI thread CPU while streaming: "
+          f"{statistics.median(cpu):.1%} of a core {[f'{x:.1%}' for x in cpu]}")
+    if lat:
+        ms = sorted(x * 1000 for x in lat)
+        p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
+        print(f"[{view} view] keypress latency: median {statistics.median(ms):.1f} ms, "
+              f"p95 {p95:.1f} ms, max {ms[-1]:.1f} ms over {len(ms)} keys (target < 50 ms)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--engine", choices=("scripted", "real"), default="scripted")
+    parser.add_argument("--view", choices=("tokens", "markdown", "both"), default="both")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="reply length (default 2000 scripted, 400 real)")
     parser.add_argument("--delay-ms", type=float, default=2.0,
-                        help="engine time per token (2 ms = 500 tok/s)")
+                        help="scripted engine time per token (2 ms = 500 tok/s)")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     os.environ.setdefault("CHATUI_CONFIG_DIR", tempfile.mkdtemp())
     os.environ.setdefault("CHATUI_DATA_DIR", tempfile.mkdtemp())
-    text = reply_text(args.tokens)
-    if os.environ.get("SWITCH"): sys.setswitchinterval(float(os.environ["SWITCH"]))
-    delay = args.delay_ms / 1000
-    alone = engine_alone(text, delay, args.tokens)
-    rate, shown, lat = asyncio.run(through_app(text, delay, args.tokens))
-    overhead = 1 - rate / alone
-    print(f"tokens: {args.tokens} (token view on, {shown} units on screen)")
-    print(f"engine alone:     {alone:8.1f} tok/s")
-    print(f"through the app:  {rate:8.1f} tok/s   (UI overhead {overhead:+.1%}; target < 5%)")
-    if lat:
-        lat_ms = sorted(x * 1000 for x in lat)
-        p95 = lat_ms[min(len(lat_ms) - 1, int(0.95 * len(lat_ms)))]
-        print(f"keypress latency: median {statistics.median(lat_ms):.1f} ms, p95 {p95:.1f} ms, "
-              f"max {lat_ms[-1]:.1f} ms over {len(lat_ms)} keys (target < 50 ms)")
+    views = ["tokens", "markdown"] if args.view == "both" else [args.view]
+    if args.engine == "scripted":
+        args.tokens = args.tokens or 2000
+        run_scripted(args, views)
+    else:
+        args.tokens = args.tokens or 400
+        asyncio.run(real_run(args, views))
     return 0
 
 

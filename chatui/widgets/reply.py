@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from textual.app import ComposeResult
@@ -36,17 +37,83 @@ FINISH_LABELS = {
 }
 
 
+FENCE_LINES = 40
+"""Inside an open code fence the Markdown is re-highlighted in full on each append, so appends
+are spaced by MARKDOWN_S for every FENCE_LINES lines of the fence..."""
+MARKDOWN_MAX_S = 1.0
+"""...up to this interval."""
+
+
+@dataclass
+class RunningStats:
+    """A reply's statistics, updated with each batch (work per token, not per reply)."""
+
+    seen: int = 0
+    count: int = 0
+    """Tokens that are not special."""
+    logprob_sum: float = 0.0
+    logprob_count: int = 0
+    least: Token | None = None
+
+    def sync(self, tokens: Sequence[Token]) -> RunningStats:
+        """Take the tokens appended since the last call (start over if the list shrank)."""
+        if len(tokens) < self.seen:
+            self.__init__()  # type: ignore[misc]
+        for tok in tokens[self.seen:]:
+            if tok.special:
+                continue
+            self.count += 1
+            if tok.logprob is not None:
+                self.logprob_sum += tok.logprob
+                self.logprob_count += 1
+                if self.least is None or tok.logprob < self.least.logprob:  # type: ignore[operator]
+                    self.least = tok
+        self.seen = len(tokens)
+        return self
+
+    @property
+    def mean_logprob(self) -> float | None:
+        return self.logprob_sum / self.logprob_count if self.logprob_count else None
+
+
+class FenceTracker:
+    """Whether streamed Markdown is inside an open code fence, and how long it is so far."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.lines = 0
+        self._partial = ""
+
+    def feed(self, text: str) -> None:
+        *complete, self._partial = (self._partial + text).split("\n")
+        for line in complete:
+            if line.lstrip().startswith(("```", "~~~")):
+                self.open = not self.open
+                self.lines = 0
+            elif self.open:
+                self.lines += 1
+
+    def interval(self) -> float:
+        """Smallest interval between two Markdown appends now."""
+        if not self.open:
+            return MARKDOWN_S
+        return min(MARKDOWN_MAX_S, MARKDOWN_S * max(1.0, self.lines / FENCE_LINES))
+
+
 def reply_stats(reply: Reply, *, live_rate: float | None = None,
-                stable_timings: bool = False) -> str:
-    """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed."""
-    n = len([t for t in reply.tokens if not t.special])
-    parts = [f"{n} tokens"]
-    mean = reply.mean_logprob
+                stable_timings: bool = False, running: RunningStats | None = None) -> str:
+    """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed.
+
+    ``running`` (kept by a streaming view) saves walking all of ``reply.tokens``."""
+    running = running.sync(reply.tokens) if running is not None \
+        else RunningStats().sync(reply.tokens)
+    parts = [f"{running.count} tokens"]
+    mean = running.mean_logprob
     if mean is not None:
-        ppl = reply.perplexity or 1.0
+        ppl = math.exp(-mean)
         parts.append(f"mean logprob {mean:.2f}")
         parts.append(f"ppl {ppl:.2f}")
-    least = reply.least_likely
+    least = running.least
     if least is not None and least.logprob is not None:
         parts.append(f"least likely {show_token(least.text)} {math.exp(least.logprob):.1%}")
     if stable_timings:
@@ -94,6 +161,9 @@ class ReplyView(Vertical):
         self._last_write = 0.0
         self._token_sync_pending = False
         self._gc_held = False
+        self._stats = RunningStats()
+        self._fence = FenceTracker()
+        self._fence.feed(safe_text(reply.text))
         self.type_into: Callable[[str, bool], None] | None = None
         """Where text typed in the token view goes (set by the screen before mounting)."""
         self.set_reactive(ReplyView.token_mode, token_mode)
@@ -143,10 +213,12 @@ class ReplyView(Vertical):
         text = "".join(t.text for t in tokens if not t.special)
         if text:
             self._pending.append(text)
+            self._fence.feed(text)
             if not self._write_timer and not self.token_mode:  # hidden Markdown waits
-                # coalesce: the Markdown is appended at most every MARKDOWN_S
+                # coalesce: the Markdown is appended at most every MARKDOWN_S (more rarely
+                # inside a long open code fence, which is re-highlighted in full per append)
                 self._write_timer = True
-                delay = max(0.001, self._last_write + MARKDOWN_S - time.monotonic())
+                delay = max(0.001, self._last_write + self._fence.interval() - time.monotonic())
                 self.set_timer(delay, self._write_pending)
         if self.token_mode:
             self.token_view.sync()
@@ -188,6 +260,9 @@ class ReplyView(Vertical):
     async def rebuild(self) -> None:
         """Show ``reply`` afresh (its tokens were replaced, e.g. continue-from-alternative)."""
         await self.markdown.update(safe_text(self.reply.text))
+        self._stats = RunningStats()
+        self._fence = FenceTracker()
+        self._fence.feed(safe_text(self.reply.text))
         self.token_view.tokens = self.reply.tokens
         self.token_view.reset()
         self.refresh_stats()
@@ -221,7 +296,7 @@ class ReplyView(Vertical):
         finish.set_class(reply.finish_reason == "error", "-error")
         finish.display = bool(label)
         stats = self.query_one(".reply-stats", Static)
-        stats.update(Content(reply_stats(reply, live_rate=live,
+        stats.update(Content(reply_stats(reply, live_rate=live, running=self._stats,
                                          stable_timings=self.stable_timings)))
         stats.display = bool(reply.tokens) or reply.finish_reason is not None
 
