@@ -26,8 +26,8 @@ from ..conversation import Reply
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
 
-MARKDOWN_S = 0.08
-"""Smallest interval between two Markdown appends while streaming (12.5 per second)."""
+MARKDOWN_S = 0.1
+"""Smallest interval between two Markdown appends while streaming (10 per second)."""
 
 FINISH_LABELS = {
     "stop": "",
@@ -37,6 +37,9 @@ FINISH_LABELS = {
 }
 
 
+STATS_S = 0.5
+"""Smallest interval between two updates of the statistics line while streaming (each one is
+a layout of the conversation)."""
 FENCE_LINES = 40
 """Inside an open code fence the Markdown is re-highlighted in full on each append, so appends
 are spaced by MARKDOWN_S for every FENCE_LINES lines of the fence..."""
@@ -162,6 +165,8 @@ class ReplyView(Vertical):
         self._token_sync_pending = False
         self._gc_held = False
         self._stats = RunningStats()
+        self._shown: tuple[str | None, str | None] = (None, None)
+        """The finish label and statistics line on screen."""
         self._fence = FenceTracker()
         self._fence.feed(safe_text(reply.text))
         self.type_into: Callable[[str, bool], None] | None = None
@@ -273,7 +278,7 @@ class ReplyView(Vertical):
         if self._stats_timer:
             return
         self._stats_timer = True
-        delay = max(0.0, self._last_stats + 2 * REFRESH_S - time.monotonic())
+        delay = max(0.0, self._last_stats + STATS_S - time.monotonic())
         self.set_timer(max(delay, 0.001), self.refresh_stats)
 
     def refresh_stats(self) -> None:
@@ -292,13 +297,17 @@ class ReplyView(Vertical):
             label = f"✗ {reply.error or 'failed'}"
         else:
             label = FINISH_LABELS.get(reply.finish_reason, "")
-        finish.update(Content(label))
-        finish.set_class(reply.finish_reason == "error", "-error")
-        finish.display = bool(label)
+        if label != self._shown[0]:  # an update is a layout: only when it changed
+            finish.update(Content(label))
+            finish.set_class(reply.finish_reason == "error", "-error")
+            finish.display = bool(label)
         stats = self.query_one(".reply-stats", Static)
-        stats.update(Content(reply_stats(reply, live_rate=live, running=self._stats,
-                                         stable_timings=self.stable_timings)))
+        line = reply_stats(reply, live_rate=live, running=self._stats,
+                           stable_timings=self.stable_timings)
+        if line != self._shown[1]:
+            stats.update(Content(line))
         stats.display = bool(reply.tokens) or reply.finish_reason is not None
+        self._shown = (label, line)
 
     # ---- view switches ----
 

@@ -37,8 +37,8 @@ from themes import heat_bin
 from ..messages import AlternativeChosen, TokenSelected
 from .text import safe_text
 
-REFRESH_S = 0.08
-"""Smallest interval between two redraws of the same view while streaming (12.5 per second)."""
+REFRESH_S = 0.1
+"""Smallest interval between two redraws of the same view while streaming (10 per second)."""
 LINE_CACHE = 512
 """Rendered lines kept per view (those on screen and around it)."""
 
