@@ -292,3 +292,53 @@ async def test_through_the_async_worker_without_credentials_in_the_url(server):
     finally:
         worker.close()
         worker.join(10)
+
+
+def test_headless_generate_streams_logprobs_from_the_server(server):
+    """`chatui generate --backend openai --json` against the real server."""
+    import json
+
+    r = subprocess.run([sys.executable, "-m", "chatui", "generate", "-p", "Say hello.",
+                        "--backend", "openai", "--base-url", server.url, "--temperature", "0",
+                        "--max-tokens", "8", "--top-logprobs", "3", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    toks = [x for x in lines if x["type"] == "token"]
+    assert toks and all(t["logprob"] is not None and t["logprob"] <= 0 for t in toks)
+    assert all(len(t["top"]) == 3 and t["id"] is None for t in toks)  # ids: not invented
+    assert lines[-1]["type"] == "done" and lines[-1]["completion_tokens"] >= 1
+
+
+async def test_tui_chat_token_view_and_transcript_round_trip(server, tmp_path, monkeypatch):
+    """The chat app on the server backend: a streamed reply with logprobs in the token view,
+    and a transcript that records the backend without credentials and loads back."""
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
+    from chatui import transcript
+    from chatui.app import ChatApp
+    from chatui.config import AppConfig
+    from chatui.widgets.reply import ReplyView
+    from test_app import send
+
+    url = server.url.replace("http://", "http://user:secret@")
+    app = ChatApp(make_openai_factory(url, None, None),
+                  config=AppConfig(stable_timings=True,
+                                   settings=SamplingParams(temperature=0, max_new_tokens=12)))
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "Name a colour.")
+        reply = app.chat.conversation.entries[-1].reply
+        assert reply.finish_reason in ("stop", "length") and reply.text
+        assert reply.tokens and all(t.logprob is not None and t.top for t in reply.tokens)
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.2)
+        view = list(app.chat.query(ReplyView))[-1]
+        assert view.token_view is not None and view.token_view.display
+        path = tmp_path / "remote.json"
+        app.chat.prompt.focus()
+        await send(pilot, app, f"/save {path}")
+    raw = path.read_text()
+    assert "secret" not in raw
+    conv = transcript.load_transcript(path)
+    assert conv.model.backend == "openai" and conv.model.url.startswith("http://127.0.0.1")
+    assert conv.entries[-1].reply.tokens[0].logprob == reply.tokens[0].logprob
