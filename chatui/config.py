@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
 from typing import Any, Mapping
 
 from inference.settings import SamplingParams
@@ -92,28 +90,39 @@ class AppConfig:
 SETTINGS_FILE = "settings.json"
 
 
-def load_remembered(config_dir: Path) -> dict:
-    """The remembered settings (``{"theme": ...}``); empty if missing or unreadable."""
-    path = config_dir / SETTINGS_FILE
+def read_json_file(path: Path) -> object:
+    """A small JSON file of ours, or None when it is missing or unreadable (logged)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}
+        return None
     except (OSError, ValueError) as exc:
         log.warning("ignoring unreadable %s: %s", path, exc)
-        return {}
+        return None
+
+
+def write_json_file(path: Path, data: object) -> None:
+    """Write a small JSON file atomically (temporary file, fsync, rename); raises OSError."""
+    from .transcript import TranscriptError, atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        atomic_write(path, json.dumps(data, indent=2).encode("utf-8"))
+    except TranscriptError as exc:
+        raise OSError(str(exc)) from None
+
+
+def load_remembered(config_dir: Path) -> dict:
+    """The remembered settings (``{"theme": ...}``); empty if missing or unreadable."""
+    data = read_json_file(config_dir / SETTINGS_FILE)
     return data if isinstance(data, dict) else {}
 
 
 def remember(config_dir: Path, **values: object) -> None:
     """Merge ``values`` into the settings file (atomic write; errors are logged, not raised)."""
     try:
-        config_dir.mkdir(parents=True, exist_ok=True)
         data = load_remembered(config_dir)
         data.update(values)
-        fd, tmp = tempfile.mkstemp(dir=config_dir, prefix=".settings-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-        os.replace(tmp, config_dir / SETTINGS_FILE)
+        write_json_file(config_dir / SETTINGS_FILE, data)
     except OSError as exc:
         log.warning("could not remember %s: %s", values, exc)

@@ -12,13 +12,11 @@ next to the remembered theme (``settings.json``). Pure logic, no Textual import.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 
+from chatui.config import read_json_file, write_json_file
 from inference.settings import SamplingParams, SettingsError, parse_assignments
 
 log = logging.getLogger(__name__)
@@ -93,13 +91,7 @@ def load_presets(config_dir: Path) -> dict[str, tuple[str, ...]]:
     """Saved presets by name; empty when there is no file. A damaged file or entry is
     skipped (and logged), never fatal."""
     path = presets_path(config_dir)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable %s: %s", path, exc)
-        return {}
+    data = read_json_file(path)
     presets = data.get("presets") if isinstance(data, dict) else None
     if not isinstance(presets, dict):
         return {}
@@ -115,21 +107,8 @@ def load_presets(config_dir: Path) -> dict[str, tuple[str, ...]]:
 
 
 def _write(config_dir: Path, presets: dict[str, tuple[str, ...]]) -> None:
-    config_dir.mkdir(parents=True, exist_ok=True)
-    data = {"presets": {k: list(v) for k, v in sorted(presets.items())}}
-    fd, tmp = tempfile.mkstemp(dir=config_dir, prefix=".presets-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, presets_path(config_dir))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_json_file(presets_path(config_dir),
+                    {"presets": {k: list(v) for k, v in sorted(presets.items())}})
 
 
 def save_preset(config_dir: Path, name: str, columns: list[str] | tuple[str, ...]) -> str:
