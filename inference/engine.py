@@ -95,7 +95,6 @@ class LocalBackend:
         self.prefill_chunk = prefill_chunk
         self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", []) or [])
         self._piece_cache: dict[int, str] = {}
-        self._raw_cache: dict[int, str] = {}
         self._cache: Any = None
         self._cache_ids: list[int] = []
 
@@ -201,13 +200,19 @@ class LocalBackend:
 
     # ---- generation ----
 
+    def _prompt_budget(self, settings: Sequence[SamplingParams]) -> int:
+        """Tokens the prompt may take: the context less room for the reply (at most a
+        quarter of the context is kept for it, so long chats keep their recent turns)."""
+        limit = self.info.context_limit
+        return limit - min(max(s.max_new_tokens for s in settings), max(limit // 4, 1))
+
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
         t0 = time.perf_counter()
         settings = request.settings
         limit = self.info.context_limit
-        reserve = min(max(s.max_new_tokens for s in settings), max(limit // 4, 1))
         try:
-            enc = fit_to_context(self.tokenizer, request.messages, limit - reserve, request.prefix)
+            enc = fit_to_context(self.tokenizer, request.messages,
+                                 self._prompt_budget(settings), request.prefix)
         except PromptTooLongError as exc:
             yield Failed(str(exc))
             return
@@ -245,8 +250,8 @@ class LocalBackend:
         for req in requests:
             s = req.settings[0]
             try:
-                enc = fit_to_context(self.tokenizer, req.messages,
-                                     limit - min(s.max_new_tokens, max(limit // 4, 1)), req.prefix)
+                enc = fit_to_context(self.tokenizer, req.messages, self._prompt_budget((s,)),
+                                     req.prefix)
             except PromptTooLongError as exc:
                 yield Failed(str(exc))
                 return
@@ -343,7 +348,7 @@ class LocalBackend:
         row.last_at = now
         is_eos = tid in self.eos_ids
         special = is_eos or tid in self.special_ids
-        raw = self._raw(tid)
+        raw = self.piece_text(tid)
         if special:
             piece_text, start = "", None
         else:
@@ -395,13 +400,6 @@ class LocalBackend:
         tps = (row.generated - 1) / span if row.generated > 1 and span > 0 else 0.0
         yield RowDone(r, reason, row.stops.released_text,  # type: ignore[arg-type]
                       Usage(row.prompt_len, row.generated, cached, ttft, tps))
-
-    def _raw(self, token_id: int) -> str:
-        raw = self._raw_cache.get(token_id)
-        if raw is None:
-            raw = self.piece_text(token_id)
-            self._raw_cache[token_id] = raw
-        return raw
 
 
 def _byte_spelling(tokenizer: Any, token_id: int) -> str | None:

@@ -52,6 +52,9 @@ async def snapshot(name: str, run_before, *, theme: str = "chatui-dark") -> None
         await pilot.pause(0.2)
         svg = _normalise(app.export_screenshot(title=name))
     path = SNAPSHOTS / f"{name}.svg"
+    if not path.exists() and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"snapshot {path.name} is missing; create it locally and commit it",
+                    pytrace=False)
     if UPDATE or not path.exists():
         SNAPSHOTS.mkdir(exist_ok=True)
         path.write_text(svg, encoding="utf-8")

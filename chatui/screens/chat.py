@@ -21,6 +21,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Static, TextArea
 from textual.worker import Worker
 
@@ -391,17 +392,24 @@ class ChatScreen(CompareFlow, Screen[None]):
         await self._after_reply(job)
 
     def _on_started(self, ev: Started, job: _Job) -> None:
+        self._show_context(ev, job.view, job.entry, "reply", notify=True)
+
+    def _show_context(self, ev: Started, before: Widget, entry: Entry, what: str, *,
+                      notify: bool) -> None:
+        """Update the context meter; when the oldest turns were left out, say so above
+        ``before`` (the reply or comparison they were left out of)."""
         limit = ev.context_limit or (self.info.context_limit if self.info else 0)
         self.status.context_limit = limit
         self.status.context_used = ev.prompt_tokens
         if ev.dropped_messages > 0:
             text = (f"The conversation no longer fits the model's context ({limit} tokens): "
-                    f"the oldest {ev.dropped_messages} message(s) were left out of this reply. "
+                    f"the oldest {ev.dropped_messages} message(s) were left out of this {what}. "
                     "Use /clear to start afresh.")
             notice = Notice(text, kind="warning")
-            self.log_view.mount(notice, before=job.view)
-            self._widgets_of.setdefault(id(job.entry), []).append(notice)
-            self.app.notify(text, title="Context full", severity="warning", timeout=8)
+            self.log_view.mount(notice, before=before)
+            self._widgets_of.setdefault(id(entry), []).append(notice)
+            if notify:
+                self.app.notify(text, title="Context full", severity="warning", timeout=8)
 
     async def _after_reply(self, job: _Job) -> None:
         reply = job.entry.reply

@@ -33,7 +33,6 @@ from ..presets import (
     split_columns,
 )
 from ..widgets.compare import CompareView
-from ..widgets.items import Notice
 
 if TYPE_CHECKING:
     from .chat import ChatScreen, _Job
@@ -300,16 +299,7 @@ class CompareFlow:
 
     def _compare_started(self: ChatScreen, ev: Started,  # type: ignore[misc]
                          view: CompareView) -> None:
-        limit = ev.context_limit or (self.info.context_limit if self.info else 0)
-        self.status.context_limit = limit
-        self.status.context_used = ev.prompt_tokens
-        if ev.dropped_messages > 0:
-            text = (f"The conversation no longer fits the model's context ({limit} tokens): "
-                    f"the oldest {ev.dropped_messages} message(s) were left out of this "
-                    "comparison. Use /clear to start afresh.")
-            notice = Notice(text, kind="warning")
-            self.log_view.mount(notice, before=view)
-            self._widgets_of.setdefault(id(view.entry), []).append(notice)
+        self._show_context(ev, view, view.entry, "comparison", notify=False)
 
     async def _after_compare(self: ChatScreen, job: _Job) -> None:  # type: ignore[misc]
         entry = job.entry
