@@ -33,6 +33,9 @@ class BackendOptions:
     """auto: chatui's fast Llama-family runner where the model supports it, else transformers';
     fast or hf force one. With no --dtype the fast runner picks the fastest precision that
     keeps quality (bf16 matmuls with an fp32 residual stream for an fp32 model on CPU)."""
+    compile: str = "auto"
+    """The fast runner's decode step through torch.compile (with a CUDA graph on CUDA): auto
+    (on CUDA only), on or off."""
     trust_remote_code: bool = False
     allow_pickle: bool = False
     base_url: str | None = None
@@ -61,7 +64,8 @@ class LocalFactory:
                                allow_pickle=o.allow_pickle, progress=progress)
         precision = "model" if o.dtype else "auto"
         return LocalBackend.from_checkpoint(ckpt, quantize=o.quantize, progress=progress,
-                                            precision=precision, runner=o.runner)
+                                            precision=precision, runner=o.runner,
+                                            compile=o.compile)
 
 
 def make_factory(opts: BackendOptions) -> BackendFactory:

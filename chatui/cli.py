@@ -478,6 +478,9 @@ def bench(
     runner: Annotated[str, typer.Option(
         "--runner", help="auto (the fast runner where the model supports it), fast, or hf "
                          "(transformers' modules, for comparison).")] = "auto",
+    compile_step: Annotated[str, typer.Option(
+        "--compile", help="The fast runner's decode step through torch.compile (and a CUDA "
+                          "graph on CUDA): auto (CUDA only), on or off.")] = "auto",
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
     quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False,
@@ -490,11 +493,13 @@ def bench(
         _check_top(top_logprobs)
         if runner not in ("auto", "fast", "hf"):
             raise UserError(f"unknown runner {runner!r}; choose auto, fast or hf")
+        if compile_step not in ("auto", "on", "off"):
+            raise UserError(f"unknown compile mode {compile_step!r}; choose auto, on or off")
         opts = _options("local", ckpt, device, dtype, device_map, quantize, trust_remote_code,
                         allow_pickle, None, None, None)
         from dataclasses import replace
 
-        opts = replace(opts, runner=runner)
+        opts = replace(opts, runner=runner, compile=compile_step)
         worker = await _load(opts, quiet=as_json)
         if compare_mode:
             await _bench_compare(worker, prompt_tokens, new_tokens, top_logprobs, repeats,

@@ -97,23 +97,29 @@ class LocalBackend:
         self._piece_cache: dict[int, str] = {}
         self._cache: Any = None
         self._cache_ids: list[int] = []
+        self.pipeline: bool | None = None
+        """Queue each decode step before the host handles the previous token: None = on CUDA
+        only (where the device then works while the host does; on a CPU it would only delay
+        each token by a step)."""
 
     # ---- small helpers ----
 
     @classmethod
     def from_checkpoint(cls, ckpt: Any, *, quantize: str = "none", progress: Any = None,
-                        precision: str = "model", runner: str = "auto") -> LocalBackend:
+                        precision: str = "model", runner: str = "auto",
+                        compile: str = "auto") -> LocalBackend:
         """Build from an ``inference.checkpoint.LoadedCheckpoint``.
 
         ``quantize`` (none / int8), ``precision`` (model / auto / a dtype) and ``runner``
-        (auto / fast / hf) pick the model runner: see ``inference.fast_llama.build_runner``.
+        (auto / fast / hf) and ``compile`` (auto / on / off) pick the model runner: see
+        ``inference.fast_llama.build_runner``.
         """
         from .fast_llama import build_runner
         from .settings import defaults_from_generation_config
 
         quantization = quantize or "none"
         model_runner = build_runner(ckpt, quantize=quantization, precision=precision,
-                                    runner=runner, progress=progress)
+                                    runner=runner, compile=compile, progress=progress)
         fast = getattr(model_runner, "fast", None)
         dtype = fast.dtype if fast is not None else ckpt.dtype
 
@@ -290,9 +296,36 @@ class LocalBackend:
         if mask is not None:
             positions = mask.sum(-1, keepdim=True)  # [B, 1] next position per row
         limit = self.info.context_limit
+        cuda = self.device.type == "cuda"
+        pipeline = cuda if self.pipeline is None else self.pipeline
         while active:
             next_ids, stats = decode_step_outputs(logits, seen, sampling, k)
-            host = stats.cpu().tolist()  # the one transfer per step
+            if pipeline:
+                # Queue the next step before reading this one: the device computes token t + 1
+                # while the host turns token t into events (one wasted step when a row ends,
+                # and then the cache also holds the last token, which _cache_ids records).
+                if cuda:
+                    buf = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+                    buf.copy_(stats, non_blocking=True)
+                    copied = torch.cuda.Event()
+                    copied.record()
+                else:
+                    buf = stats
+                if seen is not None:
+                    seen.scatter_(1, next_ids[:, None], True)
+                if mask is not None:
+                    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+                ahead = self.runner.forward(cache, next_ids[:, None], attention_mask=mask,
+                                            position_ids=positions)
+                if positions is not None:
+                    positions = positions + 1
+                if cuda:
+                    copied.synchronize()
+                host = buf.tolist()  # the one transfer per step
+                if track_cache:
+                    self._cache_ids.append(int(host[0][0]))
+            else:
+                host = stats.cpu().tolist()  # the one transfer per step
             now = time.perf_counter()
             finished: list[int] = []
             for b, r in enumerate(active):
@@ -324,7 +357,12 @@ class LocalBackend:
                 if mask is not None:
                     mask = mask[idx]
                     positions = positions[idx] if positions is not None else None
+                if pipeline:
+                    ahead = ahead[idx]
                 active = [active[b] for b in keep]
+            if pipeline:
+                logits = ahead
+                continue
             if seen is not None:
                 seen.scatter_(1, next_ids[:, None], True)
             if mask is not None:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from .decode_graph import DecodeStep, use_compile
 from .quant import Int4Weight, Int8Weight, int4_linear, int8_linear
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -93,26 +94,29 @@ def _rope_parameters(model: Any) -> tuple[torch.Tensor, float]:
 
 
 class StaticKVCache:
-    """Keys and values of every layer in two preallocated tensors [L, B, KV, C, D].
+    """Keys and values of every layer in preallocated tensors, one [B, KV, C, D] per layer.
 
     ``length`` positions are valid; the capacity C grows in blocks (a copy) only when a
-    prompt outgrows it, so decoding writes in place.
+    prompt outgrows it, so decoding writes in place. Layers are separate tensors (not views of
+    one) so a compiled step can update each in place as its own input.
     """
 
     def __init__(self, n_layers: int, n_kv: int, head_dim: int, *, dtype: torch.dtype,
                  device: torch.device, batch: int = 1, capacity: int = CACHE_BLOCK) -> None:
-        shape = (n_layers, batch, n_kv, capacity, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        shape = (batch, n_kv, capacity, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.length = 0
+        self.version = 0
+        """Bumped whenever the tensors are replaced (a captured graph then goes stale)."""
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[3]
+        return self.k[0].shape[2]
 
     @property
     def batch(self) -> int:
-        return self.k.shape[1]
+        return self.k[0].shape[0]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
@@ -123,22 +127,24 @@ class StaticKVCache:
         if batch != self.batch:
             if self.length:
                 raise ValueError(f"cache holds {self.batch} rows, got {batch}")
-            self.k = self.k.new_zeros((self.k.shape[0], batch, *self.k.shape[2:]))
-            self.v = torch.zeros_like(self.k)
+            self._replace(lambda t: t.new_zeros((batch, *t.shape[1:])))
         if needed <= self.capacity:
             return
         cap = max(needed, 2 * self.capacity)
         cap = -(-cap // CACHE_BLOCK) * CACHE_BLOCK
-        rows = self.batch
-        self.k = self._moved(self.k, rows, cap, None)
-        self.v = self._moved(self.v, rows, cap, None)
+        self._replace(lambda t: self._moved(t, self.batch, cap, None))
+
+    def _replace(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.k = [fn(t) for t in self.k]
+        self.v = [fn(t) for t in self.v]
+        self.version += 1
 
     def _moved(self, t: torch.Tensor, batch: int, cap: int,
                fill: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
-        L, _, kv, _, d = t.shape
-        new = torch.zeros((L, batch, kv, cap, d), dtype=t.dtype, device=t.device)
-        used = t[:, :, :, : self.length]
-        new[:, :, :, : self.length] = fill(used) if fill else used
+        _, kv, _, d = t.shape
+        new = torch.zeros((batch, kv, cap, d), dtype=t.dtype, device=t.device)
+        used = t[:, :, : self.length]
+        new[:, :, : self.length] = fill(used) if fill else used
         return new
 
     def crop(self, max_length: int) -> None:
@@ -149,20 +155,27 @@ class StaticKVCache:
 
     def batch_repeat_interleave(self, n: int) -> None:
         """Each row becomes n consecutive rows (one prefill shared by n replies)."""
-        rep = lambda t: t.repeat_interleave(n, dim=1)  # noqa: E731
+        rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731
         rows, cap = self.batch * n, self.capacity
-        self.k = self._moved(self.k, rows, cap, rep)
-        self.v = self._moved(self.v, rows, cap, rep)
+        self._replace(lambda t: self._moved(t, rows, cap, rep))
 
     def batch_select_indices(self, idx: torch.Tensor) -> None:
         """Keep only the rows in idx (finished rows leave the batch)."""
-        sel = lambda t: t.index_select(1, idx.to(t.device))  # noqa: E731
-        self.k = self._moved(self.k, len(idx), self.capacity, sel)
-        self.v = self._moved(self.v, len(idx), self.capacity, sel)
+        sel = lambda t: t.index_select(0, idx.to(t.device))  # noqa: E731
+        cap = self.capacity
+        self._replace(lambda t: self._moved(t, len(idx), cap, sel))
+
+    def __deepcopy__(self, memo: dict) -> StaticKVCache:
+        new = object.__new__(StaticKVCache)
+        new.k = [t.clone() for t in self.k]
+        new.v = [t.clone() for t in self.v]
+        new.length = self.length
+        new.version = 0
+        return new
 
     @property
     def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
+        return 2 * sum(t.numel() * t.element_size() for t in self.k)
 
 
 @dataclass
@@ -333,6 +346,49 @@ class FastLlama:
             return self.embed.rows(ids, self.rdtype)
         return F.embedding(ids, self.embed).to(self.rdtype)
 
+    def rope_tables(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) x scale for positions [0, n): [n, D/2] fp32 each (the step's RoPE as
+        real arithmetic, the same products as the complex multiply of ``forward``)."""
+        table = self._rotations(n)[:n]
+        return table.real.contiguous(), table.imag.contiguous()
+
+    def step(self, ks: list[torch.Tensor], vs: list[torch.Tensor], ids: torch.Tensor,
+             pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """One decode step with fixed shapes, for ``torch.compile`` and graph capture.
+
+        ks, vs: each layer's cache [B, KV, C, D] (position ``pos`` is written in place);
+        ids: [B, 1]; pos: [1] long, the position of the new token in every row (no padding);
+        cos, sin: ``rope_tables`` of at least C positions. Attention covers the whole capacity
+        with a mask (keys after ``pos`` are hidden), so the shapes never change while the cache
+        does not grow. Returns logits [B, V] fp32.
+        """
+        B = ids.shape[0]
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        G, half = H // KV, D // 2
+        C = ks[0].shape[2]
+        c, s = cos[pos].view(1, 1, half), sin[pos].view(1, 1, half)  # [1, 1, D/2]
+        mask = (torch.arange(C, device=ids.device) <= pos).view(1, 1, 1, C)
+        x = self._embed(ids)  # [B, 1, hidden]
+        hidden, nqk = (self.hidden,), (H + KV) * D
+        for i, L in enumerate(self.layers):
+            h = F.rms_norm(x, hidden, L.ln1, self.eps)
+            qkv = _linear(h, L.wqkv, L.bqkv)[:, 0]  # [B, (H + 2KV) * D]
+            qk = qkv[:, :nqk].float().view(B, H + KV, half, 2)
+            a, b = qk[..., 0], qk[..., 1]
+            qk = torch.stack([a * c - b * s, a * s + b * c], dim=-1).view(B, H + KV, D)
+            q = qk[:, :H].to(self.dtype).view(B, KV, G, D)
+            k_new = qk[:, H:].to(self.dtype).view(B, KV, 1, D)
+            v_new = qkv[:, nqk:].to(self.dtype).view(B, KV, 1, D)
+            ks[i].index_copy_(2, pos, k_new)
+            vs[i].index_copy_(2, pos, v_new)
+            o = F.scaled_dot_product_attention(q, ks[i], vs[i], attn_mask=mask)
+            x = x + _linear(o.reshape(B, 1, H * D), L.wo, L.bo)
+            h = F.rms_norm(x, hidden, L.ln2, self.eps)
+            gate, up = _linear(h, L.wgu, L.bgu).split(self.inter, dim=-1)
+            x = x + _linear(F.silu(gate) * up, L.wd, L.bd)
+        x = F.rms_norm(x[:, -1], hidden, self.norm, self.eps)
+        return _linear(x, self.lm_head, self.lm_bias).float()  # [B, V]
+
     @torch.inference_mode()
     def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
                 attention_mask: torch.Tensor | None = None,
@@ -409,7 +465,8 @@ class FastRunner:
 
     def __init__(self, model: Any, *, dtype: torch.dtype | None = None, quantize: str = "none",
                  int8_weights: dict[str, Int8Weight] | None = None,
-                 residual_dtype: torch.dtype | None = None) -> None:
+                 residual_dtype: torch.dtype | None = None, compile: str = "off",
+                 compile_dir: Any = None) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         model_dtype = next(model.parameters()).dtype
@@ -421,6 +478,10 @@ class FastRunner:
         self.dtype = dtype
         self.int8_path: Any = None
         """Where the int8 weights are cached on disk (None when not quantized)."""
+        self.decode: DecodeStep | None = None
+        """The compiled (and on CUDA graph-captured) one-token step, when in use."""
+        if use_compile(compile, self.device):
+            self.decode = DecodeStep(self.fast, compile=True, cache_dir=compile_dir)
 
     def new_cache(self) -> StaticKVCache:
         return self.fast.new_cache()
@@ -432,6 +493,9 @@ class FastRunner:
     def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
                 attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if (self.decode is not None and input_ids.shape[1] == 1 and attention_mask is None
+                and position_ids is None):
+            return self.decode(cache, input_ids)
         return self.fast.forward(cache, input_ids, attention_mask=attention_mask,
                                  position_ids=position_ids)
 
@@ -444,7 +508,8 @@ PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")
 
 
 def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
-                 runner: str = "auto", progress: Callable[[Any], None] | None = None) -> Any:
+                 runner: str = "auto", compile: str = "auto",
+                 progress: Callable[[Any], None] | None = None) -> Any:
     """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
 
     Args:
@@ -455,6 +520,9 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
             stream for an fp32 model on CPU, measured in ``inference.quality``), or a dtype.
         runner: "auto" (fast when the model supports it), "fast" or "hf". The environment
             variable ``CHATUI_RUNNER`` (hf / fast) overrides "auto".
+        compile: the fast runner's decode step through ``torch.compile`` (and a CUDA graph on
+            CUDA): "auto" (on CUDA only, where it pays), "on" or "off". Compiling happens
+            here, reported through ``progress``, and is cached on disk.
     """
     import os
 
@@ -506,8 +574,13 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         if progress:
             progress(Progress(stage, 0, 1))
         stored = load_int8(path, ckpt.device)
+    use_compile(compile, ckpt.device)  # validates the mode before any work
+    from .checkpoint import cache_root
+    from .decode_graph import compile_cache_dir
+
     fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
-                      residual_dtype=residual)
+                      residual_dtype=residual, compile=compile,
+                      compile_dir=compile_cache_dir(cache_root()))
     if quantize != "none" and path is not None:
         if stored is None or set(stored) != set(fast.fast.quantized):
             from .quant import save_int8
@@ -521,6 +594,13 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         if progress:
             progress(Progress(stage, 1, 1))
     fast.int8_path = path
+    if fast.decode is not None:
+        stage = "compiling the decode step"
+        if progress:
+            progress(Progress(stage, 0, 1))
+        fast.decode.warm_up()
+        if progress:
+            progress(Progress(stage, 1, 1))
     return fast
 
 
@@ -532,4 +612,5 @@ def describe(runner: Any) -> str:
     name = str(fast.dtype).replace("torch.", "")
     res = str(fast.rdtype).replace("torch.", "")
     q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""
-    return f"fast runner ({q}{name} matmuls and KV cache, {res} residual)"
+    step = runner.decode.describe() if runner.decode is not None else "eager"
+    return f"fast runner ({q}{name} matmuls and KV cache, {res} residual; {step} decode step)"
