@@ -2,8 +2,9 @@
 
 Round-robin over the systems (so a busy shared CPU hurts them alike), best of ``--rounds``:
 transformers ``generate`` fp32; chatui on the transformers runner; chatui's fast runner in
-fp32, in the default CPU precision (bf16 matmuls, fp32 residual), with int8 and int4 weights, each
-with top-5 logprobs and without; llama.cpp on the Q4_1 GGUF with and without logprobs (when
+fp32, in the default CPU precision (bf16 matmuls, fp32 residual), with int8 and int4 weights (eager,
+and with the decode step compiled by ``torch.compile`` with inductor's C++ wrapper), each with
+top-5 logprobs and without; llama.cpp on the Q4_1 GGUF with and without logprobs (when
 llama-cpp-python is installed). Then quality (top-1 agreement with fp32 and perplexity on
 ``inference.quality.SAMPLE_TEXT``), 1,000-token prefill against transformers' forward, and the
 time to first token of a follow-up turn as the conversation grows.
@@ -41,6 +42,10 @@ CONFIGS = {
     "chatui fast bf16 (default)": dict(runner="fast", precision="auto"),
     "chatui fast int8": dict(runner="fast", quantize="int8", precision="auto"),
     "chatui fast int4": dict(runner="fast", quantize="int4", precision="auto"),
+    "chatui fast int8 compiled": dict(runner="fast", quantize="int8", precision="auto",
+                                      compile="on"),
+    "chatui fast int4 compiled": dict(runner="fast", quantize="int4", precision="auto",
+                                      compile="on"),
 }
 
 
@@ -137,7 +142,7 @@ def main() -> None:
 
         report["quality"] = {}
         for name, b in backends.items():
-            if getattr(b.runner, "fast", None) is not None:
+            if getattr(b.runner, "fast", None) is not None and "compiled" not in name:
                 q = quality.measure(ckpt.model, ckpt.tokenizer, b.runner)
                 report["quality"][name] = {"top1_agreement": q.top1_agreement,
                                            "perplexity": q.perplexity,

@@ -109,7 +109,9 @@ class DecodeStep:
             cfg = _dynamo.config
             limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
             setattr(cfg, limit, max(getattr(cfg, limit), 32))
-            fn = torch.compile(fn, fullgraph=True)
+            # on a CPU the C++ wrapper also removes the Python launch of each kernel
+            options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
+            fn = torch.compile(fn, fullgraph=True, options=options)
         self._fn = fn
 
     def _tables(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
