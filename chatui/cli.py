@@ -44,6 +44,9 @@ DeviceMap = Annotated[Optional[str], typer.Option(
     "--device-map", help="'auto' shards a model that does not fit one GPU over several.")]
 Quantize = Annotated[str, typer.Option(help="Weight-only quantization at load time: none, int8 "
                                              "or int4 (CPU; groups of 32, output layer int8).")]
+CompileStep = Annotated[str, typer.Option(
+    "--compile", help="The fast runner's decode step through torch.compile (and a CUDA graph on "
+                      "CUDA): auto (CUDA only), on or off.")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code",
                                            help="Allow checkpoints that ship their own Python code.")]
 AllowPickle = Annotated[bool, typer.Option("--allow-pickle",
@@ -234,7 +237,8 @@ def _settings(worker: InferenceWorker, given: dict[str, Any]) -> SamplingParams:
 def main_command(
     ctx: typer.Context,
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
-    quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
+    quantize: Quantize = "none", compile_step: CompileStep = "auto",
+    trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False, backend: BackendName = "local", base_url: BaseUrl = None,
     model: ModelName = None, api_key_env: ApiKeyEnv = None,
     theme: Annotated[Optional[str], typer.Option(help="Colour theme (remembered).")] = None,
@@ -253,6 +257,11 @@ def main_command(
     try:
         opts = _options(backend, ckpt, device, dtype, device_map, quantize, trust_remote_code,
                         allow_pickle, base_url, model, api_key_env)
+        if compile_step not in ("auto", "on", "off"):
+            raise UserError(f"unknown compile mode {compile_step!r}; choose auto, on or off")
+        from dataclasses import replace
+
+        opts = replace(opts, compile=compile_step)
         given = _overrides(temperature, top_k, top_p, min_p, repetition_penalty, seed,
                            max_tokens, None)
         factory = make_factory(opts)
@@ -478,9 +487,7 @@ def bench(
     runner: Annotated[str, typer.Option(
         "--runner", help="auto (the fast runner where the model supports it), fast, or hf "
                          "(transformers' modules, for comparison).")] = "auto",
-    compile_step: Annotated[str, typer.Option(
-        "--compile", help="The fast runner's decode step through torch.compile (and a CUDA "
-                          "graph on CUDA): auto (CUDA only), on or off.")] = "auto",
+    compile_step: CompileStep = "auto",
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
     quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False,

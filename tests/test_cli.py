@@ -39,6 +39,8 @@ def test_version_and_help():
     (["compare", "-p", "hi", "--setting", "warmth=2"], "unknown setting 'warmth'"),
     (["batch", "--input-file", "/no/such/file"], "cannot read"),
     (["export", "/no/such/transcript.json"], "/no/such/transcript.json"),
+    (["--compile", "always"], "unknown compile mode 'always'"),
+    (["bench", "--compile", "always"], "unknown compile mode 'always'"),
 ])
 def test_bad_input_gives_one_sentence_and_exit_2(args, words):
     r = chatui(*args)
