@@ -53,6 +53,7 @@ from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
 from ..widgets.prompt import PromptInput
 from ..widgets.reply import ReplyView
+from ..widgets.settled import ConversationLog
 from ..widgets.status import CONTEXT_WARN, LoadingPanel, StatusBar
 from ..widgets.text import code_blocks, shorten
 from ..widgets.token_view import TokenView
@@ -177,7 +178,7 @@ class ChatScreen(CompareFlow, Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusBar()
         with Horizontal(id="main"):
-            yield VerticalScroll(id="conversation")
+            yield ConversationLog(id="conversation")
             yield TokenInspector(id="inspector")
         yield LoadingPanel(id="loading")
         yield Static(id="hint")

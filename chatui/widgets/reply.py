@@ -16,17 +16,23 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownStream
+from textual.widgets._markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
 
 from inference.types import Token
 
 from .. import gcpolicy
 from ..conversation import Reply
+from .settled import KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
 
-MARKDOWN_S = 0.1
+FRAME_S = REFRESH_S
+"""While a reply streams, everything it shows changes on one clock of this period (10 per
+second): the token view, the Markdown and the statistics line go to the screen together, so
+each frame costs one layout and one render of the screen, not one per part."""
+MARKDOWN_S = FRAME_S
 """Smallest interval between two Markdown appends while streaming (10 per second)."""
 
 FINISH_LABELS = {
@@ -129,7 +135,18 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     return " · ".join(parts)
 
 
-class ReplyView(Vertical):
+class ReplyMarkdown(SettledSize, Markdown):
+    """The reply's Markdown: it and its blocks ask for no second layout when a layout resized
+    them, and a paragraph that an append left as tall as it was is only repainted (see
+    :mod:`chatui.widgets.settled`)."""
+
+    BLOCKS = {name: settled(block, KeepHeight if issubclass(block, (MarkdownParagraph,
+                                                                      MarkdownHeader))
+                            else SettledSize)
+              for name, block in Markdown.BLOCKS.items()}
+
+
+class ReplyView(SettledSize, Vertical):
     """One assistant reply. Set ``token_mode``/``raw`` to switch views (attributes down)."""
 
     DEFAULT_CSS = """
@@ -158,15 +175,16 @@ class ReplyView(Vertical):
         self._first_token_at: float | None = None
         self._streamed = 0
         self._last_stats = 0.0
-        self._stats_timer = False
         self._pending: list[str] = []
-        self._write_timer = False
         self._last_write = 0.0
-        self._token_sync_pending = False
+        self._clock: Timer | None = None
+        """The frame clock while streaming (see FRAME_S)."""
         self._gc_held = False
         self._stats = RunningStats()
         self._shown: tuple[str | None, str | None] = (None, None)
         """The finish label and statistics line on screen."""
+        self._stats_fit: tuple[int, int] | None = None
+        """The width the statistics line was last measured at, and its height there."""
         self._fence = FenceTracker()
         self._fence.feed(safe_text(reply.text))
         self.type_into: Callable[[str, bool], None] | None = None
@@ -186,7 +204,7 @@ class ReplyView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(Content(self.label), classes="reply-header")
-        yield Markdown(safe_text(self.reply.text), open_links=False)
+        yield ReplyMarkdown(safe_text(self.reply.text), open_links=False)
         view = TokenView(self.reply.tokens, raw=self.raw)
         view.owner_id = self.id or ""
         view.type_into = self.type_into
@@ -208,10 +226,13 @@ class ReplyView(Vertical):
             gcpolicy.stream_started()
         self._first_token_at = None
         self._streamed = 0
+        if self._clock is None:
+            self._clock = self.set_interval(FRAME_S, self._frame, name="reply-frame")
         self.refresh_stats()
 
     async def add_tokens(self, tokens: Sequence[Token]) -> None:
-        """Show tokens that were just appended to ``reply.tokens``."""
+        """Take tokens that were just appended to ``reply.tokens``; they reach the screen on
+        the next frame of the streaming clock (or at once when the view is not streaming)."""
         if self._first_token_at is None:
             self._first_token_at = time.perf_counter()
         self._streamed += len(tokens)
@@ -219,20 +240,27 @@ class ReplyView(Vertical):
         if text:
             self._pending.append(text)
             self._fence.feed(text)
-            if not self._write_timer and not self.token_mode:  # hidden Markdown waits
-                # coalesce: the Markdown is appended at most every MARKDOWN_S (more rarely
-                # inside a long open code fence, which is re-highlighted in full per append)
-                self._write_timer = True
-                delay = max(0.001, self._last_write + self._fence.interval() - time.monotonic())
-                self.set_timer(delay, self._write_pending)
         if self.token_mode:
-            self.token_view.sync()
-        else:
-            self._token_sync_pending = True
-        self._schedule_stats()
+            self.token_view.sync(redraw=self._clock is None)
+        if self._clock is None:  # not streaming (a caller outside begin/end): show it now
+            await self._frame(force=True)
+
+    async def _frame(self, force: bool = False) -> None:
+        """One frame of a streaming reply: what changed since the last one goes to the screen
+        together (the token view, then the Markdown when its interval is up, then the
+        statistics line when STATS_S is up)."""
+        now = time.monotonic() + FRAME_S / 2  # due within half a frame: now
+        if self.token_mode:
+            self.token_view.flush()
+        elif self._pending and (force or now >= self._last_write + self._fence.interval()):
+            # the Markdown is appended at most every MARKDOWN_S (more rarely inside a long
+            # open code fence, which is re-highlighted in full per append); a hidden Markdown
+            # waits until it is shown
+            await self._write_pending()
+        if force or now >= self._last_stats + STATS_S:
+            self.refresh_stats()
 
     async def _write_pending(self) -> None:
-        self._write_timer = False
         self._last_write = time.monotonic()
         if self._pending and self._stream is not None:
             text = "".join(self._pending)
@@ -242,6 +270,9 @@ class ReplyView(Vertical):
     async def end(self) -> None:
         """The reply finished: flush the Markdown and make sure it equals ``reply.text``."""
         try:
+            if self._clock is not None:
+                self._clock.stop()
+                self._clock = None
             await self._write_pending()
             if self._stream is not None:
                 await self._stream.stop()
@@ -260,6 +291,9 @@ class ReplyView(Vertical):
             gcpolicy.stream_ended()
 
     def on_unmount(self) -> None:
+        if self._clock is not None:
+            self._clock.stop()
+            self._clock = None
         self._release_gc()
 
     async def rebuild(self) -> None:
@@ -274,16 +308,8 @@ class ReplyView(Vertical):
 
     # ---- stats ----
 
-    def _schedule_stats(self) -> None:
-        if self._stats_timer:
-            return
-        self._stats_timer = True
-        delay = max(0.0, self._last_stats + STATS_S - time.monotonic())
-        self.set_timer(max(delay, 0.001), self.refresh_stats)
-
     def refresh_stats(self) -> None:
         """Redraw the finish marker and the statistics line."""
-        self._stats_timer = False
         self._last_stats = time.monotonic()
         reply = self.reply
         live = None
@@ -305,7 +331,13 @@ class ReplyView(Vertical):
         line = reply_stats(reply, live_rate=live, running=self._stats,
                            stable_timings=self.stable_timings)
         if line != self._shown[1]:
-            stats.update(Content(line))
+            # a layout of the conversation only when the line's height changes
+            content = Content(line)
+            width = stats.content_region.width
+            fit = (width, content.get_height(stats.styles, width)) if width > 0 else None
+            same = fit is not None and fit == self._stats_fit and stats.display
+            stats.update(content, layout=not same)
+            self._stats_fit = fit
         stats.display = bool(reply.tokens) or reply.finish_reason is not None
         self._shown = (label, line)
 
@@ -315,9 +347,8 @@ class ReplyView(Vertical):
         self.set_class(on, "-tokens")
         if on:
             self.token_view.sync()
-        elif self._pending and not self._write_timer:
-            self._write_timer = True
-            self.set_timer(0.001, self._write_pending)
+        elif self._pending:
+            self.call_later(self._write_pending)
 
     def watch_raw(self, on: bool) -> None:
         self.token_view.reset(raw=on)

@@ -35,6 +35,7 @@ from inference.types import Token
 from themes import heat_bin
 
 from ..messages import AlternativeChosen, TokenSelected
+from .settled import SettledSize
 from .text import safe_text
 
 REFRESH_S = 0.1
@@ -224,7 +225,7 @@ def wrap_units(units: Sequence[TokenUnit], width: int) -> LineWrapper:
     return wrapper
 
 
-class TokenView(Widget, can_focus=True):
+class TokenView(SettledSize, Widget, can_focus=True):
     """A reply's tokens on the heat scale, with a keyboard and mouse token cursor.
 
     The parent sets ``tokens`` (the reply's list, shared) and calls :meth:`sync` when it grew;
@@ -277,8 +278,11 @@ class TokenView(Widget, can_focus=True):
 
     # ---- data in ----
 
-    def sync(self) -> None:
-        """Take the tokens appended to ``tokens`` since the last call."""
+    def sync(self, redraw: bool = True) -> None:
+        """Take the tokens appended to ``tokens`` since the last call.
+
+        With ``redraw`` the view redraws on its own timer (at most every REFRESH_S); without,
+        the caller calls :meth:`flush` (a streaming reply does, on its frame clock)."""
         new = self.tokens[self._seen:]
         if not new:
             return
@@ -295,7 +299,10 @@ class TokenView(Widget, can_focus=True):
                 if unit.text:
                     wrapper.add(i, unit.text)
             self._mark_dirty(line)
-        self._schedule()
+        else:
+            self._mark_dirty(0)  # wrapped at the next layout
+        if redraw:
+            self._schedule()
 
     def reset(self, raw: bool | None = None) -> None:
         """Rebuild every unit from ``tokens`` (after a raw toggle or a replaced reply)."""
@@ -361,16 +368,16 @@ class TokenView(Widget, can_focus=True):
         self._timer_pending = False
         if not self.display or not self.is_mounted:
             return  # hidden views redraw when shown
-        self._last_render = time.monotonic()
         dirty, self._dirty_from = self._dirty_from, None
+        if dirty is None:
+            return
+        self._last_render = time.monotonic()
         wrapper = self._wrapper
         if wrapper is None:
             self.refresh(layout=True)
             return
         lines = wrapper.lines
         count = len(lines) - (1 if not lines[-1].pieces else 0)
-        if dirty is None:
-            return
         for y in range(dirty, len(lines)):
             self._strips.discard(y)
         width = self.size.width

@@ -1,0 +1,59 @@
+"""Widgets that do not ask for a second layout after a layout resized them.
+
+Textual sets a widget's ``virtual_size`` after every layout that changed the widget's size, and
+``virtual_size`` is a layout reactive: each widget that grew asks for another layout of the
+screen, which finds nothing left to do. For a widget that never scrolls its own content the
+second layout is pure cost, and a streaming reply grows on most frames: its views paid two
+layouts of the whole screen per new line (textual 8.2.8).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from textual.containers import VerticalScroll
+from textual.geometry import Size
+from textual.visual import VisualType
+from textual.widget import Widget
+
+W = TypeVar("W", bound=Widget)
+
+
+class SettledSize:
+    """Mixin for a widget that never scrolls: a layout that resizes it is the only one."""
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
+                      layout: bool = True) -> bool:
+        return super()._size_updated(  # type: ignore[misc]
+            size, virtual_size, container_size, layout=False)
+
+
+class KeepHeight(SettledSize):
+    """Mixin for a text widget as wide as its parent (a paragraph): new content with the height
+    of the old is repainted without a layout of the screen (``Static.update`` always asks for
+    one; while a paragraph streams, most appends leave its height as it was)."""
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        region = self.content_region  # type: ignore[attr-defined]
+        super().update(content, layout=False)  # type: ignore[misc]
+        if layout and not (self.is_mounted and region.width > 0 and region.height > 0  # type: ignore[attr-defined]
+                           and self.get_content_height(  # type: ignore[attr-defined]
+                               region.size, region.size, region.width) == region.height):
+            self.refresh(layout=True)  # type: ignore[attr-defined]
+
+
+_SETTLED: dict[tuple[type, type], type] = {}
+
+
+def settled(cls: type[W], mixin: type = SettledSize) -> type[W]:
+    """``cls`` with ``mixin`` mixed in (the same name, so the same CSS applies)."""
+    key = (cls, mixin)
+    if key not in _SETTLED:
+        _SETTLED[key] = type(cls.__name__, (mixin, cls), {"__module__": __name__})
+    return _SETTLED[key]
+
+
+class ConversationLog(SettledSize, VerticalScroll):
+    """The scrolling conversation. It scrolls, but a change of its virtual size needs no second
+    layout either: the layout that measured it already placed and anchored its children, and a
+    scrollbar that appears or goes asks for its own layout (``show_vertical_scrollbar``)."""
