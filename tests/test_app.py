@@ -337,12 +337,44 @@ async def test_token_view_switches_while_streaming_and_mouse_selects():
         tv = replies(app)[0].token_view
         assert len(tv.units) == 300
         lines = tv.plain_lines()
-        assert " ".join(lines) == long and len(lines) > 1  # wrapped at spaces
+        assert "".join(lines) == long and len(lines) > 1  # wrapped at spaces, none dropped
+        assert all(a.endswith(" ") or b.startswith(" ") for a, b in zip(lines, lines[1:]))
         assert all(len(line) <= tv.size.width for line in lines)
         assert tv.text == long
         await pilot.click(tv, offset=(1, 0))  # padding 1: the first cell of the first line
         await pilot.pause(0.1)
         assert tv.cursor == 0
+
+
+async def test_token_view_keeps_the_space_where_a_line_breaks():
+    """A token " wK" that does not fit leaves its space at the end of the line: the token can
+    be clicked there, the cursor copies it with its space, and a mouse selection across the
+    break gives the text back without a made-up line break."""
+    from textual.geometry import Offset
+    from textual.selection import Selection
+
+    long = " ".join(f"w{i}" for i in range(300))
+    app = make_app(lambda r, row: long, token_view=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go")
+        tv = replies(app)[0].token_view
+        lines = tv.plain_lines()
+        y = next(y for y, line in enumerate(lines) if line.endswith(" "))
+        here, there = tv._wrapper.lines[y].pieces, tv._wrapper.lines[y + 1].pieces
+        unit = here[-1].unit
+        assert here[-1].text == " " and there[0].unit == unit  # one token, two lines
+        assert tv.units[unit].text == " " + there[0].text
+        await pilot.click(tv, offset=(1 + len(lines[y]) - 1, y))  # the space ending line y
+        await pilot.pause(0.1)
+        assert tv.cursor == unit
+        assert tv.selected_text == tv.units[unit].text
+        await pilot.press("ctrl+c")  # not streaming: copies the token under the cursor
+        assert app.clipboard == tv.units[unit].text
+        app.screen.selections = {tv: Selection(Offset(3, y), Offset(4, y + 1))}
+        await pilot.pause(0.1)
+        before = sum(len(line) for line in lines[:y])
+        assert tv.selected_text == long[before + 3:before + len(lines[y]) + 4]
+        app.screen.selections = {}
 
 
 async def test_continue_from_alternative_replaces_reply():

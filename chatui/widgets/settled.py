@@ -34,12 +34,14 @@ class KeepHeight(SettledSize):
     one; while a paragraph streams, most appends leave its height as it was)."""
 
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
-        region = self.content_region  # type: ignore[attr-defined]
+        widget: Widget = self  # type: ignore[assignment]
+        region = widget.content_region
         super().update(content, layout=False)  # type: ignore[misc]
-        if layout and not (self.is_mounted and region.width > 0 and region.height > 0  # type: ignore[attr-defined]
-                           and self.get_content_height(  # type: ignore[attr-defined]
-                               region.size, region.size, region.width) == region.height):
-            self.refresh(layout=True)  # type: ignore[attr-defined]
+        same = (widget.is_mounted and region.width > 0 and region.height > 0
+                and widget.get_content_height(region.size, region.size, region.width)
+                == region.height)
+        if layout and not same:
+            widget.refresh(layout=True)
 
 
 _SETTLED: dict[tuple[type, type], type] = {}

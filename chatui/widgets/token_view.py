@@ -27,6 +27,7 @@ from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.selection import Selection
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
@@ -122,8 +123,11 @@ class LineWrapper:
 
     A unit goes on the current line if it fits, else on a new line; a unit wider than a line is
     cut at character boundaries (double-width characters are never split); a newline in a unit
-    ends the line. Because the wrapping is greedy, adding units never changes the lines before
-    the last one.
+    ends the line. A unit that starts with a space and does not fit leaves the space at the end
+    of the line (the next line starts with the rest; only a full line passes the space on), so
+    nothing is dropped: the lines joined give the text back, and every unit has a piece to
+    click and to select. Because the wrapping is greedy, adding units never changes the lines
+    before the last one.
     """
 
     def __init__(self, width: int) -> None:
@@ -151,9 +155,14 @@ class LineWrapper:
                 part = part.expandtabs(4)
             size = cell_len(part)
             if line.width + size > width and line.width and size <= width:
-                if part[0] == " ":  # wrap at the space, which the new line does not show
-                    part = part[1:]
-                    size -= 1
+                if part[0] == " ":
+                    # wrap at the space, which ends this line when there is room (the text
+                    # is kept: joined, the lines give it back, and the token keeps its space)
+                    if line.width < width:
+                        line.pieces.append(Piece(index, " ", False))
+                        line.width += 1
+                        part = part[1:]
+                        size -= 1
                     line = self._new_line(index)
                 else:  # take the start of the word along, if the word fits on a line
                     line = self._wrap_word(line, index, size)
@@ -412,7 +421,58 @@ class TokenView(SettledSize, Widget, can_focus=True):
         if strip is None:
             strip = self._render_strip(y, width, base)
             self._strips[y] = strip
+        selection = self.text_selection
+        if selection is not None and (span := selection.get_span(y)) is not None:
+            text = self._line_text(y)
+            start, end = span  # characters of the line
+            end = len(text) if end == -1 else min(end, len(text))
+            if end > start:
+                head, mid, tail = strip.divide(
+                    [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
+                style = self.screen.get_component_rich_style("screen--selection")
+                strip = Strip.join([head, mid.apply_style(style), tail])
         return strip
+
+    def _line_text(self, y: int) -> str:
+        wrapper = self._wrapper
+        if wrapper is None or not 0 <= y < len(wrapper.lines):
+            return ""
+        return "".join(p.text for p in wrapper.lines[y].pieces)
+
+    # ---- selection and copying ----
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The text under a mouse selection: lines broken by the wrapping join without a
+        break (a space where a line broke ends that line), lines the text breaks with one."""
+        wrapper = self._wrapper
+        if wrapper is None:
+            return None
+        out: list[str] = []
+        for y, line in enumerate(wrapper.lines):
+            span = selection.get_span(y)
+            if span is None:
+                continue
+            text = "".join(p.text for p in line.pieces)
+            start, end = span
+            out.append(text[start:] if end == -1 else text[start:end])
+            if end == -1 and line.pieces and line.pieces[-1].newline:
+                out.append("\n")
+        return "".join(out), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()
+
+    @property
+    def selected_text(self) -> str:
+        """What Ctrl+C copies here: a mouse selection in the view, else the token (or glyph)
+        under the cursor as it is shown, with its leading space."""
+        if self.text_selection is not None:
+            found = self.get_selection(self.text_selection)
+            if found is not None and found[0]:
+                return found[0]
+        if self.cursor is not None and 0 <= self.cursor < len(self.units):
+            return self.units[self.cursor].text
+        return ""
 
     def _render_strip(self, y: int, width: int, base: Style) -> Strip:
         wrapper = self._wrap(width)
@@ -439,7 +499,7 @@ class TokenView(SettledSize, Widget, can_focus=True):
             if text:
                 segments.append(Segment(text, style.rich_style))
                 used += cell_len(text)
-        return Strip(segments, used).adjust_cell_length(width, rich_base)
+        return Strip(segments, used).adjust_cell_length(width, rich_base).apply_offsets(0, y)
 
     def _lines_of(self, unit: int) -> range:
         """The lines on which unit ``unit`` has pieces."""
