@@ -298,6 +298,20 @@ class LocalBackend:
         limit = self.info.context_limit
         cuda = self.device.type == "cuda"
         pipeline = cuda if self.pipeline is None else self.pipeline
+
+        def advance(ids: torch.Tensor) -> torch.Tensor:
+            """Feed the chosen ids [B]; returns the next logits (the cache grows by one)."""
+            nonlocal seen, mask, positions
+            if seen is not None:
+                seen.scatter_(1, ids[:, None], True)
+            if mask is not None:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            out = self.runner.forward(cache, ids[:, None], attention_mask=mask,
+                                      position_ids=positions)
+            if positions is not None:
+                positions = positions + 1
+            return out
+
         while active:
             next_ids, stats = decode_step_outputs(logits, seen, sampling, k)
             if pipeline:
@@ -311,14 +325,7 @@ class LocalBackend:
                     copied.record()
                 else:
                     buf = stats
-                if seen is not None:
-                    seen.scatter_(1, next_ids[:, None], True)
-                if mask is not None:
-                    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-                ahead = self.runner.forward(cache, next_ids[:, None], attention_mask=mask,
-                                            position_ids=positions)
-                if positions is not None:
-                    positions = positions + 1
+                ahead = advance(next_ids)
                 if cuda:
                     copied.synchronize()
                 host = buf.tolist()  # the one transfer per step
@@ -363,14 +370,7 @@ class LocalBackend:
             if pipeline:
                 logits = ahead
                 continue
-            if seen is not None:
-                seen.scatter_(1, next_ids[:, None], True)
-            if mask is not None:
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-            logits = self.runner.forward(cache, next_ids[:, None], attention_mask=mask,
-                                         position_ids=positions)
-            if positions is not None:
-                positions = positions + 1
+            logits = advance(next_ids)
             if track_cache:
                 self._cache_ids.append(int(host[0][0]))
 

@@ -130,3 +130,16 @@ def test_pipelined_cache_reuse_across_turns_and_cancel(tiny_ckpt):
     assert next(e for e in b if isinstance(e, RowDone)).finish_reason == "cancelled"
     # after a cancel the next turn still reuses a consistent prefix
     assert summary(events(plain, g, messages=msgs)) == summary(events(piped, g, messages=msgs))
+
+
+def test_pipelined_loop_on_a_left_padded_batch(tiny_ckpt):
+    """Different conversations (attention mask and positions advance with each step)."""
+    plain, piped = (LocalBackend.from_checkpoint(tiny_ckpt) for _ in range(2))
+    plain.pipeline, piped.pipeline = False, True
+    reqs = [GenerationRequest((Message("user", text),), (SamplingParams(temperature=0,
+                                                                        max_new_tokens=n),), 2)
+            for text, n in (("Hi", 7), ("Tell me a long story about the sea and ships.", 11),
+                            ("Why?", 4))]
+    a = list(plain.generate_batch(reqs, threading.Event()))
+    b = list(piped.generate_batch(reqs, threading.Event()))
+    assert summary(a) == summary(b) and len(summary(a)[1]) == 3
