@@ -11,10 +11,15 @@ alternating, so both see the same machine load; the load average is printed):
   (``Usage.decode_tokens_per_s``, what ``chatui bench`` reports), greedy, same prompt.
 
 Both views are measured (``--view tokens|markdown|both``). While a reply streams a key is
-pressed every 200 ms and the time until the prompt box shows it is recorded.
+pressed every 200 ms and the time until the prompt box shows it is recorded. The app runs
+headless, but each screen update is still turned into terminal escape sequences (true colour,
+thrown away), the work a terminal would cost. Rounds alternate their order (engine alone
+first, then app first...); the overhead is the median over rounds of 1 - app/alone within a
+round, with its range. The CPU the UI spends per second of streaming is printed too: its event
+loop thread, and the whole UI process (with the thread that reads the engine's events).
 
     .venv/bin/python benchmarks/bench_tui.py [--engine scripted|real] [--view both]
-        [--tokens 2000] [--delay-ms 2] [--rounds 2]
+        [--tokens 2000] [--delay-ms 2] [--rounds 3]
 
 Targets: UI overhead under 5%, keypress latency under 50 ms.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import statistics
 import sys
@@ -64,6 +70,36 @@ def load() -> str:
     return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
+def emulate_terminal(app: ChatApp) -> None:
+    """Headless Textual skips turning each screen update into escape sequences; a terminal
+    does not. Do that work here too (into a true-colour console, thrown away)."""
+    from rich.console import Console
+    from textual._compositor import CompositorUpdate
+
+    console = Console(file=io.StringIO(), force_terminal=True, color_system="truecolor",
+                      width=120, height=40)
+    display = app._display
+
+    def _display(screen, renderable) -> None:  # type: ignore[no-untyped-def]
+        if isinstance(renderable, CompositorUpdate) and not app._batch_count:
+            renderable.render_segments(console)
+        display(screen, renderable)
+
+    app._display = _display  # type: ignore[method-assign]
+
+
+class CpuMeter:
+    """CPU seconds of the UI's event loop thread and of its whole process, and wall seconds."""
+
+    def __init__(self) -> None:
+        self.thread, self.process = time.thread_time(), time.process_time()
+        self.wall = time.perf_counter()
+
+    def read(self) -> tuple[float, float, float]:
+        return (time.thread_time() - self.thread, time.process_time() - self.process,
+                max(1e-9, time.perf_counter() - self.wall))
+
+
 # ---- scripted engine, in-process ----
 
 
@@ -79,15 +115,16 @@ def scripted_alone(text: str, delay: float, n: int) -> float:
     return (count - 1) / (time.perf_counter() - first)
 
 
-async def _press_keys_while(app, chat, latencies: list[float], cpu: list[float]) -> None:
+async def _press_keys_while(app, chat, latencies: list[float],
+                            cpu: list[tuple[float, float, float]]) -> None:
     """Press 'x' every 200 ms while a reply streams; record until the prompt shows it.
 
-    Appends to ``cpu`` the UI thread's CPU seconds per wall second over the stream (the
-    event loop runs on this thread; an in-process engine runs on another)."""
+    Appends to ``cpu`` the UI's CPU seconds over the stream (:class:`CpuMeter`; an in-process
+    engine runs on another thread of the same process)."""
     from textual import events
 
     typed = chat.prompt.text
-    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    meter = CpuMeter()
     while chat.generating:
         await asyncio.sleep(0.2)
         if not chat.generating:
@@ -101,7 +138,7 @@ async def _press_keys_while(app, chat, latencies: list[float], cpu: list[float])
             await asyncio.sleep(0.0005)
         if chat.prompt.text == typed:
             latencies.append(time.perf_counter() - t0)
-    cpu.append((time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - wall0))
+    cpu.append(meter.read())
     chat.prompt.text = ""
 
 
@@ -113,10 +150,11 @@ async def _wait_loaded(pilot, app) -> None:
 
 
 async def scripted_app(text: str, delay: float, n: int, token_view: bool,
-                       cpu: list[float]) -> tuple[float, list[float]]:
+                       cpu: list[tuple[float, float, float]]) -> tuple[float, list[float]]:
     app = ChatApp(lambda p: ScriptedBackend(lambda r, row: text, delay_s=delay),
                   config=AppConfig(token_view=token_view,
                                    settings=SamplingParams(max_new_tokens=n * 2)))
+    emulate_terminal(app)
     latencies: list[float] = []
     async with app.run_test(size=(120, 40)) as pilot:
         await _wait_loaded(pilot, app)
@@ -145,12 +183,15 @@ def run_scripted(args, views: list[str]) -> None:
           f"{args.rounds} round(s), alternating; {load()}")
     for view in views:
         alone, through, lat, cpu = [], [], [], []
-        for _ in range(args.rounds):
-            alone.append(scripted_alone(text, delay, args.tokens))
-            rate, keys = asyncio.run(scripted_app(text, delay, args.tokens, view == "tokens",
-                                                  cpu))
-            through.append(rate)
-            lat += keys
+        for r in range(args.rounds):
+            for step in (("alone", "app") if r % 2 == 0 else ("app", "alone")):
+                if step == "alone":
+                    alone.append(scripted_alone(text, delay, args.tokens))
+                else:
+                    rate, keys = asyncio.run(scripted_app(text, delay, args.tokens,
+                                                          view == "tokens", cpu))
+                    through.append(rate)
+                    lat += keys
         report(view, alone, through, lat, cpu)
     print(load())
 
@@ -184,6 +225,7 @@ async def real_run(args, views: list[str]) -> None:
     async for _ in alone_worker.load():
         pass
     app = ChatApp(factory, config=AppConfig(settings=_real_settings(args.tokens)))
+    emulate_terminal(app)
     async with app.run_test(size=(120, 40)) as pilot:
         await _wait_loaded(pilot, app)
         chat = app.chat
@@ -200,40 +242,59 @@ async def real_run(args, views: list[str]) -> None:
             chat.token_mode = view == "tokens"
             await pilot.pause(0.1)
             chat.prompt.focus()  # the keys are typed into the prompt, as a user would
-            alone, through, lat, counts, cpu = [], [], [], [], []
-            for _ in range(args.rounds):
-                rate, count = await real_alone(alone_worker, args.tokens)
-                alone.append(rate)
-                await chat.run_command("/clear")
-                await pilot.pause(0.2)
-                chat.prompt.text = REAL_PROMPT
-                chat.prompt.action_submit()
-                while not chat.generating:
-                    await asyncio.sleep(0.001)
-                await _press_keys_while(app, chat, lat, cpu)
-                while chat.generating:
-                    await asyncio.sleep(0.01)
-                await pilot.pause(0.3)
-                reply = chat.conversation.entries[-1].reply
-                assert reply.usage is not None, reply.finish_reason
-                through.append(reply.usage.decode_tokens_per_s)
-                counts.append((count, reply.usage.completion_tokens))
-                view_widget = chat.query("ReplyView").last()
-                assert view_widget.markdown.source == reply.text, "the screen lost text"
-            report(view, alone, through, lat, cpu, extra=f"tokens alone/app {counts}")
+            alone, through, lat, cpu = [], [], [], []
+            counts: dict[str, list[int]] = {"alone": [], "app": []}
+            for r in range(args.rounds):
+                for step in (("alone", "app") if r % 2 == 0 else ("app", "alone")):
+                    if step == "alone":
+                        rate, count = await real_alone(alone_worker, args.tokens)
+                        alone.append(rate)
+                        counts["alone"].append(count)
+                        continue
+                    await chat.run_command("/clear")
+                    await pilot.pause(0.2)
+                    chat.prompt.text = REAL_PROMPT
+                    chat.prompt.action_submit()
+                    while not chat.generating:
+                        await asyncio.sleep(0.001)
+                    await _press_keys_while(app, chat, lat, cpu)
+                    while chat.generating:
+                        await asyncio.sleep(0.01)
+                    await pilot.pause(0.3)
+                    reply = chat.conversation.entries[-1].reply
+                    assert reply.usage is not None, reply.finish_reason
+                    through.append(reply.usage.decode_tokens_per_s)
+                    counts["app"].append(reply.usage.completion_tokens)
+                    view_widget = chat.query("ReplyView").last()
+                    assert view_widget.markdown.source == reply.text, "the screen lost text"
+            report(view, alone, through, lat, cpu,
+                   extra=f"tokens per reply: alone {counts['alone']}, app {counts['app']}",
+                   tokens=counts["app"])
         chat.token_mode = False
     alone_worker.close()
     print(load())
 
 
 def report(view: str, alone: list[float], through: list[float], lat: list[float],
-           cpu: list[float], extra: str = "") -> None:
-    a, t = statistics.median(alone), statistics.median(through)
-    print(f"[{view} view] engine alone {a:7.1f} tok/s {[round(x, 1) for x in alone]}; "
-          f"through the app {t:7.1f} tok/s {[round(x, 1) for x in through]}; "
-          f"UI overhead {1 - t / a:+.1%} (target < 5%) {extra}")
-    print(f"[{view} view] UI thread CPU while streaming: "
-          f"{statistics.median(cpu):.1%} of a core {[f'{x:.1%}' for x in cpu]}")
+           cpu: list[tuple[float, float, float]], extra: str = "",
+           tokens: list[int] | None = None) -> None:
+    costs = [1 - t / a for a, t in zip(alone, through)]  # paired within each round
+    print(f"[{view} view] engine alone {statistics.median(alone):7.1f} tok/s "
+          f"{[round(x, 1) for x in alone]}; through the app {statistics.median(through):7.1f} "
+          f"tok/s {[round(x, 1) for x in through]}; {extra}")
+    print(f"[{view} view] UI overhead {statistics.median(costs):+.1%} (median of "
+          f"{len(costs)} rounds, range {min(costs):+.1%} .. {max(costs):+.1%}; target < 5%)")
+    thread = [c[0] / c[2] for c in cpu]
+    process = [c[1] / c[2] for c in cpu]
+    print(f"[{view} view] UI CPU while streaming, share of one core: event loop thread "
+          f"{statistics.median(thread):.1%} {[f'{x:.1%}' for x in thread]}, whole UI process "
+          f"{statistics.median(process):.1%} {[f'{x:.1%}' for x in process]}")
+    if tokens:  # per token: the same whatever the engine's speed in that round
+        per = [c[1] / n * 1000 for c, n in zip(cpu, tokens)]
+        share = statistics.median(per) / 1000 * statistics.median(alone)
+        print(f"[{view} view] UI process CPU per streamed token: median "
+              f"{statistics.median(per):.2f} ms {[round(x, 2) for x in per]}; at the engine's "
+              f"median speed alone that is {share:.1%} of a core")
     if lat:
         ms = sorted(x * 1000 for x in lat)
         p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
@@ -249,7 +310,7 @@ def main() -> int:
                         help="reply length (default 2000 scripted, 400 real)")
     parser.add_argument("--delay-ms", type=float, default=2.0,
                         help="scripted engine time per token (2 ms = 500 tok/s)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("CHATUI_CONFIG_DIR", tempfile.mkdtemp())
     os.environ.setdefault("CHATUI_DATA_DIR", tempfile.mkdtemp())
