@@ -24,6 +24,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
@@ -537,6 +538,10 @@ class _ProcessHost:
                 self._proc.join(1)
 
 
+SEND_INTERVAL_S = 0.025
+"""Shortest gap between two messages from the engine process to the UI (a frame is 100 ms)."""
+
+
 class _Sender:
     """Child side: batches messages per job and sends them from its own thread."""
 
@@ -572,13 +577,21 @@ class _Sender:
                 self._conn.send((job, "events", pending[job]))
 
     def _run(self) -> None:
+        last = 0.0
         while True:
             self._wake.wait()
+            # At most one message per SEND_INTERVAL_S: a sparse event goes at once, a fast
+            # stream goes in groups, so the UI process is woken a few dozen times a second
+            # rather than once per token.
+            wait = last + SEND_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             self._wake.clear()
             try:
                 self.flush()
             except (OSError, ValueError):
                 return
+            last = time.monotonic()
 
 
 def _child_main(factory: BackendFactory, conn: Any, log_file: str | None) -> None:

@@ -218,3 +218,37 @@ asyncio.run(main())
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "OK", r.stdout + r.stderr
+
+
+def test_engine_process_sender_groups_a_fast_stream_and_sends_a_lone_event_at_once():
+    """The child's sender wakes the UI process at most once per SEND_INTERVAL_S."""
+    import time as _time
+
+    from inference.worker import SEND_INTERVAL_S, _Sender
+
+    class Conn:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, msg):
+            self.sent.append((_time.monotonic(), msg))
+
+    conn = Conn()
+    sender = _Sender(conn)
+    t0 = _time.monotonic()
+    sender.put(1, "first")
+    while not conn.sent and _time.monotonic() - t0 < 2:
+        _time.sleep(0.001)
+    assert conn.sent[0][1] == (1, "events", ["first"])
+    assert conn.sent[0][0] - t0 < SEND_INTERVAL_S  # nothing pending before: sent at once
+    for i in range(200):  # a 2,000 tok/s stream for 0.1 s
+        sender.put(1, i)
+        _time.sleep(0.0005)
+    sender.put(1, None)
+    deadline = _time.monotonic() + 2
+    while _time.monotonic() < deadline and (not conn.sent or conn.sent[-1][1][2][-1] is not None):
+        _time.sleep(0.005)
+    items = [x for _, (_, _, group) in conn.sent[1:] for x in group]
+    assert items == list(range(200)) + [None]  # nothing lost, order kept
+    gaps = [b[0] - a[0] for a, b in zip(conn.sent, conn.sent[1:])]
+    assert len(conn.sent) < 40 and min(gaps) >= SEND_INTERVAL_S * 0.9
