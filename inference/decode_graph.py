@@ -12,17 +12,14 @@ are dynamic dimensions) and inductor keeps its output on disk (``compile_cache_d
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 if TYPE_CHECKING:
     from .fast_llama import FastLlama, StaticKVCache
-
-log = logging.getLogger(__name__)
 
 COMPILE_MODES = ("auto", "on", "off")
 ROPE_BLOCK = 4096
@@ -168,7 +165,3 @@ class DecodeStep:
         if self.graphs:
             parts.append("CUDA graph")
         return " + ".join(parts)
-
-
-def describe_step(step: Any) -> str:
-    return step.describe() if step is not None else "eager"

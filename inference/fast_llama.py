@@ -107,8 +107,6 @@ class StaticKVCache:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.length = 0
-        self.version = 0
-        """Bumped whenever the tensors are replaced (a captured graph then goes stale)."""
 
     @property
     def capacity(self) -> int:
@@ -137,7 +135,6 @@ class StaticKVCache:
     def _replace(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.k = [fn(t) for t in self.k]
         self.v = [fn(t) for t in self.v]
-        self.version += 1
 
     def _moved(self, t: torch.Tensor, batch: int, cap: int,
                fill: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
@@ -170,7 +167,6 @@ class StaticKVCache:
         new.k = [t.clone() for t in self.k]
         new.v = [t.clone() for t in self.v]
         new.length = self.length
-        new.version = 0
         return new
 
     @property
