@@ -27,12 +27,14 @@ class BackendOptions:
     """float32, bfloat16, float16 or auto; None picks the device's best."""
     device_map: str | None = None
     """'auto' shards a big model over several GPUs."""
-    quantize: str = "none"
-    """Weight-only quantization applied at load time: none, int8 or int4 (CPU)."""
+    quantize: str = "auto"
+    """Weight-only quantization applied at load time: auto (int8 where chatui's CPU kernel runs
+    and no --dtype is given), none, int8 or int4 (CPU)."""
     runner: str = "auto"
     """auto: chatui's fast Llama-family runner where the model supports it, else transformers';
     fast or hf force one. With no --dtype the fast runner picks the fastest precision that
-    keeps quality (bf16 matmuls with an fp32 residual stream for an fp32 model on CPU)."""
+    keeps quality (bf16 matmuls with an fp32 residual stream for an fp32 model on CPU, when
+    int8 is not picked)."""
     compile: str = "auto"
     """The fast runner's decode step through torch.compile (with a CUDA graph on CUDA): auto
     (on CUDA only), on or off."""

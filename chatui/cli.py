@@ -42,8 +42,10 @@ Dtype = Annotated[Optional[str], typer.Option(help="float32, bfloat16, float16 o
                                                    "bf16/fp16 on GPU, fp32 on CPU).")]
 DeviceMap = Annotated[Optional[str], typer.Option(
     "--device-map", help="'auto' shards a model that does not fit one GPU over several.")]
-Quantize = Annotated[str, typer.Option(help="Weight-only quantization at load time: none, int8 "
-                                             "or int4 (CPU; groups of 32, output layer int8).")]
+Quantize = Annotated[str, typer.Option(help="Weight-only quantization at load time: auto (int8 on "
+                                             "a CPU where chatui's kernel builds, unless --dtype "
+                                             "is given), none, int8 or int4 (CPU; output layer "
+                                             "int8).")]
 CompileStep = Annotated[str, typer.Option(
     "--compile", help="The fast runner's decode step through torch.compile (and a CUDA graph on "
                       "CUDA): auto (CUDA only), on or off.")]
@@ -80,8 +82,8 @@ def _options(backend: str, ckpt: str | None, device: str | None, dtype: str | No
              base_url: str | None, model: str | None, api_key_env: str | None) -> BackendOptions:
     if backend not in ("local", "openai", "scripted"):
         raise UserError(f"unknown backend {backend!r}; choose local, openai or scripted")
-    if quantize not in ("none", "int8", "int4"):
-        raise UserError(f"unknown quantization {quantize!r}; choose none, int8 or int4")
+    if quantize not in ("auto", "none", "int8", "int4"):
+        raise UserError(f"unknown quantization {quantize!r}; choose auto, none, int8 or int4")
     if backend == "openai" and not base_url:
         raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
     return BackendOptions(backend=backend, ckpt=ckpt, device=device, dtype=dtype,  # type: ignore[arg-type]
@@ -237,7 +239,7 @@ def _settings(worker: InferenceWorker, given: dict[str, Any]) -> SamplingParams:
 def main_command(
     ctx: typer.Context,
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
-    quantize: Quantize = "none", compile_step: CompileStep = "auto",
+    quantize: Quantize = "auto", compile_step: CompileStep = "auto",
     trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False, backend: BackendName = "local", base_url: BaseUrl = None,
     model: ModelName = None, api_key_env: ApiKeyEnv = None,
@@ -296,7 +298,7 @@ def generate(
     repetition_penalty: RepPenalty = None, seed: Seed = None, max_tokens: MaxTokens = None,
     stop: Stop = None,
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
-    quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
+    quantize: Quantize = "auto", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False, backend: BackendName = "local", base_url: BaseUrl = None,
     model: ModelName = None, api_key_env: ApiKeyEnv = None,
 ) -> None:
@@ -350,7 +352,7 @@ def batch(
     repetition_penalty: RepPenalty = None, seed: Seed = None, max_tokens: MaxTokens = None,
     stop: Stop = None,
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
-    quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
+    quantize: Quantize = "auto", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False, backend: BackendName = "local", base_url: BaseUrl = None,
     model: ModelName = None, api_key_env: ApiKeyEnv = None,
 ) -> None:
@@ -419,7 +421,7 @@ def compare(
     top_logprobs: TopLogprobs = 5,
     max_tokens: MaxTokens = None,
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
-    quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
+    quantize: Quantize = "auto", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False, backend: BackendName = "local", base_url: BaseUrl = None,
     model: ModelName = None, api_key_env: ApiKeyEnv = None,
 ) -> None:
@@ -489,7 +491,7 @@ def bench(
                          "(transformers' modules, for comparison).")] = "auto",
     compile_step: CompileStep = "auto",
     ckpt: Ckpt = None, device: Device = None, dtype: Dtype = None, device_map: DeviceMap = None,
-    quantize: Quantize = "none", trust_remote_code: TrustRemote = False,
+    quantize: Quantize = "auto", trust_remote_code: TrustRemote = False,
     allow_pickle: AllowPickle = False,
 ) -> None:
     """Measure decode and prefill speed, time to first token, bandwidth and peak memory."""

@@ -110,17 +110,17 @@ class LocalBackend:
                         compile: str = "auto") -> LocalBackend:
         """Build from an ``inference.checkpoint.LoadedCheckpoint``.
 
-        ``quantize`` (none / int8), ``precision`` (model / auto / a dtype) and ``runner``
+        ``quantize`` (auto / none / int8 / int4), ``precision`` (model / auto / a dtype) and ``runner``
         (auto / fast / hf) and ``compile`` (auto / on / off) pick the model runner: see
         ``inference.fast_llama.build_runner``.
         """
         from .fast_llama import build_runner
         from .settings import defaults_from_generation_config
 
-        quantization = quantize or "none"
-        model_runner = build_runner(ckpt, quantize=quantization, precision=precision,
+        model_runner = build_runner(ckpt, quantize=quantize or "none", precision=precision,
                                     runner=runner, compile=compile, progress=progress)
         fast = getattr(model_runner, "fast", None)
+        quantization = fast.quantize if fast is not None else "none"
         dtype = fast.dtype if fast is not None else ckpt.dtype
 
         info = ModelInfo(

@@ -21,17 +21,20 @@ import torch
 import torch.nn.functional as F
 
 from .decode_graph import DecodeStep, use_compile
-from .quant import Int4Weight, Int8Weight, int4_linear, int8_linear
+from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available,
+                    q8_linear)
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 CACHE_BLOCK = 256
 """KV cache capacity grows in multiples of this many positions."""
 
-Weight = Any  # torch.Tensor [N, K] or Int8Weight
+Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight or Int4Weight
 
 
 def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
-    if isinstance(w, Int8Weight):
+    if isinstance(w, Q8Weight):
+        out = q8_linear(x, w)
+    elif isinstance(w, Int8Weight):
         out = int8_linear(x, w)
     elif isinstance(w, Int4Weight):
         out = int4_linear(x, w)
@@ -204,16 +207,17 @@ class FastLlama:
     Args:
         model: the loaded transformers model (see ``unsupported_reason``).
         dtype: dtype of matmul inputs and the KV cache (bf16 for int8 weights on CPU).
-        quantize: "none", "int8" (weight-only, per output channel) or "int4" (groups of 32
-            with scale and zero point, CPU kernel; the output layer and shapes the kernel
-            cannot take stay int8).
+        quantize: "none", "int8" (weight-only: on a CPU where chatui's kernel builds, groups of
+            32 along K with int16 activations, ``Q8Weight``; elsewhere per output channel,
+            ``Int8Weight``) or "int4" (groups of 32 with scale and zero point, CPU kernel; the
+            output layer and shapes the kernel cannot take stay int8).
         residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
             keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
         int8_weights: previously quantized weights by name (the disk cache), or None.
     """
 
     def __init__(self, model: Any, *, dtype: torch.dtype, quantize: str = "none",
-                 int8_weights: dict[str, Int8Weight] | None = None,
+                 int8_weights: dict[str, Any] | None = None,
                  residual_dtype: torch.dtype | None = None) -> None:
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -230,7 +234,9 @@ class FastLlama:
         inv_freq, self.rope_scale = _rope_parameters(model)
         self.inv_freq = inv_freq.to(self.device)  # [D/2] fp32
         self._rope = torch.empty(0, self.head_dim // 2, dtype=torch.complex64, device=self.device)
-        self.quantized: dict[str, Int8Weight] = {}
+        self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight] = {}
+        self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
+        """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
         stored = int8_weights or {}
 
         def weight(name: str, w: torch.Tensor) -> Weight:
@@ -244,6 +250,12 @@ class FastLlama:
                 return q4
             if quantize not in ("int8", "int4"):
                 return w.detach().to(dtype).contiguous()
+            if self.q8:
+                q8 = stored.get(name)
+                if not isinstance(q8, Q8Weight) or q8.shape != tuple(w.shape):
+                    q8 = Q8Weight.quantize(w)
+                self.quantized[name] = q8
+                return q8
             q = stored.get(name)
             if not isinstance(q, Int8Weight) or q.q.shape != w.shape:
                 q = Int8Weight.quantize(w, dtype)
@@ -284,10 +296,8 @@ class FastLlama:
         tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
         self.lm_head = weight("lm_head", model.lm_head.weight)
         self.lm_bias = bias(model.lm_head)
-        if tied and isinstance(self.lm_head, Int8Weight):
+        if tied:
             self.embed: Weight = self.lm_head
-        elif tied:
-            self.embed = self.lm_head
         else:
             self.embed = weight("embed", emb)
         self.tied = tied
@@ -305,6 +315,10 @@ class FastLlama:
                 return
             if isinstance(t, Int8Weight):
                 add(t.q)
+                add(t.scales)
+                return
+            if isinstance(t, Q8Weight):
+                add(t.packed)
                 add(t.scales)
                 return
             if isinstance(t, Int4Weight):
@@ -338,7 +352,7 @@ class FastLlama:
         return self._rope
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.embed, Int8Weight):
+        if isinstance(self.embed, (Int8Weight, Q8Weight)):
             return self.embed.rows(ids, self.rdtype)
         return F.embedding(ids, self.embed).to(self.rdtype)
 
@@ -460,15 +474,15 @@ class FastRunner:
     name = "fast"
 
     def __init__(self, model: Any, *, dtype: torch.dtype | None = None, quantize: str = "none",
-                 int8_weights: dict[str, Int8Weight] | None = None,
+                 int8_weights: dict[str, Any] | None = None,
                  residual_dtype: torch.dtype | None = None, compile: str = "off",
                  compile_dir: Any = None) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         model_dtype = next(model.parameters()).dtype
-        if dtype is None:
-            dtype = torch.bfloat16 if quantize != "none" and model_dtype == torch.float32 \
-                else model_dtype
+        if dtype is None:  # torch's int8 and int4 kernels want bf16 activations, chatui's fp32
+            bf16 = quantize == "int4" or (quantize == "int8" and not q8_available(self.device))
+            dtype = torch.bfloat16 if bf16 and model_dtype == torch.float32 else model_dtype
         self.fast = FastLlama(model, dtype=dtype, quantize=quantize, int8_weights=int8_weights,
                               residual_dtype=residual_dtype)
         self.dtype = dtype
@@ -501,6 +515,19 @@ class FastRunner:
 
 
 PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("auto", "none", "int8", "int4")
+
+
+def auto_quantization(device: torch.device, precision: str, runner: str,
+                      unsupported: str | None) -> str:
+    """What ``quantize="auto"`` means: int8 where chatui's CPU kernel runs it (as close to fp32
+    as bf16 and several times faster, see the README's quality figures) and the user asked for
+    no precision of their own; else none."""
+    from .quant import q8_available
+
+    fast = runner == "fast" or (runner == "auto" and unsupported is None)
+    return "int8" if fast and precision == "auto" and q8_available(device) else "none"
+
 
 
 def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
@@ -509,8 +536,8 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
 
     Args:
-        quantize: "none", "int8" (weight-only; the int8 weights are cached on disk) or
-            "int4" (CPU only).
+        quantize: "none", "int8" (weight-only; the int8 weights are cached on disk), "int4"
+            (CPU only) or "auto" (``auto_quantization``).
         precision: matmul/KV dtype of the fast path: "model" (the checkpoint's own dtype,
             exact), "auto" (the fastest that keeps quality: bf16 matmuls with an fp32 residual
             stream for an fp32 model on CPU, measured in ``inference.quality``), or a dtype.
@@ -525,8 +552,8 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     from .runner import HFRunner
     from .types import Progress
 
-    if quantize not in ("none", "int8", "int4"):
-        raise ValueError(f"unknown quantization {quantize!r}; choose none, int8 or int4")
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantize!r}; choose auto, none, int8 or int4")
     if quantize == "int4" and ckpt.device.type != "cpu":
         raise ValueError("int4 uses torch's CPU kernel; on this device use --quantize int8")
     if precision not in PRECISIONS:
@@ -535,6 +562,8 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         runner = os.environ.get("CHATUI_RUNNER", "auto") or "auto"
     model = ckpt.model
     reason = unsupported_reason(model)
+    if quantize == "auto":
+        quantize = auto_quantization(ckpt.device, precision, runner, reason)
     if runner == "hf" or (runner == "auto" and reason is not None):
         if quantize != "none":
             raise ValueError(f"--quantize {quantize} needs the fast runner, which cannot run this "
@@ -553,9 +582,15 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
             residual = torch.float32
     else:
         dtype = getattr(torch, precision)
-    if quantize != "none":
+    from .quant import q8_available
+
+    q8 = quantize != "none" and q8_available(ckpt.device)
+    if quantize == "int8" and q8:
+        # chatui's kernel quantizes activations to int16 itself: fp32 in, fp32 out
+        dtype, residual = model_dtype, None
+    elif quantize != "none":
         if dtype == torch.float32:
-            dtype = torch.bfloat16  # the int8 kernel wants bf16 activations
+            dtype = torch.bfloat16  # torch's int8 and int4 kernels want bf16 activations
         residual = residual or (torch.float32 if model_dtype == torch.float32 else None)
 
     stored = None
@@ -566,7 +601,7 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         from .quant import int8_cache_path, load_int8
 
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
-                               cache_root(), quantize)
+                               cache_root(), quantize + ("-q8" if q8 else ""))
         if progress:
             progress(Progress(stage, 0, 1))
         stored = load_int8(path, ckpt.device)
@@ -608,5 +643,12 @@ def describe(runner: Any) -> str:
     name = str(fast.dtype).replace("torch.", "")
     res = str(fast.rdtype).replace("torch.", "")
     q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""
+    if fast.q8:
+        from .q8kernel import load_kernel
+
+        kernel = load_kernel()
+        isa = kernel.isa if kernel is not None else "?"
+        q = (f"{fast.quantize} weights ({'int8 output layer, ' if fast.quantize == 'int4' else ''}"
+             f"int8 in groups of 32, chatui's {isa} kernel), ")
     step = runner.decode.describe() if runner.decode is not None else "eager"
     return f"fast runner ({q}{name} matmuls and KV cache, {res} residual; {step} decode step)"

@@ -18,9 +18,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import q8kernel
+
 log = logging.getLogger(__name__)
 
-QUANT_VERSION = 1
+QUANT_VERSION = 2
 """Bump when the stored layout or rounding changes (old cache files are then ignored)."""
 
 
@@ -64,6 +66,86 @@ def int8_linear(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
     return F.linear(x.to(dt), w.q.to(dt)) * w.scales
 
 
+@dataclass
+class Q8Weight:
+    """A weight [N, K] as int8 in groups of 32 along K with an fp32 scale per row and group,
+    in the layout of chatui's CPU kernel (``q8kernel``): rows in blocks of 16, and within a
+    block and group, column pairs of all 16 rows side by side. N and K are padded with zeros to
+    multiples of 16 and 32. Activations are quantized per group to int16 inside the kernel."""
+
+    packed: torch.Tensor  # [N/16, K/32, 16 (pair), 16 (row), 2] int8
+    scales: torch.Tensor  # [N/16, K/32, 16 (row)] fp32
+    n: int
+    k: int
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Q8Weight:
+        """Symmetric round-to-nearest per group: q = round(w / s), s = max|w_group| / 127."""
+        n, k = w.shape
+        rows, group = q8kernel.ROWS, q8kernel.GROUP
+        np_, kp = -(-n // rows) * rows, -(-k // group) * group
+        w32 = F.pad(w.detach().float().cpu(), (0, kp - k, 0, np_ - n))
+        g = kp // group
+        wg = w32.view(np_, g, group)
+        scales = wg.abs().amax(-1).clamp(min=1e-8) / 127.0  # [Np, G]
+        q = torch.round(wg / scales[..., None]).clamp_(-127, 127).to(torch.int8)
+        packed = q.view(np_ // rows, rows, g, group // 2, 2).permute(0, 2, 3, 1, 4)
+        return cls(packed.contiguous(), scales.view(np_ // rows, rows, g).permute(0, 2, 1)
+                   .contiguous(), n, k)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+    def _rows_q(self, b: torch.Tensor, r: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        q = self.packed[b, :, :, r, :]  # [..., G, 16, 2]
+        s = self.scales[b, :, r]  # [..., G]
+        w = q.to(dtype) * s.to(dtype)[..., None, None]
+        return w.reshape(*w.shape[:-3], -1)[..., : self.k]
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        ids = torch.arange(self.n)
+        return self._rows_q(ids // q8kernel.ROWS, ids % q8kernel.ROWS, dtype)
+
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Dequantized rows (an embedding lookup). ids: [...] -> [..., K]."""
+        return self._rows_q(ids // q8kernel.ROWS, ids % q8kernel.ROWS, dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.numel() + self.scales.numel() * 4
+
+
+@torch.library.custom_op("chatui::q8_matmul", mutates_args=())
+def _q8_matmul_op(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+                  n: int) -> torch.Tensor:
+    kernel = q8kernel.load_kernel()
+    assert kernel is not None, "Q8Weight exists only where the kernel loads"
+    return kernel.matmul(x, packed, scales, n)
+
+
+@_q8_matmul_op.register_fake
+def _(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
+    return x.new_empty((x.shape[0], n), dtype=torch.float32)
+
+
+def q8_available(device: torch.device) -> bool:
+    """Whether int8 weights on ``device`` use chatui's group-wise kernel."""
+    return device.type == "cpu" and q8kernel.load_kernel() is not None
+
+
+def q8_linear(x: torch.Tensor, w: Q8Weight) -> torch.Tensor:
+    """x: [..., K] (any float dtype, CPU) -> [..., N] fp32."""
+    flat = x.reshape(-1, x.shape[-1]).float().contiguous()
+    if torch.compiler.is_compiling():
+        out = _q8_matmul_op(flat, w.packed, w.scales, w.n)
+    else:
+        kernel = q8kernel.load_kernel()
+        assert kernel is not None, "Q8Weight exists only where the kernel loads"
+        out = kernel.matmul(flat, w.packed, w.scales, w.n)
+    return out.view(*x.shape[:-1], w.n)
+
+
 def int8_cache_path(load_dir: str | os.PathLike | None, weights_hash: str,
                     cache_root: Path, kind: str = "int8") -> Path:
     """Where the quantized weights of a checkpoint live: inside the model's own directory when
@@ -86,6 +168,11 @@ def save_int8(path: Path, weights: dict[str, Any]) -> None:
 
     tensors: dict[str, torch.Tensor] = {}
     for name, w in weights.items():
+        if isinstance(w, Q8Weight):
+            tensors[f"{name}.q8"] = w.packed.contiguous().cpu()
+            tensors[f"{name}.q8scales"] = w.scales.contiguous().cpu()
+            tensors[f"{name}.q8shape"] = torch.tensor([w.n, w.k])
+            continue
         if isinstance(w, Int4Weight):
             tensors[f"{name}.q4"] = w.q.contiguous().cpu()
             tensors[f"{name}.sz"] = w.scales_zeros.contiguous().cpu()
@@ -114,6 +201,10 @@ def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:
         if key.endswith(".q"):
             name = key[:-2]
             out[name] = Int8Weight(t, tensors[f"{name}.scales"])
+        elif key.endswith(".q8"):
+            name = key[:-3]
+            n, k = tensors[f"{name}.q8shape"].tolist()
+            out[name] = Q8Weight(t, tensors[f"{name}.q8scales"], n, k)
         elif key.endswith(".q4"):
             name = key[:-3]
             out[name] = Int4Weight(t, tensors[f"{name}.sz"]).pack()

@@ -13,7 +13,8 @@ import torch
 from inference.engine import LocalBackend
 from inference.fast_llama import (FastLlama, FastRunner, StaticKVCache, build_runner,
                                   unsupported_reason)
-from inference.quant import Int4Weight, Int8Weight
+from inference import q8kernel
+from inference.quant import Int4Weight, Int8Weight, Q8Weight
 from inference.runner import HFRunner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, RowDone, TokenBatch
@@ -181,11 +182,12 @@ def test_cancel_on_fast_path(tiny_ckpt):
 
 
 def dequantized_twin(runner: FastRunner) -> FastRunner:
-    """The same runner with every int8 weight replaced by its dequantized bf16 tensor."""
+    """The same runner with every quantized weight replaced by its dequantized tensor (in the
+    runner's matmul dtype)."""
     twin = copy.copy(runner)
     fast = copy.copy(runner.fast)
     deq = lambda w: (w.dequantize(fast.dtype)  # noqa: E731
-                     if isinstance(w, (Int8Weight, Int4Weight)) else w)
+                     if isinstance(w, (Int8Weight, Int4Weight, Q8Weight)) else w)
     fast.layers = [copy.copy(L) for L in fast.layers]
     for L in fast.layers:
         L.wqkv, L.wo, L.wgu, L.wd = deq(L.wqkv), deq(L.wo), deq(L.wgu), deq(L.wd)
@@ -195,24 +197,49 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
     return twin
 
 
-@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("kind", ["int8", "int8-per-channel", "int4"])
 def test_quantized_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monkeypatch, kind):
+    """int8 runs chatui's group-wise kernel (fp32 activations) where it builds, as here;
+    "int8-per-channel" is the fallback elsewhere (torch's kernel, bf16 activations)."""
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
-    int8 = build_runner(tiny_ckpt, quantize=kind, precision="auto")
-    assert isinstance(int8.fast, FastLlama) and isinstance(int8.fast.lm_head, Int8Weight)
+    if kind == "int8-per-channel":
+        monkeypatch.setattr(q8kernel, "load_kernel", lambda: None)
+    quantize = kind.split("-")[0]
+    q8 = q8kernel.load_kernel() is not None
+    runner = build_runner(tiny_ckpt, quantize=quantize, precision="auto")
+    assert isinstance(runner.fast, FastLlama)
+    assert isinstance(runner.fast.lm_head, Q8Weight if q8 else Int8Weight)
     if kind == "int4":
-        assert isinstance(int8.fast.layers[0].wgu, Int4Weight)
-    twin = dequantized_twin(int8)
+        assert isinstance(runner.fast.layers[0].wgu, Int4Weight)
+    elif kind == "int8" and q8:
+        assert isinstance(runner.fast.layers[0].wgu, Q8Weight)
+    twin = dequantized_twin(runner)
     ids = torch.randint(3, 1000, (1, 40))
-    a, b = int8.forward(int8.new_cache(), ids), twin.forward(twin.new_cache(), ids)
-    assert torch.allclose(a, b, atol=0.05 * b.abs().max().item())
-    q = LocalBackend.from_checkpoint(tiny_ckpt, quantize=kind, precision="auto")
+    a, b = runner.forward(runner.new_cache(), ids), twin.forward(twin.new_cache(), ids)
+    # bf16 activations: a few bf16 ulps; the kernel's int16 activations: far less
+    tol = 0.05 if runner.dtype == torch.bfloat16 else 1e-3
+    assert torch.allclose(a, b, atol=tol * b.abs().max().item())
+    q = LocalBackend.from_checkpoint(tiny_ckpt, quantize=quantize, precision="auto")
     e = LocalBackend.from_checkpoint(tiny_ckpt, precision="auto")
     e.runner = twin
     for settings in ((GREEDY,), (GREEDY, GREEDY.with_values(max_tokens=10))):
         assert_same_tokens(tokens(run(q, MSGS, *settings)), tokens(run(e, MSGS, *settings)),
-                           abs_tol=0.05)
-    assert q.info.quantization == kind and q.info.dtype == "bfloat16"
+                           abs_tol=tol)
+    dtype = "float32" if kind == "int8" and q8 else "bfloat16"
+    assert q.info.quantization == quantize and q.info.dtype == dtype
+
+
+def test_auto_quantization_is_int8_on_a_cpu_with_the_kernel(tiny_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
+    auto = LocalBackend.from_checkpoint(tiny_ckpt, quantize="auto", precision="auto")
+    q8 = q8kernel.load_kernel() is not None
+    assert auto.info.quantization == ("int8" if q8 else "none")
+    # a precision the user chose is kept exactly
+    exact = LocalBackend.from_checkpoint(tiny_ckpt, quantize="auto", precision="model")
+    assert exact.info.quantization == "none" and exact.info.dtype == "float32"
+    monkeypatch.setattr(q8kernel, "load_kernel", lambda: None)
+    assert LocalBackend.from_checkpoint(tiny_ckpt, quantize="auto",
+                                        precision="auto").info.quantization == "none"
 
 
 def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):

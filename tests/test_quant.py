@@ -8,8 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.quant import (Int4Weight, Int8Weight, int4_linear, int8_cache_path, int8_linear,
-                             load_int8, save_int8)
+from inference import q8kernel
+from inference.quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_cache_path,
+                             int8_linear, load_int8, q8_linear, save_int8)
+
+needs_kernel = pytest.mark.skipif(q8kernel.load_kernel() is None,
+                                  reason="chatui's int8 kernel does not build on this machine")
 
 
 def test_quantize_round_trip_error_is_at_most_half_a_step():
@@ -57,6 +61,57 @@ def test_int4_groups_and_kernel():
     assert torch.equal(int4_linear(x, back), out)
 
 
+def test_the_kernel_builds_on_an_x86_machine_with_a_compiler():
+    """CI's machine is one: a kernel that stops building must fail here, not silently fall
+    back to torch's slower, less accurate per-channel int8."""
+    import platform
+    import shutil
+
+    if platform.machine() != "x86_64" or not shutil.which("gcc"):
+        pytest.skip("no x86-64 compiler here")
+    kernel = q8kernel.load_kernel()
+    assert kernel is not None and kernel.isa in q8kernel.FAST_ISAS and kernel.openmp
+
+
+def test_q8_groups_round_trip_within_half_a_step():
+    torch.manual_seed(3)
+    w = torch.randn(40, 70) * torch.rand(40, 1)  # N, K not multiples of 16, 32
+    q = Q8Weight.quantize(w)
+    assert q.shape == (40, 70) and q.packed.shape == (3, 3, 16, 16, 2)
+    deq = q.dequantize(torch.float32)
+    assert deq.shape == (40, 70)
+    wp = torch.nn.functional.pad(w, (0, 26))
+    step = wp.view(40, 3, 32).abs().amax(-1) / 127  # [N, G]
+    err = torch.nn.functional.pad(deq - w, (0, 26)).view(40, 3, 32).abs()
+    assert (err <= step[..., None] / 2 + 1e-7).all()
+    ids = torch.tensor([[0, 17], [39, 5]])
+    assert torch.equal(q.rows(ids, torch.float32), deq[ids])
+
+
+@needs_kernel
+@pytest.mark.parametrize("m", [1, 3, 9, 17])
+@pytest.mark.parametrize("nk", [(48, 64), (40, 70), (1000, 576)])
+def test_q8_kernel_matches_the_dequantized_matmul(m, nk):
+    """Activations go through int16 in groups of 32: relative error ~ 1e-5, far below bf16's."""
+    torch.manual_seed(4)
+    n, k = nk
+    w = Q8Weight.quantize(torch.randn(n, k))
+    x = torch.randn(2, m, k) * torch.logspace(-2, 2, k)  # groups of very different scales
+    out = q8_linear(x, w)
+    ref = x.double() @ w.dequantize(torch.float64).t()
+    assert out.shape == (2, m, n) and out.dtype == torch.float32
+    assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    assert torch.equal(q8_linear(x.bfloat16(), w), q8_linear(x.bfloat16().float(), w))
+
+
+@needs_kernel
+def test_q8_kernel_inside_torch_compile():
+    w = Q8Weight.quantize(torch.randn(64, 96))
+    x = torch.randn(2, 96)
+    compiled = torch.compile(lambda t: torch.relu(q8_linear(t, w)) * 2, fullgraph=True)
+    assert torch.allclose(compiled(x), torch.relu(q8_linear(x, w)) * 2)
+
+
 def test_embedding_rows_are_dequantized_rows():
     w = Int8Weight.quantize(torch.randn(10, 8), torch.float32)
     ids = torch.tensor([[3, 7], [0, 9]])
@@ -83,6 +138,11 @@ def test_save_load_round_trip_and_corrupt_file(tmp_path: Path):
     assert back is not None and set(back) == {"a", "b.c"}
     for k in ws:
         assert torch.equal(back[k].q, ws[k].q) and torch.equal(back[k].scales, ws[k].scales)
+    q8 = {"g": Q8Weight.quantize(torch.randn(20, 40))}
+    save_int8(path, q8)
+    g = load_int8(path, torch.device("cpu"))["g"]
+    assert isinstance(g, Q8Weight) and g.shape == (20, 40)
+    assert torch.equal(g.packed, q8["g"].packed) and torch.equal(g.scales, q8["g"].scales)
     assert load_int8(tmp_path / "missing.safetensors", torch.device("cpu")) is None
     path.write_bytes(b"not a safetensors file")
     assert load_int8(path, torch.device("cpu")) is None
@@ -103,6 +163,7 @@ def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
         raise AssertionError("quantized again instead of loading the cache")
 
     monkeypatch.setattr(quant.Int8Weight, "quantize", classmethod(boom))
+    monkeypatch.setattr(quant.Q8Weight, "quantize", classmethod(boom))
     second = build_runner(tiny_ckpt, quantize="int8", precision="auto")
     ids = torch.tensor([[1, 5, 9, 14]])
     a = first.forward(first.new_cache(), ids)
@@ -113,17 +174,17 @@ def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
 def test_unknown_quantization_is_refused(tiny_ckpt):
     from inference.engine import LocalBackend
 
-    with pytest.raises(ValueError, match="none, int8 or int4"):
+    with pytest.raises(ValueError, match="auto, none, int8 or int4"):
         LocalBackend.from_checkpoint(tiny_ckpt, quantize="int3")
 
 
 def test_quality_floor_on_the_default_model(default_ckpt):
     """Measured on inference.quality.SAMPLE_TEXT (762 tokens) against the fp32 model.
 
-    The issue's goal is >= 97 % top-1 agreement for int8; per-channel int8 of this
-    Q4_1-derived model measures about 94.7 %, so the floor asserted here is what it reaches
-    (perplexity stays well within 2 %). int4 (groups of 32, int8 output layer) reaches about
-    96.1 %; the default CPU precision (bf16 matmuls, fp32 residual) meets the 97 % bar.
+    The issue's bar is >= 97 % top-1 agreement and <= 2 % perplexity for int8. chatui's
+    group-wise kernel measures 97.9 % / +0.32 %; torch's per-channel kernel with bf16
+    activations (the fallback where ours cannot build) only about 94.7 %. int4 (groups of 32,
+    int8 output layer) measures 99.2 %: this model's decoder was Q4_1, which int4 round-trips.
     """
     from inference import quality
     from inference.fast_llama import build_runner
@@ -131,12 +192,12 @@ def test_quality_floor_on_the_default_model(default_ckpt):
     int8 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int8", precision="auto"))
     assert int8.tokens > 700
-    assert int8.top1_agreement >= 0.94
+    assert int8.top1_agreement >= (0.97 if q8kernel.load_kernel() else 0.94)
     assert int8.perplexity_increase <= 0.02
     int4 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int4", precision="auto"))
-    assert int4.top1_agreement >= 0.95  # measured 96.1 %
-    assert int4.perplexity_increase <= 0.02  # measured -0.03 %
+    assert int4.top1_agreement >= 0.97
+    assert int4.perplexity_increase <= 0.02
     bf16 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, precision="auto"))
     assert bf16.top1_agreement >= 0.97

@@ -1,0 +1,179 @@
+/* chatui's CPU int8 matmul: weights as int8 in groups of 32 along K with one fp32 scale per
+ * row and group; activations quantized on the fly to int16 in the same groups (precise enough
+ * that top-1 agreement with fp32 stays where fp32 activations put it); exact integer dot
+ * products per group, fp32 accumulation across groups.
+ *
+ * Packed weight layout, for row block b (16 rows), group g, pair t (0..15):
+ *   32 bytes = for r in 0..15: w[16b + r, 32g + 2t], w[16b + r, 32g + 2t + 1]
+ * so one 16-lane multiply-add of int16 pairs into int32 (vpdpwssd, or vpmaddwd on AVX2)
+ * advances 16 rows by two columns; after 16 of them lane r holds row r's integer dot product
+ * over group g, and no horizontal sums are needed. Scales: [N/16, G, 16] fp32.
+ * Built at run time by inference/q8kernel.py with the machine's C compiler (-march=native) and
+ * OpenMP; loaded after torch, so it shares torch's OpenMP runtime.
+ */
+#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define GS 32
+#define RB 16
+#define MB 8 /* activation rows handled together */
+
+/* x [K] -> xq [G*32] int16 and xs [G] fp32 (groups of 32, symmetric, round to nearest). */
+static void quantize_row(const float *x, int K, int G, int16_t *xq, float *xs) {
+    for (int g = 0; g < G; g++) {
+        float amax = 0.f;
+        for (int k = 0; k < GS; k++) {
+            int kk = g * GS + k;
+            float v = kk < K ? fabsf(x[kk]) : 0.f;
+            amax = v > amax ? v : amax;
+        }
+        float s = amax / 32767.f;
+        float inv = amax > 0.f ? 32767.f / amax : 0.f;
+        xs[g] = s;
+        for (int k = 0; k < GS; k++) {
+            int kk = g * GS + k;
+            float v = kk < K ? x[kk] * inv : 0.f;
+            xq[g * GS + k] = (int16_t)lrintf(v);
+        }
+    }
+}
+
+static inline void block_generic(const int16_t *xq, const float *xs, int M, int G, const int8_t *wb,
+                          const float *sb, float *acc /* [M][16] */) {
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < RB; r++) acc[m * RB + r] = 0.f;
+    for (int g = 0; g < G; g++) {
+        const int8_t *wg = wb + (size_t)g * GS * RB;
+        for (int m = 0; m < M; m++) {
+            const int16_t *x = xq + (size_t)m * G * GS + g * GS;
+            int32_t d[RB] = {0};
+            for (int t = 0; t < GS / 2; t++)
+                for (int r = 0; r < RB; r++)
+                    d[r] += wg[t * 32 + 2 * r] * x[2 * t] + wg[t * 32 + 2 * r + 1] * x[2 * t + 1];
+            float sx = xs[(size_t)m * G + g];
+            for (int r = 0; r < RB; r++) acc[m * RB + r] += (float)d[r] * sb[g * RB + r] * sx;
+        }
+    }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+static void block_avx512(const int16_t *xq, const float *xs, int M, int G, const int8_t *wb,
+                         const float *sb, float *out) {
+    __m512 acc[MB];
+    for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        const int8_t *wg = wb + (size_t)g * GS * RB;
+        __m512i w[16];
+        for (int t = 0; t < 16; t++)
+            w[t] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wg + t * 32)));
+        __m512 sw = _mm512_loadu_ps(sb + g * RB);
+        for (int m = 0; m < M; m++) {
+            const int32_t *x = (const int32_t *)(xq + (size_t)m * G * GS + g * GS);
+            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+            for (int t = 0; t < 16; t += 2) {
+                d0 = _mm512_dpwssd_epi32(d0, w[t], _mm512_set1_epi32(x[t]));
+                d1 = _mm512_dpwssd_epi32(d1, w[t + 1], _mm512_set1_epi32(x[t + 1]));
+            }
+            __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(xs[(size_t)m * G + g]));
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), s, acc[m]);
+        }
+    }
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(out + m * RB, acc[m]);
+}
+#define BLOCK block_avx512
+#elif defined(__AVX2__)
+static void block_avx2(const int16_t *xq, const float *xs, int M, int G, const int8_t *wb,
+                       const float *sb, float *out) {
+    __m256 acc[MB][2];
+    for (int m = 0; m < M; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int g = 0; g < G; g++) {
+        const int8_t *wg = wb + (size_t)g * GS * RB;
+        __m256 sw0 = _mm256_loadu_ps(sb + g * RB), sw1 = _mm256_loadu_ps(sb + g * RB + 8);
+        for (int m = 0; m < M; m++) {
+            const int32_t *x = (const int32_t *)(xq + (size_t)m * G * GS + g * GS);
+            __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
+            for (int t = 0; t < 16; t++) {
+                __m256i wt = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + t * 32)));
+                __m256i wu = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + t * 32 + 16)));
+                __m256i xb = _mm256_set1_epi32(x[t]);
+                d0 = _mm256_add_epi32(d0, _mm256_madd_epi16(wt, xb));
+                d1 = _mm256_add_epi32(d1, _mm256_madd_epi16(wu, xb));
+            }
+            __m256 sx = _mm256_set1_ps(xs[(size_t)m * G + g]);
+            acc[m][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(sw0, sx), acc[m][0]);
+            acc[m][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(sw1, sx), acc[m][1]);
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        _mm256_storeu_ps(out + m * RB, acc[m][0]);
+        _mm256_storeu_ps(out + m * RB + 8, acc[m][1]);
+    }
+}
+#define BLOCK block_avx2
+#else
+#define BLOCK block_generic
+#endif
+
+int q8_group_size(void) { return GS; }
+int q8_row_block(void) { return RB; }
+
+int q8_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+const char *q8_isa(void) {
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+    return "avx512-vnni";
+#elif defined(__AVX2__)
+    return "avx2";
+#else
+    return "generic";
+#endif
+}
+
+/* y [M, N] = x [M, K] (fp32) times the packed weight's transpose. */
+void q8_matmul(const float *x, int M, int K, const int8_t *wp, const float *sp, int N, float *y,
+               int threads) {
+    int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
+    int16_t *xq = (int16_t *)aligned_alloc(64, (((size_t)M * G * GS * 2 + 63) / 64) * 64);
+    float *xs = (float *)malloc(sizeof(float) * (size_t)M * G);
+    for (int m = 0; m < M; m++)
+        quantize_row(x + (size_t)m * K, K, G, xq + (size_t)m * G * GS, xs + (size_t)m * G);
+    if (threads < 1) threads = 1;
+    #pragma omp parallel num_threads(threads)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        int per = (NB + nt - 1) / nt;
+        int b0 = t * per, b1 = b0 + per < NB ? b0 + per : NB;
+        float out[MB * RB];
+        for (int b = b0; b < b1; b++) {
+            for (int m0 = 0; m0 < M; m0 += MB) {
+                int mm = M - m0 < MB ? M - m0 : MB;
+                BLOCK(xq + (size_t)m0 * G * GS, xs + (size_t)m0 * G, mm, G,
+                      wp + (size_t)b * G * GS * RB, sp + (size_t)b * G * RB, out);
+                for (int i = 0; i < mm; i++) {
+                    int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
+                    memcpy(y + (size_t)(m0 + i) * N + n0, out + i * RB, sizeof(float) * cnt);
+                }
+            }
+        }
+    }
+    free(xq);
+    free(xs);
+}

@@ -1,0 +1,135 @@
+"""chatui's CPU int8 matmul (``kernels/q8.c``), built on first use with the machine's C compiler
+and cached on disk; ``None`` where it cannot be built (no compiler, an unknown CPU), and the
+int8 path then falls back to torch's per-channel kernel.
+
+The library is built with ``-march=native`` for the CPU it runs on (the cache key includes the
+CPU's flags) and with OpenMP only when torch's own OpenMP runtime is ``libgomp.so.1``: the
+kernel's threads are then torch's threads, never a second pool fighting it for the cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels") / "q8.c"
+GROUP = 32
+"""Weights and activations are quantized in groups of this many along K."""
+ROWS = 16
+"""Output rows a packed block holds."""
+FAST_ISAS = ("avx512-vnni", "avx2")
+"""Instruction sets the kernel has SIMD code for (elsewhere torch's kernel is faster)."""
+
+
+@dataclass(frozen=True)
+class Q8Kernel:
+    """The loaded library."""
+
+    lib: ctypes.CDLL
+    isa: str
+    openmp: bool
+
+    def matmul(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+               n: int) -> torch.Tensor:
+        """x: [M, K] fp32 contiguous on the CPU -> [M, n] fp32."""
+        m, k = x.shape
+        out = torch.empty((m, n), dtype=torch.float32)
+        threads = torch.get_num_threads() if self.openmp else 1
+        self.lib.q8_matmul(x.data_ptr(), m, k, packed.data_ptr(), scales.data_ptr(), n,
+                           out.data_ptr(), threads)
+        return out
+
+
+def _omp_runtimes() -> set[str]:
+    """Paths of the OpenMP runtimes mapped into this process (Linux; empty elsewhere)."""
+    try:
+        text = Path("/proc/self/maps").read_text()
+    except OSError:
+        return set()
+    return {line.split()[-1] for line in text.splitlines()
+            if re.search(r"/lib(g|i)?omp[^/]*\.so", line)}
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def _build(cc: str, out: Path, openmp: bool) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        target = Path(tmp) / out.name
+        flags = ["-O3", "-march=native", "-shared", "-fPIC"] + (["-fopenmp"] if openmp else [])
+        subprocess.run([cc, *flags, str(SOURCE), "-o", str(target), "-lm"], check=True,
+                       capture_output=True, timeout=120)
+        os.replace(target, out)
+
+
+def _open(path: Path, openmp: bool) -> Q8Kernel:
+    lib = ctypes.CDLL(str(path))
+    lib.q8_isa.restype = ctypes.c_char_p
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.q8_matmul.argtypes = [p, i, i, p, p, i, p, i]
+    lib.q8_matmul.restype = None
+    if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
+        raise RuntimeError("kernel layout does not match")
+    return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp)
+
+
+@functools.cache
+def load_kernel() -> Q8Kernel | None:
+    """The kernel, built into ``<cache>/kernels`` when missing; None when unavailable or
+    turned off with ``CHATUI_Q8_KERNEL=off``."""
+    if os.environ.get("CHATUI_Q8_KERNEL", "").lower() in ("0", "off", "no", "false"):
+        return None
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    cc = _compiler()
+    if cc is None:
+        log.info("no C compiler: int8 uses torch's per-channel kernel")
+        return None
+    runtimes = _omp_runtimes()
+    openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
+    key = hashlib.sha256(b"\0".join([
+        SOURCE.read_bytes(), cc.encode(), _cpu_flags().encode(), str(openmp).encode()]))
+    from .checkpoint import cache_root
+
+    path = cache_root() / "kernels" / f"q8-{key.hexdigest()[:20]}.so"
+    try:
+        if not path.is_file():
+            _build(cc, path, openmp)
+        kernel = _open(path, openmp)
+    except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        log.warning("could not build the int8 kernel (%s) %s; int8 uses torch's kernel", exc,
+                    detail.decode(errors="replace")[-500:])
+        return None
+    if openmp and _omp_runtimes() != runtimes:
+        log.warning("the int8 kernel loaded a second OpenMP runtime; it runs single-threaded")
+        kernel = Q8Kernel(kernel.lib, kernel.isa, False)
+    if kernel.isa not in FAST_ISAS:
+        return None
+    return kernel
