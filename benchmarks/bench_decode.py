@@ -2,8 +2,9 @@
 
 Round-robin over the systems (so a busy shared CPU hurts them alike), best of ``--rounds``:
 transformers ``generate`` fp32; chatui on the transformers runner; chatui's fast runner in
-fp32, in the default CPU precision (bf16 matmuls, fp32 residual), with int8 and int4 weights (eager,
-and with the decode step compiled by ``torch.compile`` with inductor's C++ wrapper), each with
+fp32, in bf16 (bf16 matmuls, fp32 residual), with int8 (the CPU default: chatui's group-wise kernel
+where it builds) and int4 weights (eager, and with the decode step compiled by ``torch.compile``
+with inductor's C++ wrapper), each with
 top-5 logprobs and without; llama.cpp on the Q4_1 GGUF with and without logprobs (when
 llama-cpp-python is installed). Then quality (top-1 agreement with fp32 and perplexity on
 ``inference.quality.SAMPLE_TEXT``), 1,000-token prefill against transformers' forward, and the
@@ -39,8 +40,8 @@ from inference.types import GenerationRequest, Message, RowDone, Started  # noqa
 CONFIGS = {
     "chatui transformers runner fp32": dict(runner="hf"),
     "chatui fast fp32": dict(runner="fast", precision="model"),
-    "chatui fast bf16 (default)": dict(runner="fast", precision="auto"),
-    "chatui fast int8": dict(runner="fast", quantize="int8", precision="auto"),
+    "chatui fast bf16": dict(runner="fast", quantize="none", precision="auto"),
+    "chatui fast int8 (default)": dict(runner="fast", quantize="int8", precision="auto"),
     "chatui fast int4": dict(runner="fast", quantize="int4", precision="auto"),
     "chatui fast int8 compiled": dict(runner="fast", quantize="int8", precision="auto",
                                       compile="on"),
@@ -150,7 +151,7 @@ def main() -> None:
                                            "tokens": q.tokens}
                 print(f"quality {name:35s} top-1 {q.top1_agreement:.2%}  ppl {q.perplexity:.3f} "
                       f"({q.perplexity_increase:+.2%} vs fp32 {q.reference_perplexity:.3f})")
-        for name in ("chatui fast bf16 (default)", "chatui fast int8", "chatui fast int4"):
+        for name in ("chatui fast bf16", "chatui fast int8 (default)", "chatui fast int4"):
             c, h = prefill_speed(backends[name], ckpt.model, ckpt.tokenizer)
             report.setdefault("prefill_1000", {})[name] = {"chatui": c, "transformers": h}
             print(f"prefill 1000 tokens {name}: {c:.0f} tokens/s, transformers forward fp32 "

@@ -43,6 +43,25 @@ def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.
     return out if b is None else out + b
 
 
+def _norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, w: Weight,
+                 b: torch.Tensor | None = None) -> torch.Tensor:
+    """``_linear(F.rms_norm(x, ..., norm, eps), w, b)``; one kernel call for int8 on the CPU."""
+    if isinstance(w, Q8Weight) and x.dtype == torch.float32:
+        out = q8_linear(x, w, norm=norm, eps=eps)
+        return out if b is None else out + b
+    return _linear(F.rms_norm(x, (x.shape[-1],), norm, eps), w, b)
+
+
+def _swiglu_linear(gate_up: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
+    """``_linear(F.silu(gate) * up, w, b)`` for gate_up = [gate | up]; one kernel call for int8
+    on the CPU."""
+    if isinstance(w, Q8Weight) and gate_up.dtype == torch.float32:
+        out = q8_linear(gate_up, w, swiglu=True)
+        return out if b is None else out + b
+    gate, up = gate_up.chunk(2, dim=-1)
+    return _linear(F.silu(gate) * up, w, b)
+
+
 def unsupported_reason(model: Any) -> str | None:
     """None when ``FastLlama`` can run this transformers model exactly, else why not."""
     cfg = getattr(model, "config", None)
@@ -379,10 +398,9 @@ class FastLlama:
         c, s = cos[pos].view(1, 1, half), sin[pos].view(1, 1, half)  # [1, 1, D/2]
         mask = (torch.arange(C, device=ids.device) <= pos).view(1, 1, 1, C)
         x = self._embed(ids)  # [B, 1, hidden]
-        hidden, nqk = (self.hidden,), (H + KV) * D
+        nqk = (H + KV) * D
         for i, L in enumerate(self.layers):
-            h = F.rms_norm(x, hidden, L.ln1, self.eps)
-            qkv = _linear(h, L.wqkv, L.bqkv)[:, 0]  # [B, (H + 2KV) * D]
+            qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)[:, 0]  # [B, (H + 2KV) * D]
             qk = qkv[:, :nqk].float().view(B, H + KV, half, 2)
             a, b = qk[..., 0], qk[..., 1]
             qk = torch.stack([a * c - b * s, a * s + b * c], dim=-1).view(B, H + KV, D)
@@ -393,11 +411,10 @@ class FastLlama:
             vs[i].index_copy_(2, pos, v_new)
             o = F.scaled_dot_product_attention(q, ks[i], vs[i], attn_mask=mask)
             x = x + _linear(o.reshape(B, 1, H * D), L.wo, L.bo)
-            h = F.rms_norm(x, hidden, L.ln2, self.eps)
-            gate, up = _linear(h, L.wgu, L.bgu).split(self.inter, dim=-1)
-            x = x + _linear(F.silu(gate) * up, L.wd, L.bd)
-        x = F.rms_norm(x[:, -1], hidden, self.norm, self.eps)
-        return _linear(x, self.lm_head, self.lm_bias).float()  # [B, V]
+            gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
+            x = x + _swiglu_linear(gate_up, L.wd, L.bd)
+        return _norm_linear(x[:, -1], self.norm, self.eps, self.lm_head,
+                            self.lm_bias).float()  # [B, V]
 
     @torch.inference_mode()
     def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
@@ -439,10 +456,9 @@ class FastLlama:
             causal = True
 
         x = self._embed(input_ids)  # [B, T, hidden]
-        hidden, nqk = (self.hidden,), (H + KV) * D
+        nqk = (H + KV) * D
         for i, L in enumerate(self.layers):
-            h = F.rms_norm(x, hidden, L.ln1, self.eps)
-            qkv = _linear(h, L.wqkv, L.bqkv)  # [B, T, (H + 2KV) * D]
+            qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)  # [B, T, (H + 2KV) * D]
             qk = qkv[..., :nqk].float().view(B, T, H + KV, D // 2, 2)
             qk = torch.view_as_real(torch.view_as_complex(qk) * rot).view(B, T, H + KV, D)
             kc, vc = cache.k[i], cache.v[i]  # [B, KV, C, D]
@@ -459,12 +475,11 @@ class FastLlama:
                                                    is_causal=causal, enable_gqa=G > 1)
                 o = o.transpose(1, 2).reshape(B, T, H * D)
             x = x + _linear(o, L.wo, L.bo)
-            h = F.rms_norm(x, hidden, L.ln2, self.eps)
-            gate, up = _linear(h, L.wgu, L.bgu).split(self.inter, dim=-1)
-            x = x + _linear(F.silu(gate) * up, L.wd, L.bd)  # promotes to the residual dtype
+            gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
+            x = x + _swiglu_linear(gate_up, L.wd, L.bd)  # promotes to the residual dtype
         cache.length = end
-        x = F.rms_norm(x if all_logits else x[:, -1], hidden, self.norm, self.eps)
-        return _linear(x, self.lm_head, self.lm_bias).float()  # [B, V] or [B, T, V]
+        return _norm_linear(x if all_logits else x[:, -1], self.norm, self.eps, self.lm_head,
+                            self.lm_bias).float()  # [B, V] or [B, T, V]
 
 
 class FastRunner:

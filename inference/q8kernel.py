@@ -43,14 +43,20 @@ class Q8Kernel:
     isa: str
     openmp: bool
 
-    def matmul(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
-               n: int) -> torch.Tensor:
-        """x: [M, K] fp32 contiguous on the CPU -> [M, n] fp32."""
+    def matmul(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
+               norm: torch.Tensor | None = None, eps: float = 0.0,
+               swiglu: bool = False) -> torch.Tensor:
+        """x: [M, K] fp32 contiguous on the CPU -> [M, n] fp32. With ``norm`` ([K] fp32) the
+        rows are RMS-normalized (``eps``) and scaled by it first; with ``swiglu`` x is
+        [M, 2K] = [gate | up] and the input is silu(gate) * up."""
         m, k = x.shape
+        if swiglu:
+            k //= 2
         out = torch.empty((m, n), dtype=torch.float32)
         threads = torch.get_num_threads() if self.openmp else 1
+        mode, aux = (1, norm.data_ptr()) if norm is not None else (2 if swiglu else 0, None)
         self.lib.q8_matmul(x.data_ptr(), m, k, packed.data_ptr(), scales.data_ptr(), n,
-                           out.data_ptr(), threads)
+                           out.data_ptr(), threads, mode, aux, eps)
         return out
 
 
@@ -92,7 +98,7 @@ def _open(path: Path, openmp: bool) -> Q8Kernel:
     lib = ctypes.CDLL(str(path))
     lib.q8_isa.restype = ctypes.c_char_p
     p, i = ctypes.c_void_p, ctypes.c_int
-    lib.q8_matmul.argtypes = [p, i, i, p, p, i, p, i]
+    lib.q8_matmul.argtypes = [p, i, i, p, p, i, p, i, i, p, ctypes.c_float]
     lib.q8_matmul.restype = None
     if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
         raise RuntimeError("kernel layout does not match")

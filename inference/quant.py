@@ -117,15 +117,16 @@ class Q8Weight:
 
 
 @torch.library.custom_op("chatui::q8_matmul", mutates_args=())
-def _q8_matmul_op(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
-                  n: int) -> torch.Tensor:
+def _q8_matmul_op(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
+                  norm: torch.Tensor | None, eps: float, swiglu: bool) -> torch.Tensor:
     kernel = q8kernel.load_kernel()
     assert kernel is not None, "Q8Weight exists only where the kernel loads"
-    return kernel.matmul(x, packed, scales, n)
+    return kernel.matmul(x, packed, scales, n, norm, eps, swiglu)
 
 
 @_q8_matmul_op.register_fake
-def _(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
+def _(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
+      norm: torch.Tensor | None, eps: float, swiglu: bool) -> torch.Tensor:
     return x.new_empty((x.shape[0], n), dtype=torch.float32)
 
 
@@ -134,15 +135,22 @@ def q8_available(device: torch.device) -> bool:
     return device.type == "cpu" and q8kernel.load_kernel() is not None
 
 
-def q8_linear(x: torch.Tensor, w: Q8Weight) -> torch.Tensor:
-    """x: [..., K] (any float dtype, CPU) -> [..., N] fp32."""
+def q8_linear(x: torch.Tensor, w: Q8Weight, *, norm: torch.Tensor | None = None,
+              eps: float = 0.0, swiglu: bool = False) -> torch.Tensor:
+    """x: [..., K] (any float dtype, CPU) -> [..., N] fp32.
+
+    norm: [K] fp32: the input is ``F.rms_norm(x, (K,), norm, eps)``, fused into the kernel.
+    swiglu: x is [..., 2K] = [gate | up] and the input is ``F.silu(gate) * up``, fused.
+    """
     flat = x.reshape(-1, x.shape[-1]).float().contiguous()
+    if norm is not None:
+        norm = norm.float().contiguous()
     if torch.compiler.is_compiling():
-        out = _q8_matmul_op(flat, w.packed, w.scales, w.n)
+        out = _q8_matmul_op(flat, w.packed, w.scales, w.n, norm, float(eps), swiglu)
     else:
         kernel = q8kernel.load_kernel()
         assert kernel is not None, "Q8Weight exists only where the kernel loads"
-        out = kernel.matmul(flat, w.packed, w.scales, w.n)
+        out = kernel.matmul(flat, w.packed, w.scales, w.n, norm, eps, swiglu)
     return out.view(*x.shape[:-1], w.n)
 
 

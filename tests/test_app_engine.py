@@ -145,3 +145,20 @@ async def test_continue_from_alternative_is_token_exact(engine_app):
         assert reply.finish_reason in ("stop", "length")
         _check_streamed(reply)
         assert replies(app)[0].markdown.source == reply.text
+
+
+async def test_status_line_names_the_weights_quantization(tiny_ckpt, tmp_path, monkeypatch):
+    from inference import q8kernel
+    from inference.engine import LocalBackend
+
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    app = ChatApp(lambda progress: LocalBackend.from_checkpoint(tiny_ckpt, quantize="auto",
+                                                                precision="auto"),
+                  config=AppConfig(stable_timings=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        model = app.chat.status.model
+        if q8kernel.load_kernel() is not None:
+            assert model.endswith("· cpu · float32 · int8")
+        else:
+            assert model.endswith("· cpu · bfloat16")

@@ -105,11 +105,29 @@ def test_q8_kernel_matches_the_dequantized_matmul(m, nk):
 
 
 @needs_kernel
+@pytest.mark.parametrize("m", [1, 6])
+def test_q8_kernel_fuses_the_norm_and_swiglu(m):
+    torch.manual_seed(5)
+    w = Q8Weight.quantize(torch.randn(40, 70))
+    x, norm = torch.randn(m, 70) * 3, torch.rand(70) + 0.5
+    deq = w.dequantize(torch.float64)
+    ref = torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5) @ deq.t()
+    out = q8_linear(x, w, norm=norm, eps=1e-5)
+    assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    gate_up = torch.randn(m, 140) * 2
+    gate, up = gate_up.double().chunk(2, dim=-1)
+    ref = (torch.nn.functional.silu(gate) * up) @ deq.t()
+    out = q8_linear(gate_up, w, swiglu=True)
+    assert out.shape == (m, 40) and (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+
+
+@needs_kernel
 def test_q8_kernel_inside_torch_compile():
     w = Q8Weight.quantize(torch.randn(64, 96))
     x = torch.randn(2, 96)
-    compiled = torch.compile(lambda t: torch.relu(q8_linear(t, w)) * 2, fullgraph=True)
-    assert torch.allclose(compiled(x), torch.relu(q8_linear(x, w)) * 2)
+    norm = torch.rand(96)
+    f = lambda t: torch.relu(q8_linear(t, w)) * 2 + q8_linear(t, w, norm=norm, eps=1e-6)  # noqa: E731
+    assert torch.allclose(torch.compile(f, fullgraph=True)(x), f(x))
 
 
 def test_embedding_rows_are_dequantized_rows():

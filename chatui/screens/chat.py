@@ -202,7 +202,8 @@ class ChatScreen(CompareFlow, Screen[None]):
         self.info = info
         if not self._settings_from_user:
             self.settings = self._with_overrides(info.default_settings)
-        self.status.model = f"{info.name} · {info.device} · {info.dtype}"
+        weights = f" · {info.quantization}" if info.quantization not in ("", "none") else ""
+        self.status.model = f"{info.name} · {info.device} · {info.dtype}{weights}"
         self.status.context_limit = info.context_limit
         self.status.settings = settings_label(self.settings)
         self.loading.display = False

@@ -19,9 +19,6 @@
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #define GS 32
 #define RB 16
@@ -144,34 +141,60 @@ const char *q8_isa(void) {
 #endif
 }
 
-/* y [M, N] = x [M, K] (fp32) times the packed weight's transpose. */
+/* The matmul's input row from x's row: x itself (mode 0), RMS-normalized and scaled by aux
+ * (mode 1, a transformer block's norm before its projection), or silu(gate) * up from a row
+ * [gate | up] of 2K values (mode 2, the MLP's down projection). */
+static void prepare_row(const float *x, int K, int mode, const float *aux, float eps,
+                        float *out) {
+    if (mode == 1) {
+        double ss = 0.0;
+        for (int k = 0; k < K; k++) ss += (double)x[k] * x[k];
+        float r = 1.0f / sqrtf((float)(ss / K) + eps);
+        for (int k = 0; k < K; k++) out[k] = x[k] * r * aux[k];
+    } else if (mode == 2) {
+        for (int k = 0; k < K; k++) {
+            float g = x[k];
+            out[k] = g / (1.0f + expf(-g)) * x[K + k];
+        }
+    } else {
+        memcpy(out, x, sizeof(float) * K);
+    }
+}
+
+/* y [M, N] = f(x) [M, K] (fp32) times the packed weight's transpose, f given by mode (see
+ * prepare_row; x's rows hold 2K values in mode 2). */
 void q8_matmul(const float *x, int M, int K, const int8_t *wp, const float *sp, int N, float *y,
-               int threads) {
+               int threads, int mode, const float *aux, float eps) {
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
     int16_t *xq = (int16_t *)aligned_alloc(64, (((size_t)M * G * GS * 2 + 63) / 64) * 64);
     float *xs = (float *)malloc(sizeof(float) * (size_t)M * G);
-    for (int m = 0; m < M; m++)
-        quantize_row(x + (size_t)m * K, K, G, xq + (size_t)m * G * GS, xs + (size_t)m * G);
+    size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
-    #pragma omp parallel num_threads(threads)
+    #pragma omp parallel num_threads(threads) if (M > 4)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
-        int per = (NB + nt - 1) / nt;
-        int b0 = t * per, b1 = b0 + per < NB ? b0 + per : NB;
+        float *row = (float *)malloc(sizeof(float) * (size_t)K);
+        #pragma omp for schedule(static)
+        for (int m = 0; m < M; m++) {
+            prepare_row(x + (size_t)m * ldx, K, mode, aux, eps, row);
+            quantize_row(row, K, G, xq + (size_t)m * G * GS, xs + (size_t)m * G);
+        }
+        free(row);
+    }
+    /* Blocks are handed out in small chunks as threads ask for them, not split in fixed
+     * halves: when another process (the chat UI) preempts one of the engine's threads, the
+     * others take over its share instead of waiting for it at the end of the matmul. */
+    int chunk = NB / (threads * 8);
+    chunk = chunk < 1 ? 1 : chunk > 16 ? 16 : chunk;
+    #pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
+    for (int b = 0; b < NB; b++) {
         float out[MB * RB];
-        for (int b = b0; b < b1; b++) {
-            for (int m0 = 0; m0 < M; m0 += MB) {
-                int mm = M - m0 < MB ? M - m0 : MB;
-                BLOCK(xq + (size_t)m0 * G * GS, xs + (size_t)m0 * G, mm, G,
-                      wp + (size_t)b * G * GS * RB, sp + (size_t)b * G * RB, out);
-                for (int i = 0; i < mm; i++) {
-                    int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
-                    memcpy(y + (size_t)(m0 + i) * N + n0, out + i * RB, sizeof(float) * cnt);
-                }
-            }
+        for (int m0 = 0; m0 < M; m0 += MB) {
+            int mm = M - m0 < MB ? M - m0 : MB;
+            BLOCK(xq + (size_t)m0 * G * GS, xs + (size_t)m0 * G, mm, G,
+                  wp + (size_t)b * G * GS * RB, sp + (size_t)b * G * RB, out);
+            int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
+            for (int i = 0; i < mm; i++)
+                memcpy(y + (size_t)(m0 + i) * N + n0, out + i * RB, sizeof(float) * cnt);
         }
     }
     free(xq);
