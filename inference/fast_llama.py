@@ -253,9 +253,14 @@ class FastLlama:
         inv_freq, self.rope_scale = _rope_parameters(model)
         self.inv_freq = inv_freq.to(self.device)  # [D/2] fp32
         self._rope = torch.empty(0, self.head_dim // 2, dtype=torch.complex64, device=self.device)
+        self._cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
         self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight] = {}
         self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
+        self.c_attention = (self.device.type == "cpu" and dtype == torch.float32
+                            and q8_available(self.device))
+        """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
+        CPU where the kernels build."""
         stored = int8_weights or {}
 
         def weight(name: str, w: torch.Tensor) -> Weight:
@@ -368,7 +373,15 @@ class FastLlama:
             pos = torch.arange(size, device=self.device, dtype=torch.float32)
             angles = pos[:, None] * self.inv_freq[None, :]
             self._rope = torch.polar(torch.full_like(angles, self.rope_scale), angles)
+            self._cos_sin = None
         return self._rope
+
+    def _cos_sin_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``rope_tables`` of the whole cached table, kept (C attention reads it by position)."""
+        table = self._rotations(n)
+        if self._cos_sin is None:
+            self._cos_sin = (table.real.contiguous(), table.imag.contiguous())
+        return self._cos_sin
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if isinstance(self.embed, (Int8Weight, Q8Weight)):
@@ -434,6 +447,8 @@ class FastLlama:
         start = cache.length
         end = start + T
         cache.reserve(end, B)
+        if T == 1 and self.c_attention and not all_logits:
+            return self._decode_c(cache, self._embed(input_ids), attention_mask, position_ids)
         table = self._rotations(end if position_ids is None else int(position_ids.max()) + 1)
         if position_ids is None:
             rot = table[start:end][None, :, None, :]  # [1, T, 1, D/2]
@@ -480,6 +495,36 @@ class FastLlama:
         cache.length = end
         return _norm_linear(x if all_logits else x[:, -1], self.norm, self.eps, self.lm_head,
                             self.lm_bias).float()  # [B, V] or [B, T, V]
+
+
+    def _decode_c(self, cache: StaticKVCache, x: torch.Tensor,
+                  attention_mask: torch.Tensor | None,
+                  position_ids: torch.Tensor | None) -> torch.Tensor:
+        """``forward`` for one token per row with attention in chatui's C kernel (the cache
+        already reserved). x: [B, 1, hidden] fp32 -> logits [B, V] fp32."""
+        from .q8kernel import load_kernel
+
+        kernel = load_kernel()
+        assert kernel is not None
+        B = x.shape[0]
+        start = cache.length
+        if position_ids is None:
+            positions = torch.full((B,), start, dtype=torch.long)
+        else:
+            positions = position_ids[:, -1].to(torch.long).contiguous()
+        cos, sin = self._cos_sin_table(int(positions.max()) + 1)
+        mask = None
+        if attention_mask is not None:
+            mask = attention_mask[:, : start + 1].to(torch.uint8).contiguous()
+        for i, L in enumerate(self.layers):
+            qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)[:, 0].contiguous()
+            o = kernel.attention(qkv, cache.k[i], cache.v[i], start, positions, cos, sin, mask,
+                                 self.n_heads)
+            x = x + _linear(o[:, None], L.wo, L.bo)
+            gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
+            x = x + _swiglu_linear(gate_up, L.wd, L.bd)
+        cache.length = start + 1
+        return _norm_linear(x[:, -1], self.norm, self.eps, self.lm_head, self.lm_bias).float()
 
 
 class FastRunner:

@@ -1,6 +1,7 @@
-"""chatui's CPU int8 matmul (``kernels/q8.c``), built on first use with the machine's C compiler
-and cached on disk; ``None`` where it cannot be built (no compiler, an unknown CPU), and the
-int8 path then falls back to torch's per-channel kernel.
+"""chatui's CPU kernels (``kernels/*.c``: the int8 matmul, ``q8.c``, and one-token attention,
+``attn.c``), built on first use with the machine's C compiler and cached on disk; ``None``
+where they cannot be built (no compiler, an unknown CPU), and the int8 path then falls back to
+torch's per-channel kernel and torch's attention.
 
 The library is built with ``-march=native`` for the CPU it runs on (the cache key includes the
 CPU's flags) and with OpenMP only when torch's own OpenMP runtime is ``libgomp.so.1``: the
@@ -26,7 +27,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("kernels") / "q8.c"
+SOURCES = tuple(sorted((Path(__file__).with_name("kernels")).glob("*.c")))
 GROUP = 32
 """Weights and activations are quantized in groups of this many along K."""
 ROWS = 16
@@ -59,6 +60,33 @@ class Q8Kernel:
                            out.data_ptr(), threads, mode, aux, eps)
         return out
 
+    def run(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+            out: torch.Tensor, norm: torch.Tensor | None, eps: float, swiglu: bool) -> None:
+        """``matmul`` into ``out`` ([..., n] fp32) for x [..., K] fp32 contiguous, with fewer
+        checks (the decode loop's path)."""
+        k = x.shape[-1]
+        self.lib.q8_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
+                           scales.data_ptr(), out.shape[-1], out.data_ptr(),
+                           torch.get_num_threads() if self.openmp else 1,
+                           1 if norm is not None else 2 * swiglu,
+                           None if norm is None else norm.data_ptr(), eps)
+
+    def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  mask: torch.Tensor | None, n_heads: int) -> torch.Tensor:
+        """One new token per row (``attn.c``): RoPE, the cache write at ``write`` and attention
+        over positions 0..write. qkv: [B, (H + 2KV) * D] fp32; caches [B, KV, C, D] fp32
+        contiguous (written in place); positions: [B] int64 (RoPE); cos, sin: [P, D/2] fp32;
+        mask: [B, write + 1] uint8 or None. Returns [B, H * D] fp32."""
+        b, kv, c, d = k_cache.shape
+        out = torch.empty((b, n_heads * d), dtype=torch.float32)
+        threads = torch.get_num_threads() if self.openmp else 1
+        self.lib.attn_decode(qkv.data_ptr(), b, n_heads, kv, d, k_cache.data_ptr(),
+                             v_cache.data_ptr(), c, write, positions.data_ptr(), cos.data_ptr(),
+                             sin.data_ptr(), None if mask is None else mask.data_ptr(),
+                             out.data_ptr(), threads)
+        return out
+
 
 def _omp_runtimes() -> set[str]:
     """Paths of the OpenMP runtimes mapped into this process (Linux; empty elsewhere)."""
@@ -89,7 +117,7 @@ def _build(cc: str, out: Path, openmp: bool) -> None:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = Path(tmp) / out.name
         flags = ["-O3", "-march=native", "-shared", "-fPIC"] + (["-fopenmp"] if openmp else [])
-        subprocess.run([cc, *flags, str(SOURCE), "-o", str(target), "-lm"], check=True,
+        subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(target), "-lm"], check=True,
                        capture_output=True, timeout=120)
         os.replace(target, out)
 
@@ -100,6 +128,8 @@ def _open(path: Path, openmp: bool) -> Q8Kernel:
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.q8_matmul.argtypes = [p, i, i, p, p, i, p, i, i, p, ctypes.c_float]
     lib.q8_matmul.restype = None
+    lib.attn_decode.argtypes = [p, i, i, i, i, p, p, i, i, p, p, p, p, p, i]
+    lib.attn_decode.restype = None
     if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
         raise RuntimeError("kernel layout does not match")
     return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp)
@@ -120,7 +150,8 @@ def load_kernel() -> Q8Kernel | None:
     runtimes = _omp_runtimes()
     openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
     key = hashlib.sha256(b"\0".join([
-        SOURCE.read_bytes(), cc.encode(), _cpu_flags().encode(), str(openmp).encode()]))
+        *(p.read_bytes() for p in SOURCES), cc.encode(), _cpu_flags().encode(),
+        str(openmp).encode()]))
     from .checkpoint import cache_root
 
     path = cache_root() / "kernels" / f"q8-{key.hexdigest()[:20]}.so"

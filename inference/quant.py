@@ -142,6 +142,12 @@ def q8_linear(x: torch.Tensor, w: Q8Weight, *, norm: torch.Tensor | None = None,
     norm: [K] fp32: the input is ``F.rms_norm(x, (K,), norm, eps)``, fused into the kernel.
     swiglu: x is [..., 2K] = [gate | up] and the input is ``F.silu(gate) * up``, fused.
     """
+    if (x.dtype is torch.float32 and x.is_contiguous() and not torch.compiler.is_compiling()
+            and (norm is None or (norm.dtype is torch.float32 and norm.is_contiguous()))):
+        # the decode loop's case, with as little Python per call as can be (121 calls a token)
+        out = torch.empty(x.shape[:-1] + (w.n,), dtype=torch.float32)
+        q8kernel.load_kernel().run(x, w.packed, w.scales, out, norm, eps, swiglu)  # type: ignore[union-attr]
+        return out
     flat = x.reshape(-1, x.shape[-1]).float().contiguous()
     if norm is not None:
         norm = norm.float().contiguous()

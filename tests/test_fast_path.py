@@ -96,6 +96,36 @@ def test_logits_equal_transformers_prefill_decode_and_padding(tiny_ckpt):
         nxt = nxt + 1
 
 
+def test_c_attention_equals_torch_attention_across_chunks(tiny_ckpt):
+    """The C decode attention (fp32 on a CPU where the kernels build) against the SDPA path,
+    past 256 keys (its chunk size, where partial softmaxes are combined) and with padding."""
+    fast = FastRunner(tiny_ckpt.model).fast
+    if not fast.c_attention:
+        pytest.skip("chatui's kernels do not build here")
+    torch.manual_seed(6)
+    x = torch.randint(3, 1000, (2, 300))
+    mask = torch.ones_like(x)
+    mask[1, :40] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = [fast.new_cache(), fast.new_cache()]
+    for c in caches:
+        fast.forward(c, x, attention_mask=mask, position_ids=pos)
+    nxt = pos[:, -1:] + 1
+    step = torch.tensor([[7], [9]])
+    for _ in range(3):
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        out = []
+        for c, on in zip(caches, (True, False)):
+            fast.c_attention = on
+            out.append(fast.forward(c, step, attention_mask=mask, position_ids=nxt))
+        assert torch.allclose(out[0], out[1], atol=1e-4), (out[0] - out[1]).abs().max()
+        for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
+            assert torch.allclose(a[:, :, :caches[0].length], b[:, :, :caches[1].length],
+                                  atol=1e-5)
+        step, nxt = out[1].argmax(-1)[:, None], nxt + 1
+    fast.c_attention = True
+
+
 def test_cache_operations_match_fresh_prefills(tiny_ckpt):
     fast = FastRunner(tiny_ckpt.model)
     ids = torch.randint(3, 1000, (1, 300))  # grows past one capacity block
