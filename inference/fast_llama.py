@@ -254,6 +254,8 @@ class FastLlama:
         self.inv_freq = inv_freq.to(self.device)  # [D/2] fp32
         self._rope = torch.empty(0, self.head_dim // 2, dtype=torch.complex64, device=self.device)
         self._cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._c_layer_array: Any = None
+        self._c_layers_of: list[_Layer] | None = None
         self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight] = {}
         self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
@@ -497,6 +499,31 @@ class FastLlama:
                             self.lm_bias).float()  # [B, V] or [B, T, V]
 
 
+    def _c_layers(self) -> Any:
+        """The layers as ``q8kernel.Layer`` structs for ``decode_layers`` (built once), or None
+        when a layer has a weight the C kernel does not take."""
+        if self._c_layers_of is self.layers or not self.c_attention:
+            return self._c_layer_array or None  # built for these layers (or none possible)
+        self._c_layers_of = self.layers
+        from .q8kernel import Layer
+
+        def ptr(t: Any) -> int | None:
+            return None if t is None else t.data_ptr()
+
+        structs = []
+        for L in self.layers:
+            ws = (L.wqkv, L.wo, L.wgu, L.wd)
+            vectors = (L.ln1, L.ln2, L.bqkv, L.bo, L.bgu, L.bd)
+            if not all(isinstance(w, Q8Weight) for w in ws) or not all(
+                    v is None or (v.dtype == torch.float32 and v.is_contiguous()) for v in vectors):
+                self._c_layer_array = ()
+                return None
+            structs.append(Layer(ptr(L.ln1), ptr(L.ln2), *(
+                p for w, b in ((L.wqkv, L.bqkv), (L.wo, L.bo), (L.wgu, L.bgu), (L.wd, L.bd))
+                for p in (w.packed.data_ptr(), w.scales.data_ptr(), ptr(b)))))
+        self._c_layer_array = (Layer * len(structs))(*structs)
+        return self._c_layer_array
+
     def _decode_c(self, cache: StaticKVCache, x: torch.Tensor,
                   attention_mask: torch.Tensor | None,
                   position_ids: torch.Tensor | None) -> torch.Tensor:
@@ -516,13 +543,21 @@ class FastLlama:
         mask = None
         if attention_mask is not None:
             mask = attention_mask[:, : start + 1].to(torch.uint8).contiguous()
-        for i, L in enumerate(self.layers):
-            qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)[:, 0].contiguous()
-            o = kernel.attention(qkv, cache.k[i], cache.v[i], start, positions, cos, sin, mask,
-                                 self.n_heads)
-            x = x + _linear(o[:, None], L.wo, L.bo)
-            gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
-            x = x + _swiglu_linear(gate_up, L.wd, L.bd)
+        layers = self._c_layers()
+        if layers is not None:  # every layer in one C call
+            x = x[:, 0].contiguous()
+            kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=self.n_heads,
+                                 inter=self.inter, write=start, positions=positions, cos=cos,
+                                 sin=sin, mask=mask, eps=self.eps)
+            x = x[:, None]
+        else:
+            for i, L in enumerate(self.layers):
+                qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)[:, 0].contiguous()
+                o = kernel.attention(qkv, cache.k[i], cache.v[i], start, positions, cos, sin,
+                                     mask, self.n_heads)
+                x = x + _linear(o[:, None], L.wo, L.bo)
+                gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
+                x = x + _swiglu_linear(gate_up, L.wd, L.bd)
         cache.length = start + 1
         return _norm_linear(x[:, -1], self.norm, self.eps, self.lm_head, self.lm_bias).float()
 

@@ -36,6 +36,14 @@ FAST_ISAS = ("avx512-vnni", "avx2")
 """Instruction sets the kernel has SIMD code for (elsewhere torch's kernel is faster)."""
 
 
+class Layer(ctypes.Structure):
+    """One decoder layer's tensors for ``decode_layers`` (``kernels/decode.c``'s layer_t)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "ln1", "ln2", "wqkv", "sqkv", "bqkv", "wo", "so", "bo", "wgu", "sgu", "bgu",
+        "wd", "sd", "bd")]
+
+
 @dataclass(frozen=True)
 class Q8Kernel:
     """The loaded library."""
@@ -88,6 +96,23 @@ class Q8Kernel:
         return out
 
 
+    def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
+                      v_caches: list[torch.Tensor], *, n_heads: int, inter: int, write: int,
+                      positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      mask: torch.Tensor | None, eps: float) -> None:
+        """Every decoder layer of one decode step (``decode.c``), x [B, hidden] fp32 updated in
+        place; caches as for ``attention``, written at ``write``."""
+        b, hidden = x.shape
+        _, kv, c, d = k_caches[0].shape
+        n = len(k_caches)
+        kc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in k_caches])
+        vc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in v_caches])
+        threads = torch.get_num_threads() if self.openmp else 1
+        self.lib.decode_layers(x.data_ptr(), b, hidden, n, layers, kc, vc, n_heads, kv, d, inter,
+                               c, write, positions.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                               None if mask is None else mask.data_ptr(), eps, threads)
+
+
 def _omp_runtimes() -> set[str]:
     """Paths of the OpenMP runtimes mapped into this process (Linux; empty elsewhere)."""
     try:
@@ -130,6 +155,9 @@ def _open(path: Path, openmp: bool) -> Q8Kernel:
     lib.q8_matmul.restype = None
     lib.attn_decode.argtypes = [p, i, i, i, i, p, p, i, i, p, p, p, p, p, i]
     lib.attn_decode.restype = None
+    lib.decode_layers.argtypes = [p, i, i, i, ctypes.POINTER(Layer), p, p, i, i, i, i, i, i, p,
+                                  p, p, p, ctypes.c_float, i]
+    lib.decode_layers.restype = None
     if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
         raise RuntimeError("kernel layout does not match")
     return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp)

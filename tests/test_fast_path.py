@@ -126,6 +126,42 @@ def test_c_attention_equals_torch_attention_across_chunks(tiny_ckpt):
     fast.c_attention = True
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_all_layers_in_one_c_call_equal_the_python_loop(model_type):
+    """int8 decode runs every layer in one C call (decode.c); the same kernels called layer by
+    layer from Python give the same logits and cache: a left-padded batch, biases (qwen2)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    cls, cfg = ((LlamaForCausalLM, LlamaConfig) if model_type == "llama"
+                else (Qwen2ForCausalLM, Qwen2Config))
+    torch.manual_seed(7)
+    model = cls(cfg(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512))
+    fast = FastRunner(model, quantize="int8").fast
+    if fast._c_layers() is None:
+        pytest.skip("chatui's kernels do not build here")
+    if model_type == "qwen2":
+        assert fast.layers[0].bqkv is not None
+    x = torch.randint(3, 300, (2, 9))
+    mask = torch.ones_like(x)
+    mask[0, :4] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = [fast.new_cache(), fast.new_cache()]
+    for c in caches:
+        fast.forward(c, x, attention_mask=mask, position_ids=pos)
+    nxt, step = pos[:, -1:] + 1, torch.tensor([[5], [6]])
+    python_loop = copy.copy(fast)
+    python_loop._c_layers_of, python_loop._c_layer_array = python_loop.layers, ()
+    for _ in range(3):
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        a = fast.forward(caches[0], step, attention_mask=mask, position_ids=nxt)
+        b = python_loop.forward(caches[1], step, attention_mask=mask, position_ids=nxt)
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+        for ta, tb in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
+            assert torch.equal(ta, tb)
+        step, nxt = a.argmax(-1)[:, None], nxt + 1
+
+
 def test_cache_operations_match_fresh_prefills(tiny_ckpt):
     fast = FastRunner(tiny_ckpt.model)
     ids = torch.randint(3, 1000, (1, 300))  # grows past one capacity block

@@ -1,0 +1,63 @@
+/* All decoder layers of one decode step in one call, for int8 weights and fp32 activations:
+ * per layer, the fused norm + QKV projection (q8.c), attention with RoPE and the cache write
+ * (attn.c), the output projection and residual, the fused norm + gate/up projection, the fused
+ * silu(gate) * up + down projection and residual. The same math as FastLlama.forward's loop,
+ * without a Python round trip per operation (121 kernel calls a token for the default model).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+void q8_matmul(const float *x, int M, int K, const int8_t *wp, const float *sp, int N, float *y,
+               int threads, int mode, const float *aux, float eps);
+void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,
+                 int w, const int64_t *pos, const float *cos_t, const float *sin_t,
+                 const uint8_t *mask, float *out, int threads);
+
+/* One layer's tensors (biases may be NULL). Mirrored by inference/q8kernel.py's Layer. */
+typedef struct {
+    const float *ln1, *ln2;
+    const int8_t *wqkv; const float *sqkv; const float *bqkv;
+    const int8_t *wo; const float *so; const float *bo;
+    const int8_t *wgu; const float *sgu; const float *bgu;
+    const int8_t *wd; const float *sd; const float *bd;
+} layer_t;
+
+static void add_bias(float *y, const float *b, int M, int N) {
+    if (!b) return;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) y[(size_t)m * N + n] += b[n];
+}
+
+static void add_into(float *x, const float *y, int n) {
+    for (int i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* x: [B, hidden] residual stream, updated in place. kc, vc: per layer [B, KV, C, D]. */
+void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
+                   float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
+                   int w, const int64_t *pos, const float *cos_t, const float *sin_t,
+                   const uint8_t *mask, float eps, int threads) {
+    int nqkv = (H + 2 * KV) * D;
+    float *qkv = (float *)malloc(sizeof(float) * (size_t)B * nqkv);
+    float *o = (float *)malloc(sizeof(float) * (size_t)B * H * D);
+    float *t = (float *)malloc(sizeof(float) * (size_t)B * hidden);
+    float *gu = (float *)malloc(sizeof(float) * (size_t)B * 2 * inter);
+    for (int i = 0; i < n_layers; i++) {
+        const layer_t *L = layers + i;
+        q8_matmul(x, B, hidden, L->wqkv, L->sqkv, nqkv, qkv, threads, 1, L->ln1, eps);
+        add_bias(qkv, L->bqkv, B, nqkv);
+        attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t, sin_t, mask, o, threads);
+        q8_matmul(o, B, H * D, L->wo, L->so, hidden, t, threads, 0, NULL, 0.f);
+        add_bias(t, L->bo, B, hidden);
+        add_into(x, t, B * hidden);
+        q8_matmul(x, B, hidden, L->wgu, L->sgu, 2 * inter, gu, threads, 1, L->ln2, eps);
+        add_bias(gu, L->bgu, B, 2 * inter);
+        q8_matmul(gu, B, inter, L->wd, L->sd, hidden, t, threads, 2, NULL, 0.f);
+        add_bias(t, L->bd, B, hidden);
+        add_into(x, t, B * hidden);
+    }
+    free(qkv);
+    free(o);
+    free(t);
+    free(gu);
+}
