@@ -22,7 +22,7 @@ from . import q8kernel
 
 log = logging.getLogger(__name__)
 
-QUANT_VERSION = 2
+QUANT_VERSION = 3
 """Bump when the stored layout or rounding changes (old cache files are then ignored)."""
 
 
@@ -68,13 +68,13 @@ def int8_linear(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
 
 @dataclass
 class Q8Weight:
-    """A weight [N, K] as int8 in groups of 32 along K with an fp32 scale per row and group,
+    """A weight [N, K] as int8 in groups of 32 along K with an fp16 scale per row and group,
     in the layout of chatui's CPU kernel (``q8kernel``): rows in blocks of 16, and within a
     block and group, column pairs of all 16 rows side by side. N and K are padded with zeros to
     multiples of 16 and 32. Activations are quantized per group to int16 inside the kernel."""
 
     packed: torch.Tensor  # [N/16, K/32, 16 (pair), 16 (row), 2] int8
-    scales: torch.Tensor  # [N/16, K/32, 16 (row)] fp32
+    scales: torch.Tensor  # [N/16, K/32, 16 (row)] fp16
     n: int
     k: int
 
@@ -87,8 +87,11 @@ class Q8Weight:
         w32 = F.pad(w.detach().float().cpu(), (0, kp - k, 0, np_ - n))
         g = kp // group
         wg = w32.view(np_, g, group)
-        scales = wg.abs().amax(-1).clamp(min=1e-8) / 127.0  # [Np, G]
-        q = torch.round(wg / scales[..., None]).clamp_(-127, 127).to(torch.int8)
+        # fp16 scales (the kernel reads them as such); q is rounded against the stored scale
+        scales = (wg.abs().amax(-1) / 127.0).clamp(max=65504).to(torch.float16)  # [Np, G]
+        s32 = scales.float()[..., None]
+        q = torch.where(s32 > 0, torch.round(wg / s32.clamp(min=1e-30)), 0.0)
+        q = q.clamp_(-127, 127).to(torch.int8)
         packed = q.view(np_ // rows, rows, g, group // 2, 2).permute(0, 2, 3, 1, 4)
         return cls(packed.contiguous(), scales.view(np_ // rows, rows, g).permute(0, 2, 1)
                    .contiguous(), n, k)
@@ -99,8 +102,8 @@ class Q8Weight:
 
     def _rows_q(self, b: torch.Tensor, r: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         q = self.packed[b, :, :, r, :]  # [..., G, 16, 2]
-        s = self.scales[b, :, r]  # [..., G]
-        w = q.to(dtype) * s.to(dtype)[..., None, None]
+        s = self.scales[b, :, r].float()  # [..., G]
+        w = (q.float() * s[..., None, None]).to(dtype)
         return w.reshape(*w.shape[:-3], -1)[..., : self.k]
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
@@ -113,7 +116,7 @@ class Q8Weight:
 
     @property
     def nbytes(self) -> int:
-        return self.packed.numel() + self.scales.numel() * 4
+        return self.packed.numel() + self.scales.numel() * self.scales.element_size()
 
 
 @torch.library.custom_op("chatui::q8_matmul", mutates_args=())
