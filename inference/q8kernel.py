@@ -27,7 +27,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(sorted((Path(__file__).with_name("kernels")).glob("*.c")))
+KERNELS = Path(__file__).with_name("kernels")
+SOURCES = tuple(sorted(KERNELS.glob("*.c")))
+HEADERS = tuple(sorted(KERNELS.glob("*.h")))
 GROUP = 32
 """Weights and activations are quantized in groups of this many along K."""
 ROWS = 16
@@ -178,7 +180,7 @@ def load_kernel() -> Q8Kernel | None:
     runtimes = _omp_runtimes()
     openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
     key = hashlib.sha256(b"\0".join([
-        *(p.read_bytes() for p in SOURCES), cc.encode(), _cpu_flags().encode(),
+        *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
         str(openmp).encode()]))
     from .checkpoint import cache_root
 

@@ -14,32 +14,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "fastmath.h"
+
 static void rope(float *x, const float *c, const float *s, int half) {
     for (int i = 0; i < half; i++) {
         float a = x[2 * i], b = x[2 * i + 1];
         x[2 * i] = a * c[i] - b * s[i];
         x[2 * i + 1] = a * s[i] + b * c[i];
     }
-}
-
-/* exp(x) for x <= 0 (softmax after subtracting the max), relative error ~2e-7, written so the
- * compiler vectorizes it (libm's expf is a scalar call per element). */
-static inline float exp_neg(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float t = x * 1.44269504088896341f; /* log2(e) */
-    float n = __builtin_floorf(t + 0.5f);
-    float f = t - n; /* [-0.5, 0.5] */
-    /* 2^f, minimax degree 6 */
-    float p = 1.5353362e-4f;
-    p = p * f + 1.3398874e-3f;
-    p = p * f + 9.6184413e-3f;
-    p = p * f + 5.5503406e-2f;
-    p = p * f + 2.4022652e-1f;
-    p = p * f + 6.9314720e-1f;
-    p = p * f + 1.0f;
-    union { float f; int32_t i; } u = {p};
-    u.i += (int32_t)n << 23;
-    return u.f;
 }
 
 #define CHUNK 256 /* keys per task: the scores of one chunk stay in L1 */
@@ -69,7 +51,7 @@ static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int
         } else {
             #pragma omp simd reduction(+ : sum)
             for (int i = 0; i < n; i++) {
-                float e = pg[i] == -INFINITY ? 0.f : exp_neg(pg[i] - best);
+                float e = pg[i] == -INFINITY ? 0.f : fast_exp(pg[i] - best);
                 pg[i] = e;
                 sum += e;
             }
@@ -148,7 +130,7 @@ void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float
                     float *pt = part + per * (((size_t)b * KV + j) * nc + c);
                     float m = pt[(size_t)G * D + g];
                     if (m == -INFINITY) continue;
-                    float f = exp_neg(m - M);
+                    float f = fast_exp(m - M);
                     total += f * pt[(size_t)G * D + G + g];
                     for (int d = 0; d < D; d++) o[d] += f * pt[(size_t)g * D + d];
                 }

@@ -17,6 +17,8 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+
+#include "fastmath.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -169,7 +171,7 @@ static void prepare_row(const float *x, int K, int mode, const float *aux, float
     } else if (mode == 2) {
         for (int k = 0; k < K; k++) {
             float g = x[k];
-            out[k] = g / (1.0f + expf(-g)) * x[K + k];
+            out[k] = g / (1.0f + fast_exp(-g)) * x[K + k];
         }
     } else {
         memcpy(out, x, sizeof(float) * K);
