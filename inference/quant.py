@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,22 +80,30 @@ class Q8Weight:
     k: int
 
     @classmethod
-    def quantize(cls, w: torch.Tensor) -> Q8Weight:
-        """Symmetric round-to-nearest per group: q = round(w / s), s = max|w_group| / 127."""
+    def quantize(cls, w: torch.Tensor, chunk_rows: int = 4096) -> Q8Weight:
+        """Symmetric round-to-nearest per group: q = round(w / s), s = max|w_group| / 127,
+        with s stored in fp16 and q rounded against the stored value. Works through
+        ``chunk_rows`` rows at a time, so a large output layer needs no fp32 temporaries of
+        its full size (they would set the process's peak memory)."""
         n, k = w.shape
         rows, group = q8kernel.ROWS, q8kernel.GROUP
         np_, kp = -(-n // rows) * rows, -(-k // group) * group
-        w32 = F.pad(w.detach().float().cpu(), (0, kp - k, 0, np_ - n))
         g = kp // group
-        wg = w32.view(np_, g, group)
-        # fp16 scales (the kernel reads them as such); q is rounded against the stored scale
-        scales = (wg.abs().amax(-1) / 127.0).clamp(max=65504).to(torch.float16)  # [Np, G]
-        s32 = scales.float()[..., None]
-        q = torch.where(s32 > 0, torch.round(wg / s32.clamp(min=1e-30)), 0.0)
-        q = q.clamp_(-127, 127).to(torch.int8)
-        packed = q.view(np_ // rows, rows, g, group // 2, 2).permute(0, 2, 3, 1, 4)
-        return cls(packed.contiguous(), scales.view(np_ // rows, rows, g).permute(0, 2, 1)
-                   .contiguous(), n, k)
+        packed = torch.empty((np_ // rows, g, group // 2, rows, 2), dtype=torch.int8)
+        scales = torch.empty((np_ // rows, g, rows), dtype=torch.float16)
+        src = w.detach()
+        for r0 in range(0, np_, chunk_rows):
+            r1 = min(r0 + chunk_rows, np_)
+            part = src[r0:min(r1, n)].float().cpu()
+            wg = F.pad(part, (0, kp - k, 0, (r1 - r0) - part.shape[0])).view(r1 - r0, g, group)
+            s16 = (wg.abs().amax(-1) / 127.0).clamp(max=65504).to(torch.float16)  # [r, G]
+            s32 = s16.float()[..., None]
+            q = torch.where(s32 > 0, torch.round(wg / s32.clamp(min=1e-30)), 0.0)
+            q = q.clamp_(-127, 127).to(torch.int8)
+            b0, b1 = r0 // rows, r1 // rows
+            packed[b0:b1] = q.view(b1 - b0, rows, g, group // 2, 2).permute(0, 2, 3, 1, 4)
+            scales[b0:b1] = s16.view(b1 - b0, rows, g).permute(0, 2, 1)
+        return cls(packed, scales, n, k)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -200,6 +209,22 @@ def save_int8(path: Path, weights: dict[str, Any]) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     save_file(tensors, str(tmp), metadata={"format": "chatui-int8", "version": str(QUANT_VERSION)})
     os.replace(tmp, path)
+    _remove_older_versions(path)
+
+
+def _remove_older_versions(path: Path) -> None:
+    """Delete the same weights cached by an earlier layout version (never read again)."""
+    m = re.fullmatch(r"(.+)-v(\d+)-(.+)\.safetensors", path.name)
+    if m is None:
+        return
+    kind, _, digest = m.groups()
+    for old in path.parent.glob(f"{kind}-v*-{digest}.safetensors"):
+        other = re.fullmatch(rf"{re.escape(kind)}-v(\d+)-{re.escape(digest)}\.safetensors", old.name)
+        if old != path and other is not None:
+            try:
+                old.unlink()
+            except OSError:
+                pass
 
 
 def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:

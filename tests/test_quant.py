@@ -86,6 +86,8 @@ def test_q8_groups_round_trip_within_half_a_step():
     # half a step, plus the scale's own fp16 rounding (2^-11 relative) carried to each weight
     assert (err <= step[..., None] / 2 + wp.view(40, 3, 32).abs() * 2 ** -11 + 1e-7).all()
     assert q.scales.dtype == torch.float16
+    chunked = Q8Weight.quantize(w, chunk_rows=16)  # the same, a block of rows at a time
+    assert torch.equal(chunked.packed, q.packed) and torch.equal(chunked.scales, q.scales)
     ids = torch.tensor([[0, 17], [39, 5]])
     assert torch.equal(q.rows(ids, torch.float32), deq[ids])
 
@@ -158,6 +160,16 @@ def test_save_load_round_trip_and_corrupt_file(tmp_path: Path):
     assert back is not None and set(back) == {"a", "b.c"}
     for k in ws:
         assert torch.equal(back[k].q, ws[k].q) and torch.equal(back[k].scales, ws[k].scales)
+    # a new layout version replaces the files of older ones for the same weights
+    root = tmp_path / "models" / "m"
+    root.mkdir(parents=True)
+    old = root / "int8-v1-abc.safetensors"
+    other_kind, other_hash = root / "int4-v1-abc.safetensors", root / "int8-v1-def.safetensors"
+    for p in (old, other_kind, other_hash):
+        p.write_bytes(b"x")
+    new = int8_cache_path(root, "abc", tmp_path, "int8")
+    save_int8(new, ws)
+    assert new.is_file() and not old.exists() and other_kind.exists() and other_hash.exists()
     q8 = {"g": Q8Weight.quantize(torch.randn(20, 40))}
     save_int8(path, q8)
     g = load_int8(path, torch.device("cpu"))["g"]
