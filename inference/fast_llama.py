@@ -265,26 +265,30 @@ class FastLlama:
         CPU where the kernels build."""
         stored = int8_weights or {}
 
-        def weight(name: str, w: torch.Tensor) -> Weight:
+        def weight(name: str, make: Callable[[], torch.Tensor], shape: tuple[int, int]) -> Weight:
+            """The weight ``name`` as run; ``make`` builds it in full precision, and is not
+            called when the disk cache has it (so a cached start never reads the checkpoint's
+            full-precision pages of that weight)."""
             # int4 for the decoder; the output layer (often the tied embedding, kept above
             # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement
-            if quantize == "int4" and name != "lm_head" and Int4Weight.supports(w):
+            if quantize == "int4" and name != "lm_head" and Int4Weight.supports_shape(
+                    shape, self.device):
                 q4 = stored.get(name)
-                if not isinstance(q4, Int4Weight) or q4.q.shape != w.shape:
-                    q4 = Int4Weight.quantize(w)
+                if not isinstance(q4, Int4Weight) or tuple(q4.q.shape) != shape:
+                    q4 = Int4Weight.quantize(make())
                 self.quantized[name] = q4
                 return q4
             if quantize not in ("int8", "int4"):
-                return w.detach().to(dtype).contiguous()
+                return make().detach().to(dtype).contiguous()
             if self.q8:
                 q8 = stored.get(name)
-                if not isinstance(q8, Q8Weight) or q8.shape != tuple(w.shape):
-                    q8 = Q8Weight.quantize(w)
+                if not isinstance(q8, Q8Weight) or q8.shape != shape:
+                    q8 = Q8Weight.quantize(make())
                 self.quantized[name] = q8
                 return q8
             q = stored.get(name)
-            if not isinstance(q, Int8Weight) or q.q.shape != w.shape:
-                q = Int8Weight.quantize(w, dtype)
+            if not isinstance(q, Int8Weight) or tuple(q.q.shape) != shape:
+                q = Int8Weight.quantize(make(), dtype)
             q = Int8Weight(q.q.to(self.device), q.scales.to(self.device, dtype))
             self.quantized[name] = q
             return q
@@ -301,31 +305,42 @@ class FastLlama:
         self.layers: list[_Layer] = []
         for i, layer in enumerate(model.model.layers):
             att, mlp = layer.self_attn, layer.mlp
-            wq = _interleave_rows(att.q_proj.weight.detach(), H, D)
-            wk = _interleave_rows(att.k_proj.weight.detach(), KV, D)
             bqkv = bias(att.q_proj, att.k_proj, att.v_proj)
             if bqkv is not None:
                 bq, bk, bv = bqkv.split([H * D, KV * D, KV * D])
                 bqkv = torch.cat([_interleave_rows(bq, H, D), _interleave_rows(bk, KV, D), bv])
+
+            def qkv(att: Any = att) -> torch.Tensor:
+                return torch.cat([_interleave_rows(att.q_proj.weight.detach(), H, D),
+                                  _interleave_rows(att.k_proj.weight.detach(), KV, D),
+                                  att.v_proj.weight.detach()])
+
+            def gate_up(mlp: Any = mlp) -> torch.Tensor:
+                return torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
+
             self.layers.append(_Layer(
                 ln1=layer.input_layernorm.weight.detach().to(rdtype),
-                wqkv=weight(f"layers.{i}.qkv", torch.cat([wq, wk, att.v_proj.weight.detach()])),
+                wqkv=weight(f"layers.{i}.qkv", qkv, ((H + 2 * KV) * D, self.hidden)),
                 bqkv=bqkv,
-                wo=weight(f"layers.{i}.o", att.o_proj.weight), bo=bias(att.o_proj),
+                wo=weight(f"layers.{i}.o", lambda att=att: att.o_proj.weight,
+                          (self.hidden, H * D)),
+                bo=bias(att.o_proj),
                 ln2=layer.post_attention_layernorm.weight.detach().to(rdtype),
-                wgu=weight(f"layers.{i}.gate_up",
-                           torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])),
+                wgu=weight(f"layers.{i}.gate_up", gate_up, (2 * self.inter, self.hidden)),
                 bgu=bias(mlp.gate_proj, mlp.up_proj),
-                wd=weight(f"layers.{i}.down", mlp.down_proj.weight), bd=bias(mlp.down_proj)))
+                wd=weight(f"layers.{i}.down", lambda mlp=mlp: mlp.down_proj.weight,
+                          (self.hidden, self.inter)),
+                bd=bias(mlp.down_proj)))
         self.norm = model.model.norm.weight.detach().to(rdtype)
         emb = model.model.embed_tokens.weight
         tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
-        self.lm_head = weight("lm_head", model.lm_head.weight)
+        self.lm_head = weight("lm_head", lambda: model.lm_head.weight,
+                              tuple(model.lm_head.weight.shape))
         self.lm_bias = bias(model.lm_head)
         if tied:
             self.embed: Weight = self.lm_head
         else:
-            self.embed = weight("embed", emb)
+            self.embed = weight("embed", lambda: emb, tuple(emb.shape))
         self.tied = tied
 
     # ---- sizes ----

@@ -281,7 +281,12 @@ class Int4Weight:
 
     @staticmethod
     def supports(w: torch.Tensor, group: int = INT4_GROUP) -> bool:
-        return w.device.type == "cpu" and w.shape[1] % group == 0 and w.shape[0] % 16 == 0
+        return Int4Weight.supports_shape(tuple(w.shape), w.device, group)
+
+    @staticmethod
+    def supports_shape(shape: tuple[int, ...], device: torch.device,
+                       group: int = INT4_GROUP) -> bool:
+        return device.type == "cpu" and shape[1] % group == 0 and shape[0] % 16 == 0
 
     def pack(self) -> Int4Weight:
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
