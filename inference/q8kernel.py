@@ -34,6 +34,8 @@ GROUP = 32
 """Weights and activations are quantized in groups of this many along K."""
 ROWS = 16
 """Output rows a packed block holds."""
+F32_MAX_ROWS = 4
+"""Most rows of x the fp32 matrix-vector kernel takes (a decode step of a small batch)."""
 FAST_ISAS = ("avx512-vnni", "avx2")
 """Instruction sets the kernel has SIMD code for (elsewhere torch's kernel is faster)."""
 
@@ -80,6 +82,15 @@ class Q8Kernel:
                            torch.get_num_threads() if self.openmp else 1,
                            1 if norm is not None else 2 * swiglu,
                            None if norm is None else norm.data_ptr(), eps)
+
+    def f32_linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x [..., K] @ w.T for fp32 contiguous x (at most ``F32_MAX_ROWS`` rows) and w [N, K]
+        (``f32.c``) -> [..., N] fp32."""
+        k = x.shape[-1]
+        out = torch.empty(x.shape[:-1] + (w.shape[0],), dtype=torch.float32)
+        self.lib.f32_matvec(x.data_ptr(), x.numel() // k, k, w.data_ptr(), w.shape[0],
+                            out.data_ptr(), torch.get_num_threads() if self.openmp else 1)
+        return out
 
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -160,6 +171,10 @@ def _open(path: Path, openmp: bool) -> Q8Kernel:
     lib.decode_layers.argtypes = [p, i, i, i, ctypes.POINTER(Layer), p, p, i, i, i, i, i, i, p,
                                   p, p, p, ctypes.c_float, i]
     lib.decode_layers.restype = None
+    lib.f32_matvec.argtypes = [p, i, i, p, i, p, i]
+    lib.f32_matvec.restype = None
+    if lib.f32_max_rows() != F32_MAX_ROWS:
+        raise RuntimeError("kernel layout does not match")
     if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
         raise RuntimeError("kernel layout does not match")
     return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp)

@@ -126,6 +126,19 @@ def test_q8_kernel_fuses_the_norm_and_swiglu(m):
 
 
 @needs_kernel
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize("nk", [(70, 37), (64, 576), (1000, 100)])
+def test_f32_kernel_matches_a_float64_matmul(m, nk):
+    """fp32 decode's matrix-vector product (f32.c): K with a tail under 16, N past 4 and 64."""
+    torch.manual_seed(8)
+    n, k = nk
+    w, x = torch.randn(n, k), torch.randn(m, k)
+    out = q8kernel.load_kernel().f32_linear(x, w)
+    ref = x.double() @ w.double().t()
+    assert out.shape == (m, n) and (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
+@needs_kernel
 def test_q8_kernel_inside_torch_compile():
     w = Q8Weight.quantize(torch.randn(64, 96))
     x = torch.randn(2, 96)
