@@ -2,7 +2,7 @@
 
 Round-robin over the systems (so a busy shared CPU hurts them alike), best of ``--rounds``:
 transformers ``generate`` fp32; chatui on the transformers runner; chatui's fast runner in
-fp32, in bf16 (bf16 matmuls, fp32 residual), with int8 (the CPU default: chatui's group-wise kernel
+fp32 (chatui's fp32 kernel where it builds), in bf16 (torch's bf16 matmuls), with int8 (the CPU default: chatui's group-wise kernel
 where it builds) and int4 weights (eager, and with the decode step compiled by ``torch.compile``
 with inductor's C++ wrapper), each with
 top-5 logprobs and without; llama.cpp on the Q4_1 GGUF with and without logprobs (when
@@ -40,7 +40,7 @@ from inference.types import GenerationRequest, Message, RowDone, Started  # noqa
 CONFIGS = {
     "chatui transformers runner fp32": dict(runner="hf"),
     "chatui fast fp32": dict(runner="fast", precision="model"),
-    "chatui fast bf16": dict(runner="fast", quantize="none", precision="auto"),
+    "chatui fast bf16": dict(runner="fast", quantize="none", precision="bfloat16"),
     "chatui fast int8 (default)": dict(runner="fast", quantize="int8", precision="auto"),
     "chatui fast int4": dict(runner="fast", quantize="int4", precision="auto"),
     "chatui fast int8 compiled": dict(runner="fast", quantize="int8", precision="auto",

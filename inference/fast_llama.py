@@ -654,8 +654,9 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         quantize: "none", "int8" (weight-only; the int8 weights are cached on disk), "int4"
             (CPU only) or "auto" (``auto_quantization``).
         precision: matmul/KV dtype of the fast path: "model" (the checkpoint's own dtype,
-            exact), "auto" (the fastest that keeps quality: bf16 matmuls with an fp32 residual
-            stream for an fp32 model on CPU, measured in ``inference.quality``), or a dtype.
+            exact), "auto" (the fastest that keeps quality, measured in ``inference.quality``:
+            for an fp32 model on a CPU, fp32 where chatui's kernels build, else bf16 matmuls
+            with an fp32 residual stream), or a dtype.
         runner: "auto" (fast when the model supports it), "fast" or "hf". The environment
             variable ``CHATUI_RUNNER`` (hf / fast) overrides "auto".
         compile: the fast runner's decode step through ``torch.compile`` (and a CUDA graph on
@@ -687,18 +688,21 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     if reason is not None:
         raise ValueError(f"the fast runner cannot run this model: {reason}")
 
+    from .quant import q8_available
+
     model_dtype = next(model.parameters()).dtype
     residual = None
     if precision == "model":
         dtype = model_dtype
+    elif precision == "auto" and model_dtype == torch.float32 and quantize == "none" \
+            and q8_available(ckpt.device):
+        dtype = torch.float32  # chatui's fp32 GEMV beats torch's bf16 one, and is exact
     elif precision == "auto":
         dtype = torch.bfloat16 if model_dtype == torch.float32 else model_dtype
         if model_dtype == torch.float32 and quantize == "none":
             residual = torch.float32
     else:
         dtype = getattr(torch, precision)
-    from .quant import q8_available
-
     q8 = quantize != "none" and q8_available(ckpt.device)
     if quantize == "int8" and q8:
         # chatui's kernel quantizes activations to int16 itself: fp32 in, fp32 out
