@@ -635,3 +635,25 @@ async def test_typing_after_esc_in_token_view_goes_to_the_prompt():
         tv.focus()  # the view's own keys still work there
         await pilot.press("home", "right")
         assert tv.cursor == 1
+
+
+async def test_enter_right_behind_typed_keys_sends_them_all():
+    """Keys that arrive in one burst (a fast typist, a terminal without bracketed paste, a busy
+    app) are sent whole: Enter is a priority binding, handled before the characters queued
+    ahead of it reach the prompt, so the prompt waits for them."""
+    from textual import events
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        text = "Write a short poem about the sea."
+        keys = [events.Key(ch if ch != " " else "space", ch) for ch in text]
+        for key in [*keys, events.Key("enter", "\r")]:  # as the driver delivers a burst
+            key.set_sender(app)
+            app._driver.send_message(key)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.chat.conversation.entries:
+                break
+        assert app.chat.conversation.entries[0].text == text
+        assert app.chat.prompt.text == ""

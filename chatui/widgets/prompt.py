@@ -37,6 +37,12 @@ class PromptInput(TextArea):
         """Callable returning ``{command: [argument, ...]}`` for completion."""
 
     def action_submit(self) -> None:
+        # Enter is a priority binding: the app runs it as the key arrives, before keys queued
+        # ahead of it have reached this widget (a burst from a fast typist, a terminal without
+        # bracketed paste, a busy app). Submitting from this widget's own queue lets them in.
+        self.call_later(self._submit)
+
+    def _submit(self) -> None:
         text = self.text
         if not text.strip():
             return
