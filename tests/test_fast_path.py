@@ -96,34 +96,47 @@ def test_logits_equal_transformers_prefill_decode_and_padding(tiny_ckpt):
         nxt = nxt + 1
 
 
+def decode_both_ways(run_a, run_b, new_cache, x, pad_row, pad, first_step, *, atol, cache_atol):
+    """Prefill a left-padded batch x (row ``pad_row`` padded by ``pad``) through two forwards
+    ``run(cache, ids, **kw)``, then decode 3 steps; logits and caches must agree."""
+    mask = torch.ones_like(x)
+    mask[pad_row, :pad] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = [new_cache(), new_cache()]
+    for run, c in zip((run_a, run_b), caches):
+        run(c, x, attention_mask=mask, position_ids=pos)
+    nxt, step = pos[:, -1:] + 1, first_step
+    for _ in range(3):
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        a = run_a(caches[0], step, attention_mask=mask, position_ids=nxt)
+        b = run_b(caches[1], step, attention_mask=mask, position_ids=nxt)
+        assert torch.allclose(a, b, atol=atol), (a - b).abs().max()
+        for ta, tb in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
+            n = caches[0].length
+            assert torch.allclose(ta[:, :, :n], tb[:, :, :n], atol=cache_atol)
+        step, nxt = b.argmax(-1)[:, None], nxt + 1
+
+
 def test_c_attention_equals_torch_attention_across_chunks(tiny_ckpt):
     """The C decode attention (fp32 on a CPU where the kernels build) against the SDPA path,
     past 256 keys (its chunk size, where partial softmaxes are combined) and with padding."""
     fast = FastRunner(tiny_ckpt.model).fast
     if not fast.c_attention:
         pytest.skip("chatui's kernels do not build here")
-    torch.manual_seed(6)
-    x = torch.randint(3, 1000, (2, 300))
-    mask = torch.ones_like(x)
-    mask[1, :40] = 0
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    caches = [fast.new_cache(), fast.new_cache()]
-    for c in caches:
-        fast.forward(c, x, attention_mask=mask, position_ids=pos)
-    nxt = pos[:, -1:] + 1
-    step = torch.tensor([[7], [9]])
-    for _ in range(3):
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
-        out = []
-        for c, on in zip(caches, (True, False)):
+
+    def attention(on):
+        def run(cache, ids, **kw):
             fast.c_attention = on
-            out.append(fast.forward(c, step, attention_mask=mask, position_ids=nxt))
-        assert torch.allclose(out[0], out[1], atol=1e-4), (out[0] - out[1]).abs().max()
-        for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
-            assert torch.allclose(a[:, :, :caches[0].length], b[:, :, :caches[1].length],
-                                  atol=1e-5)
-        step, nxt = out[1].argmax(-1)[:, None], nxt + 1
-    fast.c_attention = True
+            return fast.forward(cache, ids, **kw)
+        return run
+
+    torch.manual_seed(6)
+    try:
+        decode_both_ways(attention(True), attention(False), fast.new_cache,
+                         torch.randint(3, 1000, (2, 300)), 1, 40, torch.tensor([[7], [9]]),
+                         atol=1e-4, cache_atol=1e-5)
+    finally:
+        fast.c_attention = True
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
@@ -142,24 +155,11 @@ def test_all_layers_in_one_c_call_equal_the_python_loop(model_type):
         pytest.skip("chatui's kernels do not build here")
     if model_type == "qwen2":
         assert fast.layers[0].bqkv is not None
-    x = torch.randint(3, 300, (2, 9))
-    mask = torch.ones_like(x)
-    mask[0, :4] = 0
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    caches = [fast.new_cache(), fast.new_cache()]
-    for c in caches:
-        fast.forward(c, x, attention_mask=mask, position_ids=pos)
-    nxt, step = pos[:, -1:] + 1, torch.tensor([[5], [6]])
     python_loop = copy.copy(fast)
     python_loop._c_layers_of, python_loop._c_layer_array = python_loop.layers, ()
-    for _ in range(3):
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
-        a = fast.forward(caches[0], step, attention_mask=mask, position_ids=nxt)
-        b = python_loop.forward(caches[1], step, attention_mask=mask, position_ids=nxt)
-        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
-        for ta, tb in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v):
-            assert torch.equal(ta, tb)
-        step, nxt = a.argmax(-1)[:, None], nxt + 1
+    decode_both_ways(fast.forward, python_loop.forward, fast.new_cache,
+                     torch.randint(3, 300, (2, 9)), 0, 4, torch.tensor([[5], [6]]),
+                     atol=1e-5, cache_atol=0)
 
 
 def test_cache_operations_match_fresh_prefills(tiny_ckpt):
