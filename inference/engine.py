@@ -301,7 +301,7 @@ class LocalBackend:
 
         def advance(ids: torch.Tensor) -> torch.Tensor:
             """Feed the chosen ids [B]; returns the next logits (the cache grows by one)."""
-            nonlocal seen, mask, positions
+            nonlocal mask, positions
             if seen is not None:
                 seen.scatter_(1, ids[:, None], True)
             if mask is not None:
