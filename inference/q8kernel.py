@@ -1,7 +1,8 @@
-"""chatui's CPU kernels (``kernels/*.c``: the int8 matmul, ``q8.c``, and one-token attention,
-``attn.c``), built on first use with the machine's C compiler and cached on disk; ``None``
-where they cannot be built (no compiler, an unknown CPU), and the int8 path then falls back to
-torch's per-channel kernel and torch's attention.
+"""chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, one-token attention
+``attn.c``, a whole int8 decode step ``decode.c`` and the fp32 matrix-vector product
+``f32.c``), built on first use with the machine's C compiler and cached on disk; ``None``
+where they cannot be built (no compiler, an unknown CPU), and the runner then falls back to
+torch's per-channel int8 kernel, torch's attention and torch's GEMV.
 
 The library is built with ``-march=native`` for the CPU it runs on (the cache key includes the
 CPU's flags) and with OpenMP only when torch's own OpenMP runtime is ``libgomp.so.1``: the
@@ -56,20 +57,17 @@ class Q8Kernel:
     isa: str
     openmp: bool
 
+    def _threads(self) -> int:
+        return torch.get_num_threads() if self.openmp else 1
+
     def matmul(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
                norm: torch.Tensor | None = None, eps: float = 0.0,
                swiglu: bool = False) -> torch.Tensor:
         """x: [M, K] fp32 contiguous on the CPU -> [M, n] fp32. With ``norm`` ([K] fp32) the
         rows are RMS-normalized (``eps``) and scaled by it first; with ``swiglu`` x is
         [M, 2K] = [gate | up] and the input is silu(gate) * up."""
-        m, k = x.shape
-        if swiglu:
-            k //= 2
-        out = torch.empty((m, n), dtype=torch.float32)
-        threads = torch.get_num_threads() if self.openmp else 1
-        mode, aux = (1, norm.data_ptr()) if norm is not None else (2 if swiglu else 0, None)
-        self.lib.q8_matmul(x.data_ptr(), m, k, packed.data_ptr(), scales.data_ptr(), n,
-                           out.data_ptr(), threads, mode, aux, eps)
+        out = torch.empty((x.shape[0], n), dtype=torch.float32)
+        self.run(x, packed, scales, out, norm, eps, swiglu)
         return out
 
     def run(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
@@ -78,8 +76,7 @@ class Q8Kernel:
         checks (the decode loop's path)."""
         k = x.shape[-1]
         self.lib.q8_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
-                           scales.data_ptr(), out.shape[-1], out.data_ptr(),
-                           torch.get_num_threads() if self.openmp else 1,
+                           scales.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(),
                            1 if norm is not None else 2 * swiglu,
                            None if norm is None else norm.data_ptr(), eps)
 
@@ -89,7 +86,7 @@ class Q8Kernel:
         k = x.shape[-1]
         out = torch.empty(x.shape[:-1] + (w.shape[0],), dtype=torch.float32)
         self.lib.f32_matvec(x.data_ptr(), x.numel() // k, k, w.data_ptr(), w.shape[0],
-                            out.data_ptr(), torch.get_num_threads() if self.openmp else 1)
+                            out.data_ptr(), self._threads())
         return out
 
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -101,13 +98,11 @@ class Q8Kernel:
         mask: [B, write + 1] uint8 or None. Returns [B, H * D] fp32."""
         b, kv, c, d = k_cache.shape
         out = torch.empty((b, n_heads * d), dtype=torch.float32)
-        threads = torch.get_num_threads() if self.openmp else 1
         self.lib.attn_decode(qkv.data_ptr(), b, n_heads, kv, d, k_cache.data_ptr(),
                              v_cache.data_ptr(), c, write, positions.data_ptr(), cos.data_ptr(),
                              sin.data_ptr(), None if mask is None else mask.data_ptr(),
-                             out.data_ptr(), threads)
+                             out.data_ptr(), self._threads())
         return out
-
 
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
                       v_caches: list[torch.Tensor], *, n_heads: int, inter: int, write: int,
@@ -120,10 +115,9 @@ class Q8Kernel:
         n = len(k_caches)
         kc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in k_caches])
         vc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in v_caches])
-        threads = torch.get_num_threads() if self.openmp else 1
         self.lib.decode_layers(x.data_ptr(), b, hidden, n, layers, kc, vc, n_heads, kv, d, inter,
                                c, write, positions.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                               None if mask is None else mask.data_ptr(), eps, threads)
+                               None if mask is None else mask.data_ptr(), eps, self._threads())
 
 
 def _omp_runtimes() -> set[str]:
