@@ -117,10 +117,18 @@ def decode_both_ways(run_a, run_b, new_cache, x, pad_row, pad, first_step, *, at
         step, nxt = b.argmax(-1)[:, None], nxt + 1
 
 
-def test_c_attention_equals_torch_attention_across_chunks(tiny_ckpt):
+@pytest.mark.parametrize("head_dim", [16, 64, 128])
+def test_c_attention_equals_torch_attention_across_chunks(head_dim):
     """The C decode attention (fp32 on a CPU where the kernels build) against the SDPA path,
-    past 256 keys (its chunk size, where partial softmaxes are combined) and with padding."""
-    fast = FastRunner(tiny_ckpt.model).fast
+    past 256 keys (its chunk size, where partial softmaxes are combined) and with padding;
+    head sizes 64 and 128 have their own vector code."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(9)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=1000, hidden_size=4 * head_dim, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024))
+    fast = FastRunner(model).fast
     if not fast.c_attention:
         pytest.skip("chatui's kernels do not build here")
 

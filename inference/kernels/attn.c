@@ -26,6 +26,81 @@ static void rope(float *x, const float *c, const float *s, int half) {
 
 #define CHUNK 256 /* keys per task: the scores of one chunk stay in L1 */
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* pg[i] = q . K[k0 + i] for n keys, D = 16 T; four keys at a time so the reductions overlap. */
+static inline __attribute__((always_inline)) void scores_t(const float *q, const float *K,
+                                                           int n, float *pg, const int T) {
+    __m512 qv[8];
+    for (int t = 0; t < T; t++) qv[t] = _mm512_loadu_ps(q + 16 * t);
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float *k = K + (size_t)i * 16 * T;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int t = 0; t < T; t++) {
+            a0 = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(k + 16 * t), a0);
+            a1 = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(k + 16 * (T + t)), a1);
+            a2 = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(k + 16 * (2 * T + t)), a2);
+            a3 = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(k + 16 * (3 * T + t)), a3);
+        }
+        pg[i] = _mm512_reduce_add_ps(a0);
+        pg[i + 1] = _mm512_reduce_add_ps(a1);
+        pg[i + 2] = _mm512_reduce_add_ps(a2);
+        pg[i + 3] = _mm512_reduce_add_ps(a3);
+    }
+    for (; i < n; i++) {
+        const float *k = K + (size_t)i * 16 * T;
+        __m512 a = _mm512_setzero_ps();
+        for (int t = 0; t < T; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(k + 16 * t), a);
+        pg[i] = _mm512_reduce_add_ps(a);
+    }
+}
+
+/* o = sum_i pg[i] V[i] over n keys, D = 16 T, the output in registers. */
+static inline __attribute__((always_inline)) void weighted_sum_t(const float *pg, const float *V,
+                                                                 int n, float *o, const int T) {
+    __m512 acc[8];
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        __m512 p = _mm512_set1_ps(pg[i]);
+        const float *v = V + (size_t)i * 16 * T;
+        for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * t), acc[t]);
+    }
+    for (int t = 0; t < T; t++) _mm512_storeu_ps(o + 16 * t, acc[t]);
+}
+#endif
+
+/* pg[i] = q . K[i] for n keys (K at the first key). */
+static void scores(const float *q, const float *K, int n, int D, float *pg) {
+#if defined(__AVX512F__)
+    if (D == 64) { scores_t(q, K, n, pg, 4); return; }
+    if (D == 128) { scores_t(q, K, n, pg, 8); return; }
+#endif
+    for (int i = 0; i < n; i++) {
+        const float *kr = K + (size_t)i * D;
+        float a = 0.f;
+        #pragma omp simd reduction(+ : a)
+        for (int d = 0; d < D; d++) a += q[d] * kr[d];
+        pg[i] = a;
+    }
+}
+
+/* o = sum_i pg[i] V[i] for n keys (V at the first key). */
+static void weighted_sum(const float *pg, const float *V, int n, int D, float *o) {
+#if defined(__AVX512F__)
+    if (D == 64) { weighted_sum_t(pg, V, n, o, 4); return; }
+    if (D == 128) { weighted_sum_t(pg, V, n, o, 8); return; }
+#endif
+    for (int d = 0; d < D; d++) o[d] = 0.f;
+    for (int i = 0; i < n; i++) {
+        float pk = pg[i];
+        const float *vr = V + (size_t)i * D;
+        #pragma omp simd
+        for (int d = 0; d < D; d++) o[d] += pk * vr[d];
+    }
+}
+
 /* Attention of the G query heads sharing one KV head over keys [k0, k1): unnormalized output
  * acc[g][D], running max mx[g] and sum sm[g] (combined across chunks by the caller). */
 static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int D,
@@ -36,14 +111,10 @@ static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int
         float *pg = p + (size_t)g * CHUNK;
         const float *qg = q + (size_t)g * D;
         float best = -INFINITY;
+        scores(qg, K + (size_t)k0 * D, n, D, pg);
         for (int i = 0; i < n; i++) {
-            const float *kr = K + (size_t)(k0 + i) * D;
-            float a = 0.f;
-            #pragma omp simd reduction(+ : a)
-            for (int d = 0; d < D; d++) a += qg[d] * kr[d];
-            if (m && !m[k0 + i] && k0 + i != w) a = -INFINITY;
-            pg[i] = a;
-            best = a > best ? a : best;
+            if (m && !m[k0 + i] && k0 + i != w) pg[i] = -INFINITY;
+            best = pg[i] > best ? pg[i] : best;
         }
         float sum = 0.f;
         if (best == -INFINITY) {
@@ -58,14 +129,7 @@ static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int
         }
         mx[g] = best;
         sm[g] = sum;
-        float *o = acc + (size_t)g * D;
-        for (int d = 0; d < D; d++) o[d] = 0.f;
-        for (int i = 0; i < n; i++) {
-            float pk = pg[i];
-            const float *vr = V + (size_t)(k0 + i) * D;
-            #pragma omp simd
-            for (int d = 0; d < D; d++) o[d] += pk * vr[d];
-        }
+        weighted_sum(pg, V + (size_t)k0 * D, n, D, acc + (size_t)g * D);
     }
 }
 
