@@ -144,11 +144,13 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-def _build(cc: str, out: Path, openmp: bool) -> None:
+def _build(cc: str, out: Path, openmp: bool, march: str = "native") -> None:
+    """Compile the kernels into ``out`` (atomically). ``march`` other than native lets the
+    tests build the code paths of other CPUs (AVX2 only, or none) on this one."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = Path(tmp) / out.name
-        flags = ["-O3", "-march=native", "-shared", "-fPIC"] + (["-fopenmp"] if openmp else [])
+        flags = ["-O3", f"-march={march}", "-shared", "-fPIC"] + (["-fopenmp"] if openmp else [])
         subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(target), "-lm"], check=True,
                        capture_output=True, timeout=120)
         os.replace(target, out)

@@ -73,6 +73,48 @@ def test_the_kernel_builds_on_an_x86_machine_with_a_compiler():
     assert kernel is not None and kernel.isa in q8kernel.FAST_ISAS and kernel.openmp
 
 
+@pytest.mark.parametrize("march", ["haswell", "x86-64"])
+def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path):
+    """The AVX2 code (an older or smaller CPU) and the portable C code, built here for those
+    CPUs, against the same float64 references: this machine only runs its own best path."""
+    import platform
+    import shutil
+
+    if platform.machine() != "x86_64" or not shutil.which("gcc"):
+        pytest.skip("no x86-64 compiler here")
+    path = tmp_path / f"kernels-{march}.so"
+    q8kernel._build(shutil.which("gcc"), path, openmp=True, march=march)
+    kernel = q8kernel._open(path, openmp=True)
+    assert kernel.isa == {"haswell": "avx2", "x86-64": "generic"}[march]
+    torch.manual_seed(10)
+    w = Q8Weight.quantize(torch.randn(40, 70))
+    x = torch.randn(3, 70) * torch.logspace(-1, 1, 70)
+    norm = torch.rand(70) + 0.5
+    deq = w.dequantize(torch.float64)
+    for out, ref in (
+            (kernel.matmul(x, w.packed, w.scales, 40), x.double() @ deq.t()),
+            (kernel.matmul(x, w.packed, w.scales, 40, norm=norm, eps=1e-5),
+             torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5) @ deq.t())):
+        assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    wf = torch.randn(70, 37)
+    xf = torch.randn(2, 37)
+    ref = xf.double() @ wf.double().t()
+    assert (kernel.f32_linear(xf, wf).double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    # attention: 2 KV heads of 2 query heads each, D = 64, 300 keys; against a float64 softmax
+    B, H, KV, D, C, write = 1, 4, 2, 64, 320, 299
+    qkv = torch.randn(B, (H + 2 * KV) * D)
+    kc, vc = torch.randn(B, KV, C, D), torch.randn(B, KV, C, D)
+    cos, sin = torch.ones(C, D // 2), torch.zeros(C, D // 2)  # RoPE as the identity
+    out = kernel.attention(qkv, kc, vc, write, torch.tensor([write]), cos, sin, None, H)
+    q = qkv[0, :H * D].view(H, D).double()
+    keys = kc[0, :, :write + 1].double().repeat_interleave(H // KV, 0)
+    values = vc[0, :, :write + 1].double().repeat_interleave(H // KV, 0)
+    assert torch.equal(kc[0, :, write], qkv[0, H * D:(H + KV) * D].view(KV, D))
+    p = torch.softmax((keys @ q[:, :, None])[..., 0] / D ** 0.5, -1)
+    ref = (p[:, None, :] @ values)[:, 0].reshape(-1)
+    assert (out[0].double() - ref).abs().max() <= 1e-5
+
+
 def test_q8_groups_round_trip_within_half_a_step():
     torch.manual_seed(3)
     w = torch.randn(40, 70) * torch.rand(40, 1)  # N, K not multiples of 16, 32
