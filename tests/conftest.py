@@ -13,6 +13,42 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def skip_unless_ci(message: str) -> None:
+    """Skip a test whose prerequisite this machine lacks; in CI, where every test must run,
+    fail instead, so nothing is skipped silently there."""
+    if in_ci():
+        pytest.fail(f"CI must run this test, but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def kernel():
+    """chatui's CPU kernels (``inference.q8kernel``); they build on every x86-64 machine with a
+    C compiler, CI's included."""
+    from inference import q8kernel
+
+    loaded = q8kernel.load_kernel()
+    if loaded is None:
+        skip_unless_ci("chatui's kernels do not build on this machine")
+    return loaded
+
+
+@pytest.fixture
+def x86_gcc() -> str:
+    """gcc on an x86-64 machine (to build the kernels for other x86 CPUs)."""
+    import platform
+    import shutil
+
+    gcc = shutil.which("gcc")
+    if platform.machine() != "x86_64" or gcc is None:
+        skip_unless_ci("no x86-64 gcc here")
+    return gcc
+
+
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
     """The converted default model (SmolLM2-135M-Instruct), converted once per machine."""

@@ -10,7 +10,7 @@ from chatui.app import ChatApp
 from chatui.config import AppConfig, load_remembered
 from chatui.widgets.items import Notice, UserMessage
 from chatui.widgets.reply import ReplyView
-from chatui.widgets.token_view import TokenView, build_units
+from chatui.widgets.token_view import build_units
 from inference.scripted import ScriptedBackend
 from inference.settings import SamplingParams
 from inference.types import Token

@@ -34,6 +34,8 @@ from inference.settings import SamplingParams
 from inference.types import Failed, GenerationRequest, Message, RowDone, Started, TokenBatch
 from inference.worker import InferenceWorker
 
+from conftest import skip_unless_ci
+
 pytestmark = pytest.mark.server
 
 ALIAS = "smollm2"
@@ -43,10 +45,7 @@ STORY = "Write a very long story about a dragon who learns to bake bread."
 
 
 def _missing(what: str) -> None:
-    message = f"{what}; `./dev.sh test` installs it (llama-cpp-python[server]==0.3.36)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run the llama.cpp server tests, but {message}", pytrace=False)
-    pytest.skip(message)
+    skip_unless_ci(f"{what}; `./dev.sh test` installs it (llama-cpp-python[server]==0.3.36)")
 
 
 def _gguf() -> pathlib.Path:

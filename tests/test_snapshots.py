@@ -17,6 +17,8 @@ from chatui.app import ChatApp
 from chatui.config import AppConfig
 from inference.scripted import ScriptedBackend
 
+from conftest import in_ci, skip_unless_ci
+
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("CHATUI_UPDATE_SNAPSHOTS") == "1"
 SIZE = (110, 34)
@@ -52,14 +54,14 @@ async def snapshot(name: str, run_before, *, theme: str = "chatui-dark") -> None
         await pilot.pause(0.2)
         svg = _normalise(app.export_screenshot(title=name))
     path = SNAPSHOTS / f"{name}.svg"
-    if not path.exists() and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if not path.exists() and in_ci():
         pytest.fail(f"snapshot {path.name} is missing; create it locally and commit it",
                     pytrace=False)
     if UPDATE or not path.exists():
         SNAPSHOTS.mkdir(exist_ok=True)
         path.write_text(svg, encoding="utf-8")
         if not UPDATE:
-            pytest.skip(f"wrote new snapshot {path.name}; check it and commit it")
+            skip_unless_ci(f"wrote new snapshot {path.name}; check it and commit it")
         return
     assert svg == path.read_text(encoding="utf-8"), (
         f"{name} differs from {path}; if the change is intended, rerun with "

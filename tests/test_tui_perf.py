@@ -17,7 +17,7 @@ from chatui.widgets.token_view import LineWrapper, TokenUnit, wrap_units
 from inference.settings import SamplingParams
 from inference.types import Token
 
-from test_app import SIZE, loaded, make_app, replies, send, settle
+from test_app import SIZE, make_app, replies, send, settle
 
 
 
