@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from .decode_graph import DecodeStep, use_compile
-from .q8kernel import F32_MAX_ROWS, load_kernel
-from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available,
-                    q8_linear)
+from .q8kernel import F32_MAX_ROWS, Layer, load_kernel
+from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_cache_path, int8_linear,
+                    load_int8, q8_available, q8_linear, save_int8)
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 CACHE_BLOCK = 256
@@ -398,13 +398,6 @@ class FastLlama:
             self._cos_sin = None
         return self._rope
 
-    def _cos_sin_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``rope_tables`` of the whole cached table, kept (C attention reads it by position)."""
-        table = self._rotations(n)
-        if self._cos_sin is None:
-            self._cos_sin = (table.real.contiguous(), table.imag.contiguous())
-        return self._cos_sin
-
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if isinstance(self.embed, (Int8Weight, Q8Weight)):
             return self.embed.rows(ids, self.rdtype)
@@ -412,9 +405,13 @@ class FastLlama:
 
     def rope_tables(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) x scale for positions [0, n): [n, D/2] fp32 each (the step's RoPE as
-        real arithmetic, the same products as the complex multiply of ``forward``)."""
-        table = self._rotations(n)[:n]
-        return table.real.contiguous(), table.imag.contiguous()
+        real arithmetic, the same products as the complex multiply of ``forward``); views of
+        tables kept until the rotations grow."""
+        table = self._rotations(n)
+        if self._cos_sin is None:
+            self._cos_sin = (table.real.contiguous(), table.imag.contiguous())
+        cos, sin = self._cos_sin
+        return cos[:n], sin[:n]
 
     def step(self, ks: list[torch.Tensor], vs: list[torch.Tensor], ids: torch.Tensor,
              pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -525,7 +522,6 @@ class FastLlama:
         if self._c_layers_of is self.layers or not self.c_attention:
             return self._c_layer_array or None  # built for these layers (or none possible)
         self._c_layers_of = self.layers
-        from .q8kernel import Layer
 
         def ptr(t: Any) -> int | None:
             return None if t is None else t.data_ptr()
@@ -549,8 +545,6 @@ class FastLlama:
                   position_ids: torch.Tensor | None) -> torch.Tensor:
         """``forward`` for one token per row with attention in chatui's C kernel (the cache
         already reserved). x: [B, 1, hidden] fp32 -> logits [B, V] fp32."""
-        from .q8kernel import load_kernel
-
         kernel = load_kernel()
         assert kernel is not None
         B = x.shape[0]
@@ -559,7 +553,7 @@ class FastLlama:
             positions = torch.full((B,), start, dtype=torch.long)
         else:
             positions = position_ids[:, -1].to(torch.long).contiguous()
-        cos, sin = self._cos_sin_table(int(positions.max()) + 1)
+        cos, sin = self.rope_tables(int(positions.max()) + 1)
         mask = None
         if attention_mask is not None:
             mask = attention_mask[:, : start + 1].to(torch.uint8).contiguous()
@@ -638,11 +632,8 @@ def auto_quantization(device: torch.device, precision: str, runner: str,
     """What ``quantize="auto"`` means: int8 where chatui's CPU kernel runs it (as close to fp32
     as bf16 and several times faster, see the README's quality figures) and the user asked for
     no precision of their own; else none."""
-    from .quant import q8_available
-
     fast = runner == "fast" or (runner == "auto" and unsupported is None)
     return "int8" if fast and precision == "auto" and q8_available(device) else "none"
-
 
 
 def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
@@ -665,6 +656,8 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     """
     import os
 
+    from .checkpoint import cache_root
+    from .decode_graph import compile_cache_dir
     from .runner import HFRunner
     from .types import Progress
 
@@ -687,8 +680,6 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         return HFRunner(model)
     if reason is not None:
         raise ValueError(f"the fast runner cannot run this model: {reason}")
-
-    from .quant import q8_available
 
     model_dtype = next(model.parameters()).dtype
     residual = None
@@ -716,25 +707,18 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     path = None
     stage = f"quantizing weights to {quantize}"
     if quantize != "none":
-        from .checkpoint import cache_root
-        from .quant import int8_cache_path, load_int8
-
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
                                cache_root(), quantize + ("-q8" if q8 else ""))
         if progress:
             progress(Progress(stage, 0, 1))
         stored = load_int8(path, ckpt.device)
     use_compile(compile, ckpt.device)  # validates the mode before any work
-    from .checkpoint import cache_root
-    from .decode_graph import compile_cache_dir
 
     fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
                       residual_dtype=residual, compile=compile,
                       compile_dir=compile_cache_dir(cache_root()))
     if quantize != "none" and path is not None:
         if stored is None or set(stored) != set(fast.fast.quantized):
-            from .quant import save_int8
-
             try:
                 save_int8(path, fast.fast.quantized)
             except OSError as exc:  # a read-only cache costs start-up time, nothing else
@@ -763,8 +747,6 @@ def describe(runner: Any) -> str:
     res = str(fast.rdtype).replace("torch.", "")
     q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""
     if fast.q8:
-        from .q8kernel import load_kernel
-
         kernel = load_kernel()
         isa = kernel.isa if kernel is not None else "?"
         q = (f"{fast.quantize} weights ({'int8 output layer, ' if fast.quantize == 'int4' else ''}"

@@ -109,19 +109,16 @@ class Q8Weight:
     def shape(self) -> tuple[int, int]:
         return (self.n, self.k)
 
-    def _rows_q(self, b: torch.Tensor, r: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.rows(torch.arange(self.n), dtype)
+
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Dequantized rows (an embedding lookup). ids: [...] -> [..., K]."""
+        b, r = ids // q8kernel.ROWS, ids % q8kernel.ROWS
         q = self.packed[b, :, :, r, :]  # [..., G, 16, 2]
         s = self.scales[b, :, r].float()  # [..., G]
         w = (q.float() * s[..., None, None]).to(dtype)
         return w.reshape(*w.shape[:-3], -1)[..., : self.k]
-
-    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        ids = torch.arange(self.n)
-        return self._rows_q(ids // q8kernel.ROWS, ids % q8kernel.ROWS, dtype)
-
-    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Dequantized rows (an embedding lookup). ids: [...] -> [..., K]."""
-        return self._rows_q(ids // q8kernel.ROWS, ids % q8kernel.ROWS, dtype)
 
     @property
     def nbytes(self) -> int:
@@ -214,13 +211,13 @@ def save_int8(path: Path, weights: dict[str, Any]) -> None:
 
 def _remove_older_versions(path: Path) -> None:
     """Delete the same weights cached by an earlier layout version (never read again)."""
-    m = re.fullmatch(r"(.+)-v(\d+)-(.+)\.safetensors", path.name)
+    m = re.fullmatch(r"(.+)-v\d+-(.+)\.safetensors", path.name)
     if m is None:
         return
-    kind, _, digest = m.groups()
-    for old in path.parent.glob(f"{kind}-v*-{digest}.safetensors"):
-        other = re.fullmatch(rf"{re.escape(kind)}-v(\d+)-{re.escape(digest)}\.safetensors", old.name)
-        if old != path and other is not None:
+    kind, digest = m.groups()
+    same = re.compile(rf"{re.escape(kind)}-v\d+-{re.escape(digest)}\.safetensors")
+    for old in path.parent.iterdir():
+        if old != path and same.fullmatch(old.name):
             try:
                 old.unlink()
             except OSError:
@@ -278,10 +275,6 @@ class Int4Weight:
         zero = lo + 8 * scale
         sz = torch.stack([scale, zero], -1).transpose(0, 1).contiguous()  # [K/G, N, 2]
         return cls(q.reshape(n, k).to(torch.uint8), sz.to(torch.bfloat16)).pack()
-
-    @staticmethod
-    def supports(w: torch.Tensor, group: int = INT4_GROUP) -> bool:
-        return Int4Weight.supports_shape(tuple(w.shape), w.device, group)
 
     @staticmethod
     def supports_shape(shape: tuple[int, ...], device: torch.device,
