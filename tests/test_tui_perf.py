@@ -158,3 +158,46 @@ async def test_wide_characters_keep_the_layout(token_view):
             tv = view.token_view
             assert all(cell_len(line) <= tv.size.width for line in tv.plain_lines())
             await settle(pilot, app)
+
+
+@pytest.mark.parametrize("token_view", [False, True])
+async def test_streaming_reply_grows_in_steps(token_view):
+    """While a reply streams it grows several lines at a time, so the conversation scrolls
+    once per step, not once per line; finished, it is exactly as tall as its text."""
+    import asyncio
+
+    from chatui.widgets.reply import ReplyView
+
+    text = " ".join(f"word{i}" for i in range(700))  # about 50 lines at this width
+    app = make_app(lambda r, row: text, delay_s=0.002, token_view=token_view,
+                   settings=SamplingParams(max_new_tokens=3000))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go", wait=False)
+        while not replies(app):
+            await asyncio.sleep(0.01)
+        view = replies(app)[0]
+        shown = view.token_view if token_view else view.query_one("ReplyMarkdown")
+        log = app.chat.log_view
+        steps, heights, scrolls = set(), set(), set()
+        while app.chat.generating:
+            steps.add(shown.step)
+            if shown.size.height:
+                heights.add(shown.size.height)
+            scrolls.add(log.scroll_y)
+            await asyncio.sleep(0.005)
+        await settle(pilot, app)
+        (step,) = steps - {0}
+        assert 2 <= step <= 12
+        assert heights and all(h % step == 0 for h in heights)
+        lines = len(view.token_view.plain_lines())
+        assert lines > 3 * step
+        assert len(scrolls) <= lines // step + 2  # about one scroll per step
+        assert shown.step == 0
+        if token_view:
+            assert shown.size.height == lines
+        else:  # as tall as the same reply shown at once
+            twin = ReplyView(view.reply)
+            await log.mount(twin)
+            await pilot.pause(0.1)
+            assert shown.size.height == twin.markdown.size.height < max(heights)
+        assert log.scroll_y == log.max_scroll_y  # still following the end

@@ -17,6 +17,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
 
@@ -24,7 +25,7 @@ from inference.types import Token
 
 from .. import gcpolicy
 from ..conversation import Reply
-from .settled import KeepHeight, SettledSize, settled
+from .settled import GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
 
@@ -42,6 +43,11 @@ FINISH_LABELS = {
     "error": "✗ failed",
 }
 
+
+STEP_FRACTION = 4
+"""While a reply streams it grows in steps of a quarter of the height it scrolls in..."""
+STEP_RANGE = (2, 12)
+"""...within these bounds (lines)."""
 
 STATS_S = 0.5
 """Smallest interval between two updates of the statistics line while streaming (each one is
@@ -135,10 +141,10 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     return " · ".join(parts)
 
 
-class ReplyMarkdown(SettledSize, Markdown):
+class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
     """The reply's Markdown: it and its blocks ask for no second layout when a layout resized
-    them, and a paragraph that an append left as tall as it was is only repainted (see
-    :mod:`chatui.widgets.settled`)."""
+    them, a paragraph that an append left as tall as it was is only repainted, and while it
+    streams it grows in steps (see :mod:`chatui.widgets.settled`)."""
 
     BLOCKS = {name: settled(block, KeepHeight if issubclass(block, (MarkdownParagraph,
                                                                       MarkdownHeader))
@@ -228,7 +234,20 @@ class ReplyView(SettledSize, Vertical):
         self._streamed = 0
         if self._clock is None:
             self._clock = self.set_interval(FRAME_S, self._frame, name="reply-frame")
+        self._set_step(self._growth_step())
         self.refresh_stats()
+
+    def _growth_step(self) -> int:
+        """Lines a streaming reply grows by at once: a part of the height it scrolls in."""
+        scroller = next((a for a in self.ancestors if isinstance(a, Widget)
+                         and a.is_scrollable), None)
+        height = scroller.scrollable_content_region.height if scroller is not None else 0
+        low, high = STEP_RANGE
+        return max(low, min(high, (height or self.app.size.height) // STEP_FRACTION))
+
+    def _set_step(self, step: int) -> None:
+        self.query_one(ReplyMarkdown).set_step(step)
+        self.token_view.set_step(step)
 
     async def add_tokens(self, tokens: Sequence[Token]) -> None:
         """Take tokens that were just appended to ``reply.tokens``; they reach the screen on
@@ -283,6 +302,7 @@ class ReplyView(SettledSize, Vertical):
             self.token_view.flush()
             self.refresh_stats()
         finally:
+            self._set_step(0)  # exactly as tall as the reply again
             self._release_gc()
 
     def _release_gc(self) -> None:

@@ -44,6 +44,33 @@ class KeepHeight(SettledSize):
             widget.refresh(layout=True)
 
 
+def round_up(height: int, step: int) -> int:
+    """``height`` rounded up to a multiple of ``step`` (unchanged when ``step`` is 0)."""
+    return -(-height // step) * step if step > 0 else height
+
+
+class GrowsInSteps:
+    """Mixin for a widget of auto height that streams: while ``step`` > 0 its height is rounded
+    up to a multiple of ``step`` lines.
+
+    A reply that grows one line at a time moves everything below it and, followed to the end,
+    scrolls the conversation by one line: each new line was a layout and a repaint of the whole
+    screen. Grown in steps, the lines of a step are written into room already there (a repaint
+    of those lines), and the conversation scrolls once per step."""
+
+    step: int = 0
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        height = super().get_content_height(container, viewport, width)  # type: ignore[misc]
+        return round_up(height, self.step)
+
+    def set_step(self, step: int) -> None:
+        """Grow in steps of ``step`` lines (0: exactly as tall as the content)."""
+        if step != self.step:
+            self.step = step
+            self.refresh(layout=True)  # type: ignore[attr-defined]
+
+
 _SETTLED: dict[tuple[type, type], type] = {}
 
 

@@ -9,7 +9,8 @@ Work per token is bounded, whatever the length of the reply:
   screen are rendered, each once into a cached :class:`~textual.strip.Strip`, and appending
   invalidates only the tail line;
 - the view redraws at most every :data:`REFRESH_S`, and asks for a new layout only when its
-  number of lines changed.
+  height changed; while a reply streams it grows in steps of several lines
+  (:class:`~chatui.widgets.settled.GrowsInSteps`), so most new lines are only a repaint.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from inference.types import Token
 from themes import heat_bin
 
 from ..messages import AlternativeChosen, TokenSelected
-from .settled import SettledSize
+from .settled import GrowsInSteps, SettledSize, round_up
 from .text import safe_text
 
 REFRESH_S = 0.1
@@ -234,7 +235,7 @@ def wrap_units(units: Sequence[TokenUnit], width: int) -> LineWrapper:
     return wrapper
 
 
-class TokenView(SettledSize, Widget, can_focus=True):
+class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
     """A reply's tokens on the heat scale, with a keyboard and mouse token cursor.
 
     The parent sets ``tokens`` (the reply's list, shared) and calls :meth:`sync` when it grew;
@@ -350,12 +351,16 @@ class TokenView(SettledSize, Widget, can_focus=True):
         return wrapper
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The wrapped lines, rounded up to a multiple of ``step`` while streaming."""
         if not self.units:
             return 0
-        lines = self._wrap(width).lines
-        count = len(lines) - (1 if not lines[-1].pieces else 0)
-        self._shown_lines = count
-        return count
+        self._shown_lines = round_up(self._line_count(self._wrap(width)), self.step)
+        return self._shown_lines
+
+    @staticmethod
+    def _line_count(wrapper: LineWrapper) -> int:
+        lines = wrapper.lines
+        return len(lines) - (1 if not lines[-1].pieces else 0)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
@@ -385,15 +390,13 @@ class TokenView(SettledSize, Widget, can_focus=True):
         if wrapper is None:
             self.refresh(layout=True)
             return
-        lines = wrapper.lines
-        count = len(lines) - (1 if not lines[-1].pieces else 0)
-        for y in range(dirty, len(lines)):
+        count = self._line_count(wrapper)
+        for y in range(dirty, len(wrapper.lines)):
             self._strips.discard(y)
-        width = self.size.width
-        if count != self._shown_lines:
-            self.refresh(layout=True)  # grew: the conversation needs a new layout
-        else:
-            self.refresh(Region(0, dirty, width, max(1, count - dirty)))
+        changed = Region(0, dirty, self.size.width, max(1, count - dirty))
+        # taller (past the room of its step): the conversation needs a new layout; the lines
+        # above ``dirty`` are unchanged and stay cached either way
+        self.refresh(changed, layout=round_up(count, self.step) != self._shown_lines)
 
     def on_show(self) -> None:
         self._strips.clear()
