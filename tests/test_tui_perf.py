@@ -201,3 +201,83 @@ async def test_streaming_reply_grows_in_steps(token_view):
             await pilot.pause(0.1)
             assert shown.size.height == twin.markdown.size.height < max(heights)
         assert log.scroll_y == log.max_scroll_y  # still following the end
+
+
+class VirtualTerminal:
+    """The screen a terminal shows, built from the updates the app writes to it (the full and
+    the partial ones, as Textual turns them into escape sequences)."""
+
+    def __init__(self, app, size: tuple[int, int]) -> None:
+        from textual._compositor import ChopsUpdate, LayoutUpdate
+
+        width, height = size
+        self.rows = [[(" ", None)] * width for _ in range(height)]
+        display = app._display
+
+        def _display(screen, update) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(update, LayoutUpdate):
+                for y, line in enumerate(update.strips, update.region.y):
+                    x = update.region.x
+                    for strip in line:
+                        self.put(x, y, strip)
+                        x += strip.cell_length
+            elif isinstance(update, ChopsUpdate):
+                for y, x1, x2 in update.spans:
+                    for end, (x, strip) in zip(update.chop_ends[y], update.chops[y].items()):
+                        if strip is None or x > x2 or end <= x1:
+                            continue
+                        if not (x2 > x >= x1 and end <= x2):
+                            strip = strip.crop(0, min(end, x2) - x)
+                        self.put(x, y, strip)
+            display(screen, update)
+
+        app._display = _display
+
+    def put(self, x: int, y: int, strip: Strip) -> None:
+        row = self.rows[y]
+        for text, style, control in strip:
+            if control:
+                continue
+            for ch in text:
+                row[x] = (ch, style)
+                if cell_len(ch) == 2:
+                    row[x + 1] = ("", style)
+                x += cell_len(ch)
+
+    @staticmethod
+    def of(strips: list[Strip], size: tuple[int, int]) -> list[list[tuple[str, object]]]:
+        screen = VirtualTerminal.__new__(VirtualTerminal)
+        screen.rows = [[(" ", None)] * size[0] for _ in range(size[1])]
+        for y, strip in enumerate(strips):
+            screen.put(0, y, strip)
+        return screen.rows
+
+
+def _fresh_render(app) -> list[Strip]:
+    """The screen rendered anew, every cached line thrown away."""
+    from chatui.widgets.token_view import TokenView
+
+    for widget in app.screen.walk_children(with_self=True):
+        widget._styles_cache.clear()
+        if isinstance(widget, TokenView):
+            widget._strips.clear()
+    return app.screen._compositor.render_strips()
+
+
+@pytest.mark.parametrize("token_view", [False, True])
+async def test_terminal_shows_what_a_fresh_render_shows(token_view):
+    """After a reply streamed in steps, through partial updates that render only the rows
+    they change, the terminal shows exactly what rendering the screen afresh gives."""
+    text = "\n\n".join(" ".join(f"p{p}w{i}" for i in range(40 + 17 * p)) for p in range(8))
+    app = make_app(lambda r, row: text, delay_s=0.001, token_view=token_view,
+                   settings=SamplingParams(max_new_tokens=5000))
+    terminal = VirtualTerminal(app, SIZE)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go")
+        await pilot.pause(0.2)
+        shown = [row[:] for row in terminal.rows]
+        assert shown == VirtualTerminal.of(_fresh_render(app), SIZE)
+        assert any("p7w" in "".join(ch for ch, _ in row) for row in shown)
+        app.chat.log_view.scroll_to(y=5, animate=False)  # partial updates again, elsewhere
+        await pilot.pause(0.2)
+        assert terminal.rows == VirtualTerminal.of(_fresh_render(app), SIZE)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
@@ -144,12 +145,41 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
 class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
     """The reply's Markdown: it and its blocks ask for no second layout when a layout resized
     them, a paragraph that an append left as tall as it was is only repainted, and while it
-    streams it grows in steps (see :mod:`chatui.widgets.settled`)."""
+    streams it grows in steps, and so does its last paragraph, so that most appends that add
+    a line to it are only a repaint too (see :mod:`chatui.widgets.settled`)."""
 
-    BLOCKS = {name: settled(block, KeepHeight if issubclass(block, (MarkdownParagraph,
-                                                                      MarkdownHeader))
-                            else SettledSize)
+    BLOCKS = {name: (settled(block, GrowsInSteps, KeepHeight)
+                     if issubclass(block, (MarkdownParagraph, MarkdownHeader))
+                     else settled(block))
               for name, block in Markdown.BLOCKS.items()}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stepped: GrowsInSteps | None = None
+        """The last block while it grows in steps."""
+
+    def append(self, markdown: str) -> AwaitComplete:
+        appended = super().append(markdown)
+
+        async def then() -> None:
+            await appended
+            self._step_last_block()
+
+        return AwaitComplete(then())
+
+    def set_step(self, step: int) -> None:
+        super().set_step(step)
+        self._step_last_block()
+
+    def _step_last_block(self) -> None:
+        """Only the last block grows while the reply streams: the one before it is exactly
+        as tall as its text again."""
+        last = self.children[-1] if self.children and self.step else None
+        if last is not self._stepped and self._stepped is not None and self._stepped.is_attached:
+            self._stepped.set_step(0)
+        self._stepped = last if isinstance(last, GrowsInSteps) else None
+        if self._stepped is not None:
+            self._stepped.set_step(self.step)
 
 
 class ReplyView(SettledSize, Vertical):

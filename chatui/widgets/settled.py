@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from textual.containers import VerticalScroll
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.visual import VisualType
 from textual.widget import Widget
 
@@ -64,6 +64,24 @@ class GrowsInSteps:
         height = super().get_content_height(container, viewport, width)  # type: ignore[misc]
         return round_up(height, self.step)
 
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
+                      layout: bool = True) -> bool:
+        # Textual repaints a widget in full when its size changes. A widget that only grew
+        # or shrank keeps its lines (they do not depend on its height; a new width still
+        # repaints everything): only the rows between the two heights are new.
+        widget: Widget = self  # type: ignore[assignment]
+        old = widget._size
+        if not (old.width == size.width and old.height and size.height):
+            return super()._size_updated(  # type: ignore[misc]
+                size, virtual_size, container_size, layout=layout)
+        widget._size = size
+        changed = super()._size_updated(  # type: ignore[misc]
+            size, virtual_size, container_size, layout=layout)
+        if old.height != size.height:
+            top, bottom = sorted((old.height, size.height))
+            widget._set_dirty(Region(0, top, size.width, bottom - top))
+        return changed or old != size
+
     def set_step(self, step: int) -> None:
         """Grow in steps of ``step`` lines (0: exactly as tall as the content)."""
         if step != self.step:
@@ -71,14 +89,15 @@ class GrowsInSteps:
             self.refresh(layout=True)  # type: ignore[attr-defined]
 
 
-_SETTLED: dict[tuple[type, type], type] = {}
+_SETTLED: dict[tuple[type, tuple[type, ...]], type] = {}
 
 
-def settled(cls: type[W], mixin: type = SettledSize) -> type[W]:
-    """``cls`` with ``mixin`` mixed in (the same name, so the same CSS applies)."""
-    key = (cls, mixin)
+def settled(cls: type[W], *mixins: type) -> type[W]:
+    """``cls`` with ``mixins`` (default :class:`SettledSize`) mixed in (the same name, so the
+    same CSS applies)."""
+    key = (cls, mixins or (SettledSize,))
     if key not in _SETTLED:
-        _SETTLED[key] = type(cls.__name__, (mixin, cls), {"__module__": __name__})
+        _SETTLED[key] = type(cls.__name__, (*key[1], cls), {"__module__": __name__})
     return _SETTLED[key]
 
 
