@@ -538,8 +538,9 @@ class _ProcessHost:
                 self._proc.join(1)
 
 
-SEND_INTERVAL_S = 0.025
-"""Shortest gap between two messages from the engine process to the UI (a frame is 100 ms)."""
+SEND_INTERVAL_S = 0.05
+"""Shortest gap between two messages from the engine process to the UI (a frame is 100 ms),
+except that the first tokens of a reply go at once."""
 
 
 class _Sender:
@@ -551,16 +552,27 @@ class _Sender:
         self._send_lock = threading.Lock()
         self._pending: dict[int, list[Any]] = {}
         self._order: list[int] = []
+        self._streaming: set[int] = set()
+        """Jobs whose first tokens were sent."""
         self._wake = threading.Event()
+        self._urgent = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chatui-sender", daemon=True)
         self._thread.start()
 
     def put(self, job: int, item: Any) -> None:
+        urgent = False
         with self._lock:
             if job not in self._pending:
                 self._pending[job] = []
                 self._order.append(job)
             self._pending[job].append(item)
+            if isinstance(item, TokenBatch) and job not in self._streaming:
+                self._streaming.add(job)
+                urgent = True
+            elif item is None:  # the job's last event
+                self._streaming.discard(job)
+        if urgent:
+            self._urgent.set()
         self._wake.set()
 
     def send_now(self, msg: tuple[Any, ...]) -> None:
@@ -585,7 +597,8 @@ class _Sender:
             # rather than once per token.
             wait = last + SEND_INTERVAL_S - time.monotonic()
             if wait > 0:
-                time.sleep(wait)
+                self._urgent.wait(wait)
+            self._urgent.clear()
             self._wake.clear()
             try:
                 self.flush()

@@ -546,7 +546,7 @@ async def test_message_sent_while_loading_goes_out_when_ready():
         await pilot.pause()
         app.chat.prompt.text = "early"
         await tap(app, "enter")
-        assert app.chat.loading.display
+        assert app.chat.loading_panel.display
         await loaded(pilot, app)
         await settle(pilot, app)
         assert app.chat.conversation.entries[-1].reply.finish_reason == "stop"

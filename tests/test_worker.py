@@ -10,7 +10,7 @@ import time
 from inference.scripted import ScriptedBackend
 from inference.settings import SamplingParams
 from inference.types import (Failed, GenerationRequest, Message, Progress, RowDone, Started,
-                             TokenBatch)
+                             Token, TokenBatch)
 from inference.worker import InferenceWorker, merge_batches
 
 REQ = GenerationRequest((Message("user", "hello"),), (SamplingParams(temperature=0),))
@@ -252,3 +252,11 @@ def test_engine_process_sender_groups_a_fast_stream_and_sends_a_lone_event_at_on
     assert items == list(range(200)) + [None]  # nothing lost, order kept
     gaps = [b[0] - a[0] for a, b in zip(conn.sent, conn.sent[1:])]
     assert len(conn.sent) < 40 and min(gaps) >= SEND_INTERVAL_S * 0.9
+    # a reply's first tokens go at once, however recent the last message
+    sender.put(2, "started")
+    t1 = _time.monotonic()
+    sender.put(2, TokenBatch(0, (Token(7, None, "Hi", -0.1, 0.1),)))
+    while _time.monotonic() - t1 < 2 and not any(
+            any(isinstance(x, TokenBatch) for x in msg[2]) for _, msg in conn.sent if msg[0] == 2):
+        _time.sleep(0.001)
+    assert _time.monotonic() - t1 < SEND_INTERVAL_S * 0.6

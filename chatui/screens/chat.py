@@ -172,7 +172,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         return self.query_one(TokenInspector)
 
     @property
-    def loading(self) -> LoadingPanel:
+    def loading_panel(self) -> LoadingPanel:
         return self.query_one(LoadingPanel)
 
     def compose(self) -> ComposeResult:
@@ -195,7 +195,13 @@ class ChatScreen(CompareFlow, Screen[None]):
     # ---- model loading (the app calls these) ----
 
     def load_progress(self, stage: str, done: float, total: float | None) -> None:
-        self.loading.progress(stage, done, total)
+        for panel in self.query(LoadingPanel):
+            panel.progress(stage, done, total)
+
+    def _loading_done(self) -> None:
+        """Remove the loading panel: hidden, its progress bar would still animate."""
+        for panel in self.query(LoadingPanel):
+            panel.remove()
 
     def model_ready(self, info: ModelInfo) -> None:
         """The model loaded: show it and send any message typed while loading."""
@@ -206,7 +212,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         self.status.model = f"{info.name} · {info.device} · {info.dtype}{weights}"
         self.status.context_limit = info.context_limit
         self.status.settings = settings_label(self.settings)
-        self.loading.display = False
+        self._loading_done()
         if info.chat_template_warning:
             self.notice(info.chat_template_warning, "warning")
         if self._waiting_for_model:
@@ -217,7 +223,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         """The model could not be loaded: say so; commands keep working."""
         self.load_error = message
         self.status.model = "no model"
-        self.loading.display = False
+        self._loading_done()
         self._waiting_for_model = False
         self.notice(f"The model could not be loaded: {message}", "error")
         self.app.notify(message, title="Loading failed", severity="error", timeout=10)
@@ -549,6 +555,7 @@ class ChatScreen(CompareFlow, Screen[None]):
 
     def watch_generating(self, on: bool) -> None:
         self.set_class(on, "-generating")
+        self.prompt.cursor_blink = not on  # a steady cursor: no repaint twice a second
         self.refresh_bindings()
 
     # ---- commands ----

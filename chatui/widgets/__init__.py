@@ -2,10 +2,10 @@
 
 Importing the package applies two patches to Textual: :mod:`.strip_cycles` (strips without
 self-references), which keeps the garbage collector's pauses short while replies stream, and
-:mod:`.changed_rows` (a partial screen update renders only the rows it changes).
+:mod:`.partial_updates` (a frame renders and repaints only what changed).
 """
 
-from . import changed_rows, strip_cycles
+from . import partial_updates, strip_cycles
 
 strip_cycles.apply()
-changed_rows.apply()
+partial_updates.apply()

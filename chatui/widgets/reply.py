@@ -8,14 +8,19 @@ calls :meth:`ReplyView.add_tokens`; the view never reaches up into its parent.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Self, Sequence
 
+
+
+from markdown_it import MarkdownIt
 from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
 from textual.content import Content
+from textual.geometry import Region
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
@@ -26,7 +31,7 @@ from inference.types import Token
 
 from .. import gcpolicy
 from ..conversation import Reply
-from .settled import GrowsInSteps, KeepHeight, SettledSize, settled
+from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
 
@@ -142,44 +147,76 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     return " · ".join(parts)
 
 
+class SharedParser:
+    """Textual's Markdown parser ("gfm-like"), built once: Textual builds a new one for every
+    append otherwise (a third of an append's time). Its linkify state is not thread-safe and
+    ``Markdown.update`` parses on executor threads, so one parse runs at a time."""
+
+    def __init__(self) -> None:
+        self._parser = MarkdownIt("gfm-like")
+        self._lock = threading.Lock()
+
+    def parse(self, src: str, env: Any = None) -> list[Any]:
+        with self._lock:
+            return self._parser.parse(src, env)
+
+
+_PARSER = SharedParser()
+
+
+def _parser() -> MarkdownIt:
+    return _PARSER  # type: ignore[return-value]  # Textual only calls its parse()
+
+
 class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
     """The reply's Markdown: it and its blocks ask for no second layout when a layout resized
     them, a paragraph that an append left as tall as it was is only repainted, and while it
-    streams it grows in steps, and so does its last paragraph, so that most appends that add
-    a line to it are only a repaint too (see :mod:`chatui.widgets.settled`)."""
+    streams it grows in steps whose room its last paragraph fills, so that most appends that
+    add a line to it are only a repaint too (see :mod:`chatui.widgets.settled`)."""
 
-    BLOCKS = {name: (settled(block, GrowsInSteps, KeepHeight)
+    BLOCKS = {name: (settled(block, FillsRoom, KeepHeight)
                      if issubclass(block, (MarkdownParagraph, MarkdownHeader))
                      else settled(block))
               for name, block in Markdown.BLOCKS.items()}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._stepped: GrowsInSteps | None = None
-        """The last block while it grows in steps."""
+        super().__init__(*args, parser_factory=_parser, **kwargs)
+        self._filling: FillsRoom | None = None
+        """The last block while it fills the room of the step."""
 
     def append(self, markdown: str) -> AwaitComplete:
         appended = super().append(markdown)
 
         async def then() -> None:
             await appended
-            self._step_last_block()
+            self._fill_with_last_block()
 
         return AwaitComplete(then())
 
     def set_step(self, step: int) -> None:
         super().set_step(step)
-        self._step_last_block()
+        self._fill_with_last_block()
 
-    def _step_last_block(self) -> None:
-        """Only the last block grows while the reply streams: the one before it is exactly
-        as tall as its text again."""
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        # While the reply streams, the Markdown lays out for blocks mounted or removed (each
+        # mount asks for a layout and a repaint of the whole Markdown, some 30 rows) and for
+        # its steps; the layout repaints the blocks that appeared or moved, and the rows a
+        # step adds (GrowsInSteps), and nothing of its own changed.
+        if self.step and layout and not regions:
+            repaint = False
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _fill_with_last_block(self) -> None:
+        """Only the last block fills the room while the reply streams: the one before it is
+        exactly as tall as its text again."""
         last = self.children[-1] if self.children and self.step else None
-        if last is not self._stepped and self._stepped is not None and self._stepped.is_attached:
-            self._stepped.set_step(0)
-        self._stepped = last if isinstance(last, GrowsInSteps) else None
-        if self._stepped is not None:
-            self._stepped.set_step(self.step)
+        if last is not self._filling and self._filling is not None \
+                and self._filling.is_attached:
+            self._filling.set_fill(False)
+        self._filling = last if isinstance(last, FillsRoom) else None
+        if self._filling is not None:
+            self._filling.set_fill(True)
 
 
 class ReplyView(SettledSize, Vertical):

@@ -89,6 +89,62 @@ class GrowsInSteps:
             self.refresh(layout=True)  # type: ignore[attr-defined]
 
 
+class FillsRoom:
+    """Mixin for the last block of a reply that grows in steps (:class:`GrowsInSteps`): while
+    ``fill`` is set it is as tall as the room its parent reserved below its top, or as its
+    content where that is taller. Lines written into that room are then only a repaint, not a
+    layout that moves the block's edge (a paragraph streams one line at a time).
+
+    The parent's height is the last layout's: a block that grows past it makes the parent take
+    its next step, and fills that on its next update. The room only saves layouts; a wrong
+    guess (a block mounted with others at once) costs one, never a line of text."""
+
+    fill: bool = False
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        height: int = super().get_content_height(container, viewport, width)  # type: ignore[misc]
+        if self.fill:
+            top = self._content_top(container, viewport)
+            widget: Widget = self  # type: ignore[assignment]
+            parent = widget.parent
+            if top is not None and isinstance(parent, Widget):
+                styles = widget.styles
+                room = (parent.content_region.bottom - top - styles.gutter.bottom
+                        - styles.margin.bottom)
+                height = max(height, room)
+        return height
+
+    def _content_top(self, container: Size, viewport: Size) -> int | None:
+        """Where this block's content starts on screen: where the last layout put it, or for a
+        block just mounted, below the block before it (as tall as its text: it filled the room
+        until now and stops in this layout)."""
+        widget: Widget = self  # type: ignore[assignment]
+        parent = widget.parent
+        if not isinstance(parent, Widget) or not parent.region:
+            return None
+        if widget.region:
+            return widget.content_region.y
+        siblings = parent.children
+        index = siblings.index(widget) if widget in siblings else 0
+        before = siblings[index - 1] if index > 0 else None
+        if before is None or not before.region:
+            return None
+        if isinstance(before, FillsRoom):
+            bottom = before.content_region.y + before.get_content_height(
+                container, viewport, before.content_region.width) + before.styles.gutter.bottom
+        else:
+            bottom = before.region.bottom
+        gap = max(before.styles.margin.bottom, widget.styles.margin.top)
+        return bottom + gap + widget.styles.gutter.top
+
+    def set_fill(self, fill: bool) -> None:
+        if fill != self.fill:
+            self.fill = fill
+            widget: Widget = self  # type: ignore[assignment]
+            if widget.region:  # a block not laid out yet fills in the layout that places it
+                widget.refresh(layout=True)
+
+
 _SETTLED: dict[tuple[type, tuple[type, ...]], type] = {}
 
 
