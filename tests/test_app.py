@@ -657,3 +657,18 @@ async def test_enter_right_behind_typed_keys_sends_them_all():
                 break
         assert app.chat.conversation.entries[0].text == text
         assert app.chat.prompt.text == ""
+
+
+async def test_prompt_cursor_is_steady_while_a_reply_streams():
+    """A blinking cursor repaints the prompt twice a second; while a reply streams it stays
+    on, then blinks again as before."""
+    app = make_app(lambda r, row: "word " * 300, delay_s=0.002)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go", wait=False)
+        for _ in range(500):
+            if app.chat.generating:
+                break
+            await pilot.pause(0.005)
+        assert app.chat.generating and app.chat.prompt.cursor_blink is False
+        await settle(pilot, app)
+        assert app.chat.prompt.cursor_blink is True

@@ -117,6 +117,8 @@ class ChatScreen(CompareFlow, Screen[None]):
     ]
 
     generating: reactive[bool] = reactive(False)
+    _blink = True
+    """Whether the prompt's cursor blinks when no reply streams."""
     token_mode: reactive[bool] = reactive(False, init=False)
     raw: reactive[bool] = reactive(False, init=False)
 
@@ -555,7 +557,12 @@ class ChatScreen(CompareFlow, Screen[None]):
 
     def watch_generating(self, on: bool) -> None:
         self.set_class(on, "-generating")
-        self.prompt.cursor_blink = not on  # a steady cursor: no repaint twice a second
+        # a steady cursor while a reply streams (no repaint twice a second), then as it was
+        prompt = self.prompt
+        if on:
+            self._blink, prompt.cursor_blink = prompt.cursor_blink, False
+        else:
+            prompt.cursor_blink = self._blink
         self.refresh_bindings()
 
     # ---- commands ----
