@@ -22,12 +22,16 @@ from inference.types import Failed, Progress
 from inference.worker import InferenceWorker
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
+from .autosaver import Autosaver
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
 from .messages import ResponseComplete, ResponseFailed, ResponseStarted
 from .screens.chat import ChatScreen
 
 log = logging.getLogger(__name__)
+
+SAVE_ON_EXIT_S = 10.0
+"""How long quitting waits for the last autosave to be written."""
 
 
 class ChatApp(App[int]):
@@ -59,6 +63,7 @@ class ChatApp(App[int]):
             self.register_theme(theme)
         self._remember_theme = False
         self.theme = self._initial_theme()
+        self.autosaver = Autosaver(self._report_autosave_failure)
 
     def _initial_theme(self) -> str:
         wanted = self.config.theme or load_remembered(
@@ -143,6 +148,7 @@ class ChatApp(App[int]):
         except LookupError:
             pass
         self.save_conversation()
+        self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
         self.worker.close()
         self.exit(0)
 
@@ -150,28 +156,32 @@ class ChatApp(App[int]):
     _autosave_warned = False
     _history: list = []
 
-    def save_conversation(self) -> Path | None:
-        """Autosave the conversation (after every reply and on quit); never raises."""
+    def save_conversation(self) -> None:
+        """Autosave the conversation (after every reply and on quit) on the autosaver's
+        thread; never raises (a failure is shown once)."""
         if not self.config.autosave:
-            return None
+            return
         try:
             conv = self.chat.conversation
         except LookupError:
-            return None
+            return
         if not conv.entries:
-            return None
-        from . import transcript
-
+            return
         if self._model_ref is not None and not conv.model.name:
             conv.model = self._model_ref
+        self.autosaver.save(conv, self.config.transcripts_dir())
+
+    def _autosave_failed(self, exc: Exception) -> None:
+        if not self._autosave_warned:
+            self._autosave_warned = True
+            self.notify(f"Autosave failed: {exc}", severity="error", timeout=10)
+
+    def _report_autosave_failure(self, exc: Exception) -> None:
+        """Called on the autosaver's thread."""
         try:
-            return transcript.autosave(conv, self.config.transcripts_dir())
-        except Exception as exc:  # noqa: BLE001 - saving must never end the chat
-            log.exception("autosave failed")
-            if not self._autosave_warned:
-                self._autosave_warned = True
-                self.notify(f"Autosave failed: {exc}", severity="error", timeout=10)
-            return None
+            self.call_from_thread(self._autosave_failed, exc)
+        except RuntimeError:  # the app has stopped
+            pass
 
     # ---- transcript commands (the chat screen falls back to these) ----
 
@@ -190,6 +200,7 @@ class ChatApp(App[int]):
                 path = Path(arg).expanduser()
                 transcript.save_transcript(conv, path)
             else:
+                self.autosaver.flush()  # no older autosave may land after this one
                 path = transcript.autosave(conv, self.config.transcripts_dir())
         except transcript.TranscriptError as exc:
             chat.notice(str(exc), "error")
@@ -199,6 +210,7 @@ class ChatApp(App[int]):
     async def cmd_history(self, arg: str = "") -> None:
         from . import transcript
 
+        self.autosaver.flush()
         self._history = transcript.list_transcripts(self.config.transcripts_dir())
         if not self._history:
             self.chat.notice("No saved conversations yet.")
@@ -219,6 +231,7 @@ class ChatApp(App[int]):
         arg = arg.strip()
         if arg.isdigit():
             if not self._history:
+                self.autosaver.flush()
                 self._history = transcript.list_transcripts(self.config.transcripts_dir())
             n = int(arg)
             if not 1 <= n <= len(self._history):
@@ -259,6 +272,7 @@ class ChatApp(App[int]):
         self.save_conversation()
 
     def on_unmount(self) -> None:
+        self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
         self.worker.close()
 
     # ---- palette ----
@@ -287,6 +301,7 @@ class ChatApp(App[int]):
         log.error("internal error", exc_info=self._exception)
         try:
             self.save_conversation()
+            self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
         except Exception:  # noqa: BLE001
             pass
         try:

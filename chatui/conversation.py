@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from inference.settings import SamplingParams
@@ -100,6 +100,13 @@ class Conversation:
     system_prompt: str = ""
     entries: list[Entry] = field(default_factory=list)
     model: ModelRef = field(default_factory=ModelRef)
+
+    def snapshot(self) -> Conversation:
+        """A copy that later changes to this conversation do not reach (the tokens, which
+        never change, are shared): what a save on another thread writes."""
+        return replace(self, model=replace(self.model), entries=[
+            replace(e, replies=[replace(r, tokens=list(r.tokens)) for r in e.replies])
+            for e in self.entries])
 
     def messages(self) -> tuple[Message, ...]:
         """The role/content messages to send to a model (system prompt first if any)."""

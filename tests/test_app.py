@@ -584,6 +584,7 @@ async def test_autosave_save_history_load_export(tmp_path):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "remember me")
+        assert app.autosaver.flush(timeout=10)  # autosaves are written on a thread
         saved = transcript.list_transcripts(tmp_path / "data")
         assert len(saved) == 1 and saved[0].messages == 2
         await send(pilot, app, f"/save {tmp_path / 'mine.json'}")

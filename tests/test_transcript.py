@@ -668,3 +668,54 @@ def test_export_to_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert export_to_file(conv, "messages", tmp_path / "sub").name.endswith(".messages.json")
     with pytest.raises(TranscriptError, match="unknown format 'pdf'"):
         export_to_file(conv, "pdf", None)
+
+
+# ---- autosaving off the event loop ---------------------------------------------------
+
+
+def test_snapshot_is_equal_and_independent() -> None:
+    conv = sample_conversation()
+    before = roundtrip(conv)  # a deep copy
+    snap = conv.snapshot()
+    assert snap == conv == before
+    reply = conv.entries[1].replies[0]
+    reply.tokens.append(Token(3, 5, "more", -0.5, 0.5))
+    reply.text += "more"
+    conv.entries[1].replies.append(Reply(SamplingParams()))
+    conv.add_user("later")
+    conv.model.name = "other"
+    assert snap == before  # none of that reached the snapshot
+
+
+def test_autosaver_writes_the_newest_snapshot_of_each_conversation(tmp_path: Path) -> None:
+    from chatui.autosaver import Autosaver
+
+    errors: list[Exception] = []
+    saver = Autosaver(errors.append)
+    a, b = sample_conversation(), Conversation(id="other")
+    b.add_user("b's message")
+    for n in range(20):  # queued faster than written: a newer snapshot replaces an older one
+        a.add_user(f"message {n}")
+        saver.save(a, tmp_path)
+    saver.save(b, tmp_path)
+    a.add_user("after the last save")  # not in any snapshot
+    assert saver.flush(timeout=10)
+    saved = load_transcript(autosave_path(a, tmp_path))
+    assert [e.content for e in saved.entries][-1] == "message 19"
+    assert load_transcript(autosave_path(b, tmp_path)).entries[0].content == "b's message"
+    assert errors == []
+
+
+def test_autosaver_reports_a_failed_save_and_goes_on(tmp_path: Path) -> None:
+    from chatui.autosaver import Autosaver
+
+    errors: list[Exception] = []
+    saver = Autosaver(errors.append)
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    saver.save(sample_conversation(), blocked / "sub")
+    assert saver.flush(timeout=10)
+    assert len(errors) == 1 and isinstance(errors[0], TranscriptError)
+    assert "Could not save" in str(errors[0])
+    saver.save(sample_conversation(), tmp_path)  # the thread is still there
+    assert saver.flush(timeout=10) and list(tmp_path.glob("*.json"))
