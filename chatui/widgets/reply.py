@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Self, Sequence
+from typing import Any, Callable, Iterable, Self, Sequence
 
 
 
@@ -23,7 +23,7 @@ from textual.content import Content
 from textual.geometry import Region
 from textual.reactive import reactive
 from textual.timer import Timer
-from textual.widget import Widget
+from textual.widget import AwaitMount, Widget
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
 
@@ -207,16 +207,31 @@ class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
             repaint = False
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
+    def mount_all(self, widgets: Iterable[Widget], *, before: int | str | Widget | None = None,
+                  after: int | str | Widget | None = None) -> AwaitMount:
+        # Blocks appended while streaming: the last one fills the room from the layout that
+        # places it, and the one before stops filling in that same layout.
+        widgets = list(widgets)
+        if self.step and widgets and before is None and after is None:
+            self._hand_fill_to(widgets[-1])
+        return super().mount_all(widgets, before=before, after=after)
+
+    def _hand_fill_to(self, block: Widget | None) -> None:
+        if self._filling is not None and self._filling is not block \
+                and self._filling.is_attached:
+            self._filling.set_fill(False, layout=False)
+        self._filling = block if isinstance(block, FillsRoom) else None
+        if self._filling is not None:
+            self._filling.set_fill(True)
+
     def _fill_with_last_block(self) -> None:
         """Only the last block fills the room while the reply streams: the one before it is
         exactly as tall as its text again."""
         last = self.children[-1] if self.children and self.step else None
-        if last is not self._filling and self._filling is not None \
-                and self._filling.is_attached:
-            self._filling.set_fill(False)
-        self._filling = last if isinstance(last, FillsRoom) else None
-        if self._filling is not None:
-            self._filling.set_fill(True)
+        if last is not self._filling:
+            self._hand_fill_to(last)
+            self._clear_arrangement_cache()
+            self.refresh(layout=True)
 
 
 class ReplyView(SettledSize, Vertical):

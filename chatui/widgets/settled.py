@@ -20,12 +20,25 @@ W = TypeVar("W", bound=Widget)
 
 
 class SettledSize:
-    """Mixin for a widget that never scrolls: a layout that resizes it is the only one."""
+    """Mixin for a widget that never scrolls: a layout that resizes it is the only one.
+
+    Nor does one that is not mounted yet ask for a layout when its content is set (a Markdown
+    block gets its text while it is built): the mount lays it out, and the request, kept until
+    the widget was mounted, made Textual lay the screen out a second time for nothing (each
+    new block of a streaming reply cost two layouts)."""
 
     def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
                       layout: bool = True) -> bool:
         return super()._size_updated(  # type: ignore[misc]
             size, virtual_size, container_size, layout=False)
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Widget:
+        widget: Widget = self  # type: ignore[assignment]
+        if layout and not widget.is_mounted:
+            layout = False
+        return super().refresh(  # type: ignore[misc, no-any-return]
+            *regions, repaint=repaint, layout=layout, recompose=recompose)
 
 
 class KeepHeight(SettledSize):
@@ -137,11 +150,16 @@ class FillsRoom:
         gap = max(before.styles.margin.bottom, widget.styles.margin.top)
         return bottom + gap + widget.styles.gutter.top
 
-    def set_fill(self, fill: bool) -> None:
+    def set_fill(self, fill: bool, *, layout: bool = True) -> None:
+        """Fill the room (or not). Without ``layout`` the caller lays out the parent: the
+        block's own request would reach the screen only after that layout, and make a second
+        one."""
         if fill != self.fill:
             self.fill = fill
             widget: Widget = self  # type: ignore[assignment]
-            if widget.region:  # a block not laid out yet fills in the layout that places it
+            if not layout:
+                widget._layout_updates += 1  # its cached size is stale
+            elif widget.region:  # a block not laid out yet fills in the layout that places it
                 widget.refresh(layout=True)
 
 
