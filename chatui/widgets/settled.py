@@ -1,10 +1,15 @@
-"""Widgets that do not ask for a second layout after a layout resized them.
+"""Mixins that spare a streaming reply layouts of the whole screen (textual 8.2.8).
+
+- :class:`SettledSize`, :class:`KeepHeight`: no second layout after a layout resized a widget,
+  none for a paragraph whose new text is as tall as the old;
+- :class:`GrowsInSteps`, :class:`FillsRoom`: a streaming reply takes room several lines at a
+  time and its last paragraph fills it, so most new lines are only a repaint.
 
 Textual sets a widget's ``virtual_size`` after every layout that changed the widget's size, and
 ``virtual_size`` is a layout reactive: each widget that grew asks for another layout of the
 screen, which finds nothing left to do. For a widget that never scrolls its own content the
 second layout is pure cost, and a streaming reply grows on most frames: its views paid two
-layouts of the whole screen per new line (textual 8.2.8).
+layouts of the whole screen per new line.
 """
 
 from __future__ import annotations
