@@ -13,8 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Self, Sequence
 
-
-
 from markdown_it import MarkdownIt
 from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
