@@ -61,14 +61,23 @@ async def send(pilot, app, text, *, wait=True):
         await settle(pilot, app)
 
 
+SETTLE_S = 60.0
+"""How long a reply may take to end before a test fails (a hang is a failure, not a wait)."""
+
+
 async def settle(pilot, app):
+    """Wait until no reply is being generated; fail after SETTLE_S."""
     await pilot.pause()
-    for _ in range(1000):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_S
+    while True:
         worker = app.chat._gen_worker
         if not app.chat.generating and (worker is None or worker.is_finished):
             break
+        if loop.time() > deadline:
+            raise AssertionError(f"the reply did not end within {SETTLE_S:.0f} s")
         await pilot.pause(0.01)
-    await app.workers.wait_for_complete()
+    await asyncio.wait_for(app.workers.wait_for_complete(), SETTLE_S)
     await pilot.pause(0.1)
 
 
@@ -571,8 +580,11 @@ async def test_ui_stays_responsive_while_generating():
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         await tap(app, "x", 0)
-        while app.chat.prompt.text != "x":
+        for _ in range(2500):  # at most ~5 s: a key that never arrives fails, not hangs
+            if app.chat.prompt.text == "x":
+                break
             await asyncio.sleep(0.002)
+        assert app.chat.prompt.text == "x", "the key typed while streaming never arrived"
         assert loop.time() - t0 < 0.2
         await tap(app, "escape")
         await settle(pilot, app)
@@ -663,13 +675,15 @@ async def test_enter_right_behind_typed_keys_sends_them_all():
 async def test_prompt_cursor_is_steady_while_a_reply_streams():
     """A blinking cursor repaints the prompt twice a second; while a reply streams it stays
     on, then blinks again as before."""
-    app = make_app(lambda r, row: "word " * 300, delay_s=0.002)
+    app = make_app(lambda r, row: "word " * 300, delay_s=0.01)  # 3 s: long on a busy machine
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, "go", wait=False)
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
         for _ in range(500):
             if app.chat.generating:
                 break
-            await pilot.pause(0.005)
+            await asyncio.sleep(0.005)
         assert app.chat.generating and app.chat.prompt.cursor_blink is False
+        await tap(app, "escape")
         await settle(pilot, app)
         assert app.chat.prompt.cursor_blink is True
