@@ -569,6 +569,36 @@ async def test_palette_lists_commands():
         assert "/clear" in titles and "/logprobs" in titles and "Theme: chatui-light" in titles
 
 
+async def test_every_command_is_in_the_completion_the_palette_and_help():
+    """One registry feeds all three: no command can be missing from one of them."""
+    from chatui import commands
+    from chatui.screens.help import help_text
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        palette = {c.title.split()[0] for c in app.get_system_commands(app.chat)}
+        help_page = help_text().plain
+        for spec in commands.COMMANDS:
+            name = f"/{spec.name}"
+            completed = [c.strip() for c in commands.completions(name[:2])]
+            assert name in completed, f"{name} is not completed"
+            assert name in palette, f"{name} is not in the command palette"
+            assert f"  {name}" in help_page, f"{name} is not in /help"
+
+
+async def test_palette_puts_a_command_that_needs_an_argument_in_the_prompt():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        [command] = [c for c in app.get_system_commands(app.chat)
+                     if c.title.startswith("/set ")]
+        command.callback()
+        await pilot.pause()
+        assert app.chat.prompt.text == "/set "
+        assert not notices(app, "error")
+
+
 async def test_ui_stays_responsive_while_generating():
     long = " ".join(f"w{i}" for i in range(2000))
     app = make_app(lambda r, row: long, delay_s=0.001)
@@ -687,3 +717,64 @@ async def test_prompt_cursor_is_steady_while_a_reply_streams():
         await tap(app, "escape")
         await settle(pilot, app)
         assert app.chat.prompt.cursor_blink is True
+
+
+def test_chatui_has_no_import_cycle():
+    """No chatui module imports (at module level, TYPE_CHECKING blocks included) one that
+    imports it back, directly or transitively: the app talks down to the screen by calls,
+    the screen up by messages, and compare mode and commands reach the screen through narrow
+    protocols."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    modules = {}
+    for path in (root / "chatui").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+
+    def resolve(current: str, is_pkg: bool, level: int, module: str | None) -> str:
+        if level == 0:
+            return module or ""
+        base = current.split(".")
+        base = base if is_pkg else base[:-1]
+        base = base[:len(base) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        edges = graph.setdefault(name, set())
+
+        def visit(body):
+            for node in body:
+                if isinstance(node, ast.Import):
+                    edges.update(a.name for a in node.names if a.name in modules)
+                elif isinstance(node, ast.ImportFrom):
+                    target = resolve(name, is_pkg, node.level, node.module)
+                    if target in modules:
+                        edges.add(target)
+                    for a in node.names:
+                        if f"{target}.{a.name}" in modules:
+                            edges.add(f"{target}.{a.name}")
+                elif isinstance(node, (ast.If, ast.Try)):
+                    visit(node.body)
+                    visit(getattr(node, "orelse", []))
+                    for h in getattr(node, "handlers", []):
+                        visit(h.body)
+
+        visit(ast.parse(path.read_text("utf-8")).body)
+        edges.discard(name)
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph.get(m, ()))
+        return seen
+
+    cycles = sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a in reaches(b))
+    assert not cycles, "import cycles: " + ", ".join(cycles)
