@@ -26,7 +26,7 @@ from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
-from .messages import ResponseComplete, ResponseFailed, ResponseStarted
+from .messages import ReplyChosen, ResponseComplete, ResponseFailed, ResponseStarted
 from .screens.chat import ChatScreen
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,9 @@ class ChatApp(App[int]):
         self.save_conversation()
 
     def on_response_failed(self, event: ResponseFailed) -> None:
+        self.save_conversation()
+
+    def on_reply_chosen(self, event: ReplyChosen) -> None:
         self.save_conversation()
 
     def on_unmount(self) -> None:

@@ -121,7 +121,8 @@ class ReplyRecorder:
 def prefix_of(reply: Reply) -> AssistantPrefix:
     """What the engine continues ``reply`` from (its token ids when every one is known)."""
     ids = tuple(t.id for t in reply.tokens)
-    return AssistantPrefix(reply.text, None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
+    known = None if any(i is None for i in ids) else ids
+    return AssistantPrefix(reply.text, known)  # type: ignore[arg-type]
 
 
 def branch(reply: Reply, position: int, rank: int) -> AssistantPrefix:

@@ -403,7 +403,8 @@ async def test_continue_from_alternative_replaces_reply():
         assert reply.tokens[2].text == "alt1"
         assert reply.text.startswith("You said:alt1You said:")  # scripted ignores the prefix
         assert len(app.chat.conversation.entries) == 2 and len(replies(app)) == 1
-        assert tv.units and tv.tokens == reply.tokens and tv.tokens is not reply.tokens  # its own list
+        assert tv.units and tv.tokens == reply.tokens
+        assert tv.tokens is not reply.tokens  # the view keeps its own list
 
 
 async def test_continue_from_alternative_uses_token_ids_when_known():

@@ -39,6 +39,7 @@ from ..conversation import Conversation, Entry
 from ..messages import (
     AlternativeChosen,
     PromptSubmitted,
+    ReplyChosen,
     ResponseComplete,
     ResponseFailed,
     ResponseStarted,
@@ -524,7 +525,7 @@ class ChatScreen(Screen[None]):
             view.refresh_chosen()
         self.app.notify(f"Continuing with column {entry.chosen + 1}.", timeout=3)
         self.prompt.focus()
-        self.services.save_conversation()
+        self.post_message(ReplyChosen(self.state.conversation.entries.index(entry)))
 
     def on_compare_view_picked(self, event: CompareView.Picked) -> None:
         self.compare.pick_column(event.view.entry, event.column)

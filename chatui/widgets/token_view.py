@@ -240,8 +240,8 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
 
     The view keeps its own list of the tokens it shows (never the reply's list): the parent
     hands it tokens with :meth:`append` (or all of them anew with :meth:`set_tokens`) and calls
-    :meth:`sync` to turn what was appended into units; the view posts :class:`TokenSelected` when the cursor moves and :class:`AlternativeChosen`
-    for the digit keys.
+    :meth:`sync` to turn what was appended into units; the view posts :class:`TokenSelected`
+    when the cursor moves and :class:`AlternativeChosen` for the digit keys.
     """
 
     DEFAULT_CSS = """
