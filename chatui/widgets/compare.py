@@ -100,13 +100,13 @@ class CompareColumn(Vertical):
     CompareColumn > ReplyView > .reply-header { display: none; }
     """
 
-    def __init__(self, index: int, reply: Reply, label: str, view: ReplyView) -> None:
+    def __init__(self, entry: Entry, index: int, label: str, view: ReplyView) -> None:
         super().__init__(classes="compare-column")
+        self.entry = entry
         self.index = index
-        self.reply = reply
+        self.reply = entry.replies[index]
         self.label = label
         self.view = view
-        self.chosen = False
         self.divergence: int | None = None
 
     def compose(self) -> ComposeResult:
@@ -118,6 +118,11 @@ class CompareColumn(Vertical):
     def on_mount(self) -> None:
         self.refresh_header()
         self.refresh_divergence()
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the conversation continues with this column (``entry.chosen``)."""
+        return self.entry.chosen == self.index
 
     def refresh_header(self) -> None:
         """Redraw the header (number, settings, chosen mark) and the meta line."""
@@ -198,15 +203,13 @@ class CompareView(Vertical):
                              token_mode=token_mode, id=vid)
             view.raw = raw
             views.append(view)
-        self.columns = [CompareColumn(i, r, labels[i], views[i])
-                        for i, r in enumerate(entry.replies)]
+        self.columns = [CompareColumn(entry, i, labels[i], views[i])
+                        for i in range(len(entry.replies))]
         self._agreed = 0
         self._ended: set[int] = set()
         self.mounting: Awaitable[None] | None = None
         """Set by whoever mounts this view, so a worker can wait for the columns to exist."""
         self.divergence: int | None = None
-        for c in self.columns:
-            c.chosen = c.index == entry.chosen
 
     @property
     def chosen(self) -> int:
@@ -296,7 +299,6 @@ class CompareView(Vertical):
     def refresh_chosen(self) -> None:
         """Show ``entry.chosen`` (after it changed)."""
         for c in self.columns:
-            c.chosen = c.index == self.chosen
             c.refresh_header()
         self._refresh_group_header()
 
