@@ -21,6 +21,9 @@ from .conversation import Conversation, Entry, ModelRef
 from .recorder import prefix_of
 
 if TYPE_CHECKING:
+    from inference.worker import InferenceWorker
+
+    from .config import AppConfig
     from .screens.compare_flow import CompareFlow
     from .state import ChatState
 
@@ -30,8 +33,8 @@ log = logging.getLogger(__name__)
 class AppServices(Protocol):
     """What the app lends the chat: the worker, the config and persistence."""
 
-    worker: Any
-    config: Any
+    worker: InferenceWorker
+    config: AppConfig
 
     @property
     def model_ref(self) -> ModelRef | None: ...
