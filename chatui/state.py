@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from inference.settings import SamplingParams, SettingsError
 from inference.types import Message, ModelInfo
 
-from .conversation import Conversation, Entry
+from .conversation import Conversation, Entry, Reply
 from .recorder import Delta, ReplyRecorder
 
 log = logging.getLogger(__name__)
@@ -125,3 +125,16 @@ def settings_label(s: SamplingParams) -> str:
 def status_label(state: ChatState) -> str:
     """The status bar's settings field: the armed comparison, or the settings in force."""
     return state.armed.label if state.armed is not None else settings_label(state.settings)
+
+
+def speed_label(replies: list[Reply], *, stable: bool) -> str | None:
+    """The status bar's speed after a generation (None: leave it as it is). With ``stable``
+    timings (tests, snapshots) no number is shown."""
+    rates = [r.usage.decode_tokens_per_s for r in replies if r.usage is not None]
+    single = len(replies) == 1
+    if stable and (rates or not single):
+        return "– tok/s"
+    if not rates:
+        return None
+    return (f"{rates[0]:.1f} tok/s" if single
+            else f"{sum(rates):.1f} tok/s ({len(rates)} columns)")

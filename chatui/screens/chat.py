@@ -46,7 +46,7 @@ from ..messages import (
     TokenSelected,
 )
 from ..recorder import ContextReported, ReplyRecorder, branch
-from ..state import ChatState, Job, status_label
+from ..state import ChatState, Job, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
@@ -432,12 +432,9 @@ class ChatScreen(Screen[None]):
             reason = (reasons[0] or "stop") if single else (
                 "cancelled" if "cancelled" in reasons else "stop")
             self.post_message(ResponseComplete(index, reason))
-        rates = [r.usage.decode_tokens_per_s for r in replies if r.usage is not None]
-        if self.stable_timings and (rates or not single):
-            self.status.speed = "– tok/s"
-        elif rates:
-            self.status.speed = (f"{rates[0]:.1f} tok/s" if single
-                                 else f"{sum(rates):.1f} tok/s ({len(rates)} columns)")
+        speed = speed_label(replies, stable=self.stable_timings)
+        if speed is not None:
+            self.status.speed = speed
         await self._update_context()
 
     async def _update_context(self) -> None:
