@@ -66,22 +66,26 @@ class ChatScreen(Screen[None]):
 
     BINDINGS = [
         Binding("escape", "stop", "Stop", id="chat.stop", tooltip="Stop the reply (keeps it)"),
-        Binding("ctrl+t", "logprobs", "Tokens", id="chat.tokens",
+        Binding("ctrl+t", "command('/logprobs')", "Tokens", id="chat.tokens",
                 tooltip="Token view: probabilities per token"),
-        Binding("ctrl+r", "retry", "Retry", id="chat.retry", tooltip="Regenerate the last reply"),
-        Binding("ctrl+g", "edit", "Edit", id="chat.edit", tooltip="Edit the last prompt"),
-        Binding("ctrl+o", "continue", "Continue", id="chat.continue",
+        Binding("ctrl+r", "command('/retry')", "Retry", id="chat.retry",
+                tooltip="Regenerate the last reply"),
+        Binding("ctrl+g", "command('/edit')", "Edit", id="chat.edit",
+                tooltip="Edit the last prompt"),
+        Binding("ctrl+o", "command('/continue')", "Continue", id="chat.continue",
                 tooltip="Continue a stopped or cut-off reply"),
-        Binding("f2", "copy_reply", "Copy", id="chat.copy", tooltip="Copy the last reply"),
-        Binding("f3", "copy_code", "Copy code", id="chat.copy_code", show=False,
+        Binding("f2", "command('/copy')", "Copy", id="chat.copy",
+                tooltip="Copy the last reply"),
+        Binding("f3", "command('/copy code')", "Copy code", id="chat.copy_code", show=False,
                 tooltip="Copy the last code block"),
-        Binding("r", "raw", "Raw", id="chat.raw", show=False,
+        Binding("r", "command('/raw')", "Raw", id="chat.raw", show=False,
                 tooltip="Raw token view (special tokens)"),
-        Binding("ctrl+s", "save", "Save", id="chat.save", show=False,
+        Binding("ctrl+s", "command('/save')", "Save", id="chat.save", show=False,
                 tooltip="Save the conversation now"),
-        Binding("f1", "help", "Help", id="chat.help", tooltip="Commands and keys"),
+        Binding("f1", "command('/help')", "Help", id="chat.help", tooltip="Commands and keys"),
         *pick_bindings(),
     ]
+    """Keys run the same registry handlers as the slash commands (``action_command``)."""
 
     generating: reactive[bool] = reactive(False)
     """Drawn from ``state.job`` (set by the streaming loop only)."""
@@ -619,7 +623,7 @@ class ChatScreen(Screen[None]):
     def copy_to_clipboard(self, text: str) -> None:
         self.app.copy_to_clipboard(text)
 
-    # ---- key actions (the same handlers as the commands) ----
+    # ---- key actions ----
 
     async def action_stop(self) -> None:
         job = self.state.job
@@ -628,37 +632,14 @@ class ChatScreen(Screen[None]):
         elif isinstance(self.focused, TokenView):
             self.prompt.focus()
 
-    async def action_logprobs(self) -> None:
-        await self.run_command("/logprobs")
-
-    async def action_retry(self) -> None:
-        await self.run_command("/retry")
-
-    async def action_edit(self) -> None:
-        await self.run_command("/edit")
-
-    async def action_continue(self) -> None:
-        await self.run_command("/continue")
-
-    async def action_copy_reply(self) -> None:
-        await self.run_command("/copy")
-
-    async def action_copy_code(self) -> None:
-        await self.run_command("/copy code")
-
-    async def action_raw(self) -> None:
-        await self.run_command("/raw")
-
-    async def action_save(self) -> None:
-        await self.run_command("/save")
-
-    async def action_help(self) -> None:
-        await self.run_command("/help")
+    async def action_command(self, text: str) -> None:
+        """A key bound to a slash command runs it."""
+        await self.run_command(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
             return True if self.generating or isinstance(self.focused, TokenView) else None
-        if action == "raw":
+        if action == "command" and parameters == ("/raw",):
             return isinstance(self.focused, TokenView) or None
         if action == "pick_next":
             return self.can_pick  # hidden unless the last reply is a comparison
