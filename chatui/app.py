@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Iterable
+from typing import Any, Awaitable, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -88,7 +88,7 @@ class ChatApp(App[int]):
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._remember_theme = True
-        self.push_screen(ChatScreen(self, settings=self.config.settings,
+        shown = self.push_screen(ChatScreen(self, settings=self.config.settings,
                                     overrides=self.config.settings_overrides,
                                     top_logprobs=self.config.top_logprobs,
                                     system_prompt=self.config.system_prompt,
@@ -96,8 +96,15 @@ class ChatApp(App[int]):
                                     stable_timings=self.config.stable_timings))
         self.run_worker(self._load(), group="load", exit_on_error=False)
         if self.config.load_path is not None:
-            self.run_worker(chat_commands.cmd_load(self.chat, str(self.config.load_path)),
-                            group="open", exit_on_error=False)
+            self.run_worker(self._open(str(self.config.load_path), shown), group="open",
+                            exit_on_error=False)
+
+    async def _open(self, path: str, shown: Awaitable[Any]) -> None:
+        """Open the transcript given on the command line, as ``/load PATH`` would, once the
+        chat screen is mounted (before, it has no conversation to draw into: the transcript
+        was silently not shown)."""
+        await shown
+        await chat_commands.cmd_load(self.chat, path)
 
     async def _load(self) -> None:
         """Load the model behind the loading panel; report a failure in the app."""

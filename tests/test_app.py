@@ -645,6 +645,24 @@ async def test_autosave_save_history_load_export(tmp_path):
         assert "missing.json" in str(notices(app, "error")[-1].render())
 
 
+async def test_a_transcript_given_at_start_is_opened(tmp_path):
+    first = make_app()
+    async with first.run_test(size=SIZE) as pilot:
+        await send(pilot, first, "open me later")
+        await send(pilot, first, f"/save {tmp_path / 'start.json'}")
+    app = make_app(load_path=tmp_path / "start.json")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        for _ in range(500):
+            if any("Loaded" in str(n.render()) for n in notices(app)):
+                break
+            await pilot.pause(0.01)
+        await pilot.pause()
+        assert [e.role for e in app.chat.conversation.entries] == ["user", "assistant"]
+        assert app.chat.conversation.entries[0].text == "open me later"
+        assert len(replies(app)) == 1
+
+
 async def test_settings_overrides_apply_on_model_defaults():
     app = make_app(settings_overrides={"temperature": 0.1, "max_tokens": 9})
     async with app.run_test(size=SIZE) as pilot:
