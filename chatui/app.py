@@ -1,5 +1,8 @@
-"""ChatApp: the full-screen chat. It owns the inference worker, the theme and persistence;
-the chat screen owns the conversation flow.
+"""ChatApp: the full-screen chat. It owns the inference worker, the theme and persistence,
+and lends them to the chat screen as its services (:class:`~chatui.chat_commands.AppServices`);
+the chat screen owns the conversation flow. The app talks down to the screen by calls
+(``model_ready``, ``load_progress``) and hears back by messages (``ResponseStarted``,
+``ResponseComplete``, ``ResponseFailed``, ``ReplyChosen``: each one autosaves).
 
 The app appears at once and loads the model in the background; whatever goes wrong is shown
 in the app with a sentence (and logged to a file), never as a traceback on the terminal.
