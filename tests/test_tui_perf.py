@@ -12,7 +12,7 @@ from textual.strip import Strip
 from rich.segment import Segment
 
 from chatui import gcpolicy
-from chatui.widgets import strip_cycles
+from chatui.textual_compat import strips as strip_cycles
 from chatui.widgets.token_view import LineWrapper, TokenUnit, wrap_units
 from inference.settings import SamplingParams
 from inference.types import Token

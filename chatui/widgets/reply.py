@@ -23,12 +23,12 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
 
 from inference.types import Token
 
 from .. import gcpolicy
 from ..conversation import Reply
+from ..textual_compat import MarkdownHeader, MarkdownParagraph, MarkdownStream
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
