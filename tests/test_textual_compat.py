@@ -261,6 +261,33 @@ def test_the_markdown_fallback_is_taken_when_the_private_module_is_gone(monkeypa
         importlib.reload(compat_markdown)
 
 
+def _reproduction(note: str) -> str:
+    """The first Python block of an upstream note in docs/upstream/."""
+    text = (ROOT / "docs" / "upstream" / note).read_text("utf-8")
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _counts(output: str) -> list[int]:
+    return [int(line.rsplit(":", 1)[1]) for line in output.strip().splitlines()]
+
+
+def test_the_strip_bug_written_up_for_upstream_reproduces_and_the_patch_fixes_it():
+    """The note's reproduction, pure Textual in a fresh interpreter, still shows the cycles on
+    the installed Textual (else the patch can go); with chatui's patch it shows none."""
+    code = _reproduction("strip-self-cycles.md")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(prelude: str) -> list[int]:
+        done = subprocess.run([sys.executable, "-c", prelude + code], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=True)
+        return _counts(done.stdout)
+
+    divide, crop_extend, control = run("")
+    assert divide > 0 and crop_extend > 0 and control == 0
+    patched = "from chatui.textual_compat import strips\nassert strips.apply()\n"
+    assert run(patched) == [0, 0, 0]
+
+
 if __name__ == "__main__":
     scenario, out = sys.argv[1], Path(sys.argv[2])
     if len(sys.argv) > 3:  # pretend another Textual release is installed
