@@ -11,7 +11,8 @@ private names chatui needs:
 - :mod:`.strips`: strips without self-references, freed without the cyclic collector (patches
   ``Strip.divide`` and ``Strip.crop_extend``; a Textual bug, see ``docs/upstream/``);
 - :mod:`.widget_hooks`: no second layout after a resize, only new rows repainted (overrides
-  ``Widget._size_updated``, bumps ``Widget._layout_updates``);
+  ``Widget._size_updated``, bumps ``Widget._layout_updates``, clears a widget's arrangement
+  cache);
 - :mod:`.app_hooks`: one sentence instead of a traceback after an internal error (overrides
   ``App._fatal_error``);
 - :mod:`.markdown`: Markdown block classes from ``textual.widgets._markdown``, with a public
@@ -30,12 +31,13 @@ from . import compositor, strips
 from .app_hooks import ReportsFatalErrors
 from .gate import ENABLED, ENV_VAR, TESTED_VERSIONS, patches_enabled, textual_version
 from .markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
-from .widget_hooks import NoLayoutOnResize, RepaintsNewRowsOnly, forget_measured_size
+from .widget_hooks import (NoLayoutOnResize, RepaintsNewRowsOnly, forget_arrangement,
+                           forget_measured_size)
 
 __all__ = [
     "ENABLED", "ENV_VAR", "TESTED_VERSIONS", "MarkdownHeader", "MarkdownParagraph",
     "MarkdownStream", "NoLayoutOnResize", "RepaintsNewRowsOnly", "ReportsFatalErrors", "apply",
-    "forget_measured_size", "patches_enabled", "textual_version",
+    "forget_arrangement", "forget_measured_size", "patches_enabled", "textual_version",
 ]
 
 
