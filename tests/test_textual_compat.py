@@ -76,7 +76,7 @@ async def _screens(token_view: bool) -> list:
 
     from inference.settings import SamplingParams
     from test_app import SIZE, make_app, send
-    from test_tui_perf import VirtualTerminal
+    from chatui.textual_compat.testing import VirtualTerminal
 
     app = make_app(lambda request, row: TEXT, delay_s=0.001, token_view=token_view,
                    settings=SamplingParams(max_new_tokens=5000))

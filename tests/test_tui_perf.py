@@ -13,6 +13,7 @@ from rich.segment import Segment
 
 from chatui import gcpolicy
 from chatui.textual_compat import strips as strip_cycles
+from chatui.textual_compat.testing import VirtualTerminal, render_screen
 from chatui.widgets.token_view import LineWrapper, TokenUnit, wrap_units
 from inference.settings import SamplingParams
 from inference.types import Token
@@ -168,7 +169,7 @@ async def test_wide_characters_keep_the_layout(token_view):
         await pilot.pause(0.2)
         view = replies(app)[0]
         assert view.markdown.source == WIDE
-        strips = app.screen._compositor.render_strips()  # the whole screen, as drawn
+        strips = render_screen(app)  # the whole screen, as drawn
         assert len(strips) == 40
         for strip in strips:
             assert strip.cell_length == 100  # no line pushed wider by a double-width glyph
@@ -223,65 +224,13 @@ async def test_streaming_reply_grows_in_steps(token_view):
         assert log.scroll_y == log.max_scroll_y  # still following the end
 
 
-class VirtualTerminal:
-    """The screen a terminal shows, built from the updates the app writes to it (the full and
-    the partial ones, as Textual turns them into escape sequences)."""
-
-    def __init__(self, app, size: tuple[int, int]) -> None:
-        from textual._compositor import ChopsUpdate, LayoutUpdate
-
-        width, height = size
-        self.rows = [[(" ", None)] * width for _ in range(height)]
-        display = app._display
-
-        def _display(screen, update) -> None:  # type: ignore[no-untyped-def]
-            if isinstance(update, LayoutUpdate):
-                for y, line in enumerate(update.strips, update.region.y):
-                    x = update.region.x
-                    for strip in line:
-                        self.put(x, y, strip)
-                        x += strip.cell_length
-            elif isinstance(update, ChopsUpdate):
-                for y, x1, x2 in update.spans:
-                    for end, (x, strip) in zip(update.chop_ends[y], update.chops[y].items()):
-                        if strip is None or x > x2 or end <= x1:
-                            continue
-                        if not (x2 > x >= x1 and end <= x2):
-                            strip = strip.crop(0, min(end, x2) - x)
-                        self.put(x, y, strip)
-            display(screen, update)
-
-        app._display = _display
-
-    def put(self, x: int, y: int, strip: Strip) -> None:
-        row = self.rows[y]
-        for text, style, control in strip:
-            if control:
-                continue
-            for ch in text:
-                row[x] = (ch, style)
-                if cell_len(ch) == 2:
-                    row[x + 1] = ("", style)
-                x += cell_len(ch)
-
-    @staticmethod
-    def of(strips: list[Strip], size: tuple[int, int]) -> list[list[tuple[str, object]]]:
-        screen = VirtualTerminal.__new__(VirtualTerminal)
-        screen.rows = [[(" ", None)] * size[0] for _ in range(size[1])]
-        for y, strip in enumerate(strips):
-            screen.put(0, y, strip)
-        return screen.rows
-
-
 def _fresh_render(app) -> list[Strip]:
     """The screen rendered anew, every cached line thrown away."""
     from chatui.widgets.token_view import TokenView
 
-    for widget in app.screen.walk_children(with_self=True):
-        widget._styles_cache.clear()
-        if isinstance(widget, TokenView):
-            widget._strips.clear()
-    return app.screen._compositor.render_strips()
+    for widget in app.screen.walk_children(TokenView):
+        widget._strips.clear()
+    return render_screen(app, fresh=True)
 
 
 @pytest.mark.parametrize("token_view", [False, True])
