@@ -17,6 +17,8 @@ private names chatui needs:
   ``App._fatal_error``);
 - :mod:`.markdown`: Markdown block classes from ``textual.widgets._markdown``, with a public
   fallback.
+- :mod:`.testing` (for tests and benchmarks only, not imported by the app): events delivered
+  as the terminal driver does, the updates written to the terminal, the screen rendered anew.
 
 :mod:`.gate` decides once per process whether the patches are on: only on the Textual releases
 they were tested on, unless ``CHATUI_TEXTUAL_PATCHES`` says ``off`` or ``force``. Off, chatui
