@@ -31,6 +31,7 @@ from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
 from .messages import ReplyChosen, ResponseComplete, ResponseFailed, ResponseStarted
 from .screens.chat import ChatScreen
+from .textual_compat import ReportsFatalErrors
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ SAVE_ON_EXIT_S = 10.0
 """How long quitting waits for the last autosave to be written."""
 
 
-class ChatApp(App[int]):
+class ChatApp(ReportsFatalErrors, App[int]):
     """A terminal chat with a local model, with live per-token probabilities.
 
     Args:
@@ -243,8 +244,8 @@ class ChatApp(App[int]):
 
     # ---- never a traceback on the terminal ----
 
-    def _fatal_error(self) -> None:
-        log.error("internal error", exc_info=self._exception)
+    def fatal_error_message(self, error: BaseException | None) -> str:
+        log.error("internal error", exc_info=error)
         try:
             self.save_conversation()
             self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
@@ -254,10 +255,8 @@ class ChatApp(App[int]):
             self.worker.close()
         except Exception:  # noqa: BLE001
             pass
-        self._exit_renderables.append(
-            f"chatui stopped after an internal error: {self._exception!s}. "
-            f"Details are in {self.config.resolved_log_file()}.")
-        self._close_messages_no_wait()
+        return (f"chatui stopped after an internal error: {error!s}. "
+                f"Details are in {self.config.resolved_log_file()}.")
 
 
 def _runner(screen: ChatScreen, text: str):

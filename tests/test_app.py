@@ -8,6 +8,7 @@ import pytest
 
 from chatui.app import ChatApp
 from chatui.config import AppConfig, load_remembered
+from chatui.textual_compat.testing import deliver
 from chatui.widgets.items import Notice, UserMessage
 from chatui.widgets.reply import ReplyView
 from chatui.widgets.token_view import build_units
@@ -85,9 +86,7 @@ async def tap(app, key, wait=0.05):
     """Press a key without waiting for the app to be idle (it is busy while streaming)."""
     from textual import events
 
-    event = events.Key(key, key if len(key) == 1 else None)
-    event.set_sender(app)
-    app._driver.send_message(event)
+    deliver(app, events.Key(key, key if len(key) == 1 else None))
     await asyncio.sleep(wait)
 
 
@@ -711,8 +710,7 @@ async def test_enter_right_behind_typed_keys_sends_them_all():
         text = "Write a short poem about the sea."
         keys = [events.Key(ch if ch != " " else "space", ch) for ch in text]
         for key in [*keys, events.Key("enter", "\r")]:  # as the driver delivers a burst
-            key.set_sender(app)
-            app._driver.send_message(key)
+            deliver(app, key)
         for _ in range(100):
             await pilot.pause(0.02)
             if app.chat.conversation.entries:

@@ -25,12 +25,13 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
 
 from inference.types import Token
 
 from ..conversation import Reply
 from ..recorder import Delta, TokensAdded
+from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
+                              forget_arrangement)
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
@@ -230,7 +231,7 @@ class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
         last = self.children[-1] if self.children and self.step else None
         if last is not self._filling:
             self._hand_fill_to(last)
-            self._clear_arrangement_cache()
+            forget_arrangement(self)
             self.refresh(layout=True)
 
 
