@@ -257,7 +257,7 @@ def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4), prompt_t
 
 
 def _describe(backend: Any) -> str:
-    from .fast_llama import describe
+    from .runner import describe
 
     try:
         return describe(backend.runner)

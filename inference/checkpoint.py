@@ -35,6 +35,7 @@ import torch
 
 from .backend import ProgressCallback
 from .chat import GENERIC_CHAT_TEMPLATE  # ChatML, installed on tokenizers without a template
+from .paths import hf_hub_cache, models_dir
 from .types import Progress
 
 if TYPE_CHECKING:
@@ -190,32 +191,6 @@ def resolve_device(device: str | None, dtype: str | None) -> DeviceChoice:
 
 
 # ---------------------------------------------------------------------------------------------
-# Cache directories
-
-
-def cache_root() -> Path:
-    """chatui's cache directory (``$CHATUI_CACHE_DIR`` or the platform's user cache dir)."""
-    override = os.environ.get("CHATUI_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("chatui"))
-
-
-def hf_hub_cache() -> Path:
-    """The Hugging Face hub cache, read from the environment at call time."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
-
-
-# ---------------------------------------------------------------------------------------------
 # GGUF conversion
 
 
@@ -256,7 +231,7 @@ def gguf_cache_dir(gguf: Path, progress: ProgressCallback | None = None) -> Path
     The conversion writes into a temporary sibling directory that is renamed into place only
     when complete, so an interrupted conversion never leaves a half-written cache entry.
     """
-    models = cache_root() / "models"
+    models = models_dir()
     final = models / f"{gguf.stem}-{_gguf_cache_key(gguf)}"
     if (final / _COMPLETE_MARKER).is_file():
         return final

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from .paths import kernels_dir
+
 log = logging.getLogger(__name__)
 
 KERNELS = Path(__file__).with_name("kernels")
@@ -193,9 +195,7 @@ def load_kernel() -> Q8Kernel | None:
     key = hashlib.sha256(b"\0".join([
         *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
         str(openmp).encode()]))
-    from .checkpoint import cache_root
-
-    path = cache_root() / "kernels" / f"q8-{key.hexdigest()[:20]}.so"
+    path = kernels_dir() / f"q8-{key.hexdigest()[:20]}.so"
     try:
         if not path.is_file():
             _build(cc, path, openmp)

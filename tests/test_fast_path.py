@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from inference.engine import LocalBackend
-from inference.fast_llama import (FastLlama, FastRunner, StaticKVCache, build_runner,
-                                  unsupported_reason)
 from inference import q8kernel
+from inference.fast_llama import FastLlama, FastRunner, unsupported_reason
+from inference.kv_cache import StaticKVCache
 from inference.quant import Int4Weight, Int8Weight, Q8Weight
-from inference.runner import HFRunner
+from inference.runner import HFRunner, build_runner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, RowDone, TokenBatch
 

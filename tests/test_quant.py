@@ -220,7 +220,7 @@ def test_save_load_round_trip_and_corrupt_file(tmp_path: Path):
 
 def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
     from inference import quant
-    from inference.fast_llama import build_runner
+    from inference.runner import build_runner
     from inference.types import Progress
 
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
@@ -257,7 +257,7 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     int8 output layer) measures 99.2 %: this model's decoder was Q4_1, which int4 round-trips.
     """
     from inference import quality
-    from inference.fast_llama import build_runner
+    from inference.runner import build_runner
 
     int8 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int8", precision="auto"))
