@@ -21,9 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from .decode_graph import DecodeStep, use_compile
+from .kernel_abi import Layer
 from .kv_cache import StaticKVCache
-from .q8kernel import F32_MAX_ROWS, Layer, load_kernel
-from .quant import Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available, q8_linear
+from .q8kernel import F32_MAX_ROWS, load_kernel
+from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available,
+                    q8_linear)
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -434,7 +436,7 @@ class FastLlama:
 
 
     def _c_layers(self) -> Any:
-        """The layers as ``q8kernel.Layer`` structs for ``decode_layers`` (built once), or None
+        """The layers as ``kernel_abi.Layer`` structs for ``decode_layers`` (built once), or None
         when a layer has a weight the C kernel does not take."""
         if self._c_layers_of is self.layers or not self.c_attention:
             return self._c_layer_array or None  # built for these layers (or none possible)

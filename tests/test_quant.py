@@ -70,8 +70,8 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
     """The AVX2 code (an older or smaller CPU) and the portable C code, built here for those
     CPUs, against the same float64 references: this machine only runs its own best path."""
     path = tmp_path / f"kernels-{march}.so"
-    q8kernel._build(x86_gcc, path, openmp=True, march=march)
-    kernel = q8kernel._open(path, openmp=True)
+    q8kernel.compile_library(x86_gcc, path, openmp=True, march=march)
+    kernel = q8kernel.open_library(path, openmp=True)
     assert kernel.isa == {"haswell": "avx2", "x86-64": "generic"}[march]
     torch.manual_seed(10)
     w = Q8Weight.quantize(torch.randn(40, 70))
