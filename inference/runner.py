@@ -25,6 +25,16 @@ from .types import Progress
 log = logging.getLogger(__name__)
 
 
+class RunnerError(ValueError):
+    """A runner, precision, quantization or compile mode that cannot be used for this model or
+    device: the user's choice, so ``str(exc)`` is one sentence (also ``.user_message``, which
+    the worker reports without a traceback)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.user_message = message
+
+
 class HFRunner:
     """A transformers causal LM with a dynamic KV cache."""
 
@@ -79,6 +89,9 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
                  progress: Callable[[Any], None] | None = None) -> Any:
     """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
 
+    Raises:
+        RunnerError: a choice this model or device cannot run (one sentence for the user).
+
     Args:
         quantize: "none", "int8" (weight-only; the int8 weights are cached on disk), "int4"
             (CPU only) or "auto" (``auto_quantization``).
@@ -93,11 +106,11 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
             here, reported through ``progress``, and is cached on disk.
     """
     if quantize not in QUANTIZATIONS:
-        raise ValueError(f"unknown quantization {quantize!r}; choose auto, none, int8 or int4")
+        raise RunnerError(f"Unknown quantization {quantize!r}; choose auto, none, int8 or int4.")
     if quantize == "int4" and ckpt.device.type != "cpu":
-        raise ValueError("int4 uses torch's CPU kernel; on this device use --quantize int8")
+        raise RunnerError("int4 uses torch's CPU kernel; on this device use --quantize int8.")
     if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        raise RunnerError(f"Unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}.")
     if runner == "auto":
         runner = os.environ.get("CHATUI_RUNNER", "auto") or "auto"
     model = ckpt.model
@@ -106,11 +119,12 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         quantize = auto_quantization(ckpt.device, precision, runner, reason)
     if runner == "hf" or (runner == "auto" and reason is not None):
         if quantize != "none":
-            raise ValueError(f"--quantize {quantize} needs the fast runner, which cannot run this "
-                             f"model ({reason or 'transformers runner forced'}); use --quantize none")
+            raise RunnerError(f"--quantize {quantize} needs the fast runner, which cannot run this "
+                              f"model ({reason or 'transformers runner forced'}); use --quantize "
+                              "none.")
         return HFRunner(model)
     if reason is not None:
-        raise ValueError(f"the fast runner cannot run this model: {reason}")
+        raise RunnerError(f"The fast runner cannot run this model: {reason}.")
 
     model_dtype = next(model.parameters()).dtype
     residual = None
@@ -143,7 +157,10 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         if progress:
             progress(Progress(stage, 0, 1))
         stored = load_int8(path, ckpt.device)
-    use_compile(compile, ckpt.device)  # validates the mode before any work
+    try:
+        use_compile(compile, ckpt.device)  # validates the mode before any work
+    except ValueError as exc:
+        raise RunnerError(str(exc)) from None
 
     fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
                       residual_dtype=residual, compile=compile,

@@ -15,7 +15,7 @@ from inference import q8kernel
 from inference.fast_llama import FastLlama, FastRunner, unsupported_reason
 from inference.kv_cache import StaticKVCache
 from inference.quant import Int4Weight, Int8Weight, Q8Weight
-from inference.runner import HFRunner, build_runner
+from inference.runner import HFRunner, RunnerError, build_runner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, RowDone, TokenBatch
 
@@ -54,8 +54,9 @@ def test_auto_picks_fast_and_env_forces_transformers(tiny_ckpt, monkeypatch):
     assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, FastRunner)
     monkeypatch.setenv("CHATUI_RUNNER", "hf")
     assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, HFRunner)
-    with pytest.raises(ValueError, match="fast runner"):
+    with pytest.raises(RunnerError, match="fast runner") as e:
         LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8")
+    assert e.value.user_message.endswith("use --quantize none.")  # reported without traceback
 
 
 def test_unsupported_model_falls_back():

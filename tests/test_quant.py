@@ -244,7 +244,9 @@ def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
 def test_unknown_quantization_is_refused(tiny_ckpt):
     from inference.engine import LocalBackend
 
-    with pytest.raises(ValueError, match="auto, none, int8 or int4"):
+    from inference.runner import RunnerError
+
+    with pytest.raises(RunnerError, match="auto, none, int8 or int4"):
         LocalBackend.from_checkpoint(tiny_ckpt, quantize="int3")
 
 
