@@ -258,13 +258,16 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     activations (the fallback where ours cannot build) only about 94.7 %. int4 (groups of 32,
     int8 output layer) measures 99.2 %: this model's decoder was Q4_1, which int4 round-trips.
     """
+    from conftest import skip_unless_ci
     from inference import quality
     from inference.runner import build_runner
 
+    if q8kernel.load_kernel() is None:  # the fallback's own figures are checked below
+        skip_unless_ci("chatui's kernels do not build on this machine")
     int8 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int8", precision="auto"))
     assert int8.tokens > 700
-    assert int8.top1_agreement >= (0.97 if q8kernel.load_kernel() else 0.94)
+    assert int8.top1_agreement >= 0.97
     assert int8.perplexity_increase <= 0.02
     int4 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int4", precision="auto"))
@@ -273,8 +276,7 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     # unquantized "auto": fp32 with chatui's kernels (exact), else bf16 + fp32 residual
     auto = build_runner(default_ckpt, precision="auto")
     exact = quality.measure(default_ckpt.model, default_ckpt.tokenizer, auto)
-    if q8kernel.load_kernel() is not None:
-        assert auto.dtype == torch.float32 and exact.top1_agreement >= 0.999
+    assert auto.dtype == torch.float32 and exact.top1_agreement >= 0.999
     monkeypatch.setattr(q8kernel, "load_kernel", lambda: None)
     fallback = build_runner(default_ckpt, precision="auto")
     assert fallback.dtype == torch.bfloat16 and fallback.fast.rdtype == torch.float32
