@@ -33,8 +33,14 @@ case "$cmd" in
     # The server tests (pytest -m server) run llama.cpp's OpenAI-compatible server, which pip
     # builds from source once per venv (about 10 minutes on 2 cores; skipped when installed).
     # CHATUI_SKIP_LLAMA_SERVER=1 skips the build locally (those tests then skip; CI fails them).
+    # Built for a portable x86-64 (AVX2), not -march=native: a native build on a machine with
+    # AMX died with a general protection fault in libggml-cpu on its first token (seen here,
+    # 2026-11-25). The flags are part of the stamp, and pip's wheel cache is bypassed, so a
+    # build made with other flags is rebuilt.
     llama_cpp=0.3.36
-    if [ -z "${CHATUI_SKIP_LLAMA_SERVER:-}" ] && ! "$VENV/bin/python" - "$llama_cpp" 2>/dev/null <<'PY'
+    llama_flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    llama_stamp=$VENV/.llama-cpp-build
+    if [ -z "${CHATUI_SKIP_LLAMA_SERVER:-}" ] && { [ "$(cat "$llama_stamp" 2>/dev/null)" != "$llama_cpp $llama_flags" ] || ! "$VENV/bin/python" - "$llama_cpp" 2>/dev/null; } <<'PY'
 import importlib.metadata as md, importlib.util as iu, sys
 assert md.version("llama-cpp-python") == sys.argv[1]
 assert all(iu.find_spec(m) for m in ("fastapi", "uvicorn", "sse_starlette", "pydantic_settings",
@@ -42,9 +48,11 @@ assert all(iu.find_spec(m) for m in ("fastapi", "uvicorn", "sse_starlette", "pyd
 PY
     then
       echo "chatui: building llama-cpp-python $llama_cpp for the server tests (once)..." >&2
-      CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} "$VENV/bin/python" -m pip \
-        install --disable-pip-version-check -q "llama-cpp-python[server]==$llama_cpp" \
-        2> >(grep -v "is ignored" >&2)
+      lpip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored" >&2); }
+      CMAKE_ARGS="$llama_flags" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+        lpip install --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$llama_cpp"
+      lpip install "llama-cpp-python[server]==$llama_cpp"
+      echo "$llama_cpp $llama_flags" > "$llama_stamp"
     fi
     exec "$VENV/bin/python" -m pytest "$@" ;;
   setup) ;;
