@@ -200,3 +200,4 @@ async def test_selection_copies_the_drawn_text_and_update_redraws():
         assert new.source.startswith("# one")
         assert new.size.height != height
         assert "three" in new.lines(new.size.width).text
+
