@@ -41,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -196,8 +196,13 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                       terminal: bool = True, types_between: tuple[int, int] | None = None,
                       measure_last: bool = True, clear: bool = True,
                       on_sample: Callable[[Sample], None] | None = None,
-                      inspect: Callable[[object], None] | None = None) -> SessionReport:
-    """Run ``replies`` scripted replies in one app and measure (see the module docstring)."""
+                      inspect: Callable[[object], None] | None = None,
+                      after_reply: Callable[[object], Awaitable[None]] | None = None,
+                      ) -> SessionReport:
+    """Run ``replies`` scripted replies in one app and measure (see the module docstring).
+
+    ``inspect(app)`` runs after the last reply; ``after_reply(app)`` after each one (to try
+    a change to finished replies before it is wired in)."""
     from chatui import transcript
     from chatui.app import ChatApp
     from chatui.config import AppConfig
@@ -257,6 +262,8 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                     report.gc_longest_stream = timer.longest(since)
                     report.gc_passes_stream = len(timer.passes) - since
                 await _wait_idle(app, pilot)
+                if after_reply is not None:
+                    await after_reply(app)
                 if types_between is not None and n == types_between[0]:
                     timer.ours = True
                     types_before = type_counts()

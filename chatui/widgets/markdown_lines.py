@@ -463,8 +463,8 @@ class MarkdownLines(Widget):
 
     def _drawn_now(self) -> None:
         """Note that this widget drew lines; the widgets that drew longest ago and are off
-        screen now drop Textual's own cache of their drawn lines (``refresh`` clears it): a
-        widget scrolled away keeps no strip at all."""
+        screen now drop Textual's own cache of their drawn lines (``refresh`` clears it), and
+        so do their containers: a reply scrolled away keeps no strip at all."""
         drawn = MarkdownLines._drawn
         drawn.pop(self._uid, None)
         drawn[self._uid] = weakref.ref(self)
@@ -476,9 +476,19 @@ class MarkdownLines(Widget):
                 del drawn[uid]
             elif not widget._visible():
                 del drawn[uid]
-                widget.refresh()
+                widget._forget_drawn_lines()
             if len(drawn) <= DRAWN_WIDGETS:
                 break
+
+    def _forget_drawn_lines(self) -> None:
+        """Drop Textual's caches of drawn lines here and in the containers up to the one that
+        scrolls (a reply view with a border keeps a strip per line of its height)."""
+        self.refresh()
+        for ancestor in self.ancestors:
+            if not isinstance(ancestor, Widget) or \
+                    ancestor.styles.overflow_y in ("auto", "scroll"):
+                break
+            ancestor.refresh()
 
     def _visible(self) -> bool:
         try:
