@@ -14,7 +14,9 @@ one, paced like a local model (``--delay-ms``, 20 ms = 50 tok/s), while a key is
   collector pass (timed with ``gc.callbacks``) during it and over the whole run;
 - the CPU one save of the whole transcript costs after the last reply (what today's autosave
   does on its thread after every reply);
-- how long ``/clear`` takes, and the memory after it;
+- how long drawing each page takes while PageUp scrolls from the bottom to the top;
+- how long ``/load`` of the session's own transcript takes (the old conversation goes, the
+  loaded one is drawn), then ``/clear``, and the memory after it;
 - with ``--types``: the types that grew most between two samples (what a reply keeps alive).
 
 ``--gc-policy off`` switches :mod:`chatui.gcpolicy` off (its functions become no-ops), to see
@@ -24,8 +26,9 @@ what a reply keeps alive without freezing.
         [--delay-ms 20] [--types] [--no-terminal]
 
 Targets (issue 21): at most 0.5 MB of RSS and 3,000 tracked objects per reply; echo p99 at most
-50 ms, max 100 ms; no collector pass over 20 ms; ``/clear`` at most 300 ms; a save after the
-200th reply at most 20 ms of CPU.
+50 ms, max 100 ms; no collector pass over 20 ms; ``/clear`` and ``/load`` at most 300 ms (a
+200-reply transcript's last screen within 1 s); every PageUp page within 30 ms; a save after
+the 200th reply at most 20 ms of CPU.
 """
 
 from __future__ import annotations
@@ -155,6 +158,8 @@ class SessionReport:
     gc_longest_all: tuple[float, int] = (0.0, -1)
     gc_passes_stream: int = 0
     save_cpu_ms: float = 0.0
+    page_ms: list[float] = field(default_factory=list)
+    load_ms: float = 0.0
     clear_ms: float = 0.0
     after_clear: Sample | None = None
     type_growth: list[tuple[str, int]] = field(default_factory=list)
@@ -194,7 +199,7 @@ async def _wait_idle(app, pilot) -> None:
 
 async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                       terminal: bool = True, types_between: tuple[int, int] | None = None,
-                      measure_last: bool = True, clear: bool = True,
+                      measure_last: bool = True, clear: bool = True, scroll: bool = True,
                       on_sample: Callable[[Sample], None] | None = None,
                       inspect: Callable[[object], None] | None = None,
                       after_reply: Callable[[object], Awaitable[None]] | None = None,
@@ -279,11 +284,24 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
             if inspect is not None:
                 inspect(app)
             report.gc_longest_all = timer.longest()
+            if scroll:  # bottom to top, a page at a time, each until it is drawn
+                log_view = chat.log_view
+                while log_view.scroll_y > 0 and len(report.page_ms) < 10_000:
+                    t0 = time.perf_counter()
+                    log_view.scroll_page_up(animate=False)
+                    await pilot.pause()
+                    report.page_ms.append((time.perf_counter() - t0) * 1000)
             with tempfile.TemporaryDirectory() as tmp:
                 conv = chat.conversation.snapshot()
+                saved = Path(tmp) / "t.json"
                 t0 = time.thread_time()
-                transcript.save_transcript(conv, Path(tmp) / "t.json")
+                transcript.save_transcript(conv, saved)
                 report.save_cpu_ms = (time.thread_time() - t0) * 1000
+                if clear:  # the same conversation again: the old one goes, all of it comes
+                    t0 = time.perf_counter()
+                    await chat.run_command(f"/load {saved}")
+                    await pilot.pause()
+                    report.load_ms = (time.perf_counter() - t0) * 1000
             if clear:
                 t0 = time.perf_counter()
                 await chat.run_command("/clear")
@@ -305,7 +323,7 @@ def _pct(values: list[float], q: float) -> float:
 def print_report(report: SessionReport) -> None:
     s = report.samples
     if len(s) >= 2:
-        first = next((x for x in s if x.replies >= 10), s[0])
+        first = next((x for x in s[:-1] if x.replies >= 10), s[0])
         mb, objs = report.per_reply(first, s[-1])
         print(f"per reply after reply {first.replies}: {mb:.2f} MB, {objs:,.0f} objects kept "
               f"alive (target <= 0.5 MB, <= 3,000)")
@@ -321,6 +339,13 @@ def print_report(report: SessionReport) -> None:
           f"(target <= 20 ms)")
     print(f"saving the whole transcript after the last reply: {report.save_cpu_ms:.0f} ms "
           f"of CPU (target <= 20 ms)")
+    if report.page_ms:
+        ms = report.page_ms
+        print(f"PageUp from the bottom to the top: {len(ms)} pages, median "
+              f"{statistics.median(ms):.1f} ms, max {max(ms):.1f} ms each (target <= 30 ms)")
+    if report.load_ms:
+        print(f"/load of the {report.samples[-1].replies}-reply transcript over itself: "
+              f"{report.load_ms:.0f} ms (target: last screen within 1 s)")
     if report.after_clear is not None:
         a = report.after_clear
         print(f"/clear: {report.clear_ms:.0f} ms (target <= 300 ms); after it {a.rss_mb:.0f} MB,"

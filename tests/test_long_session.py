@@ -65,7 +65,7 @@ async def test_a_finished_reply_keeps_few_objects_alive():
         gc.unfreeze()  # what was frozen and has died since is found now
         dead_frozen.append(gc.collect())
 
-    await bench.run_session(40, every=10, measure_last=False, clear=False, terminal=False,
-                            on_sample=check, inspect=frozen_garbage)
+    await bench.run_session(40, every=10, measure_last=False, clear=False, scroll=False,
+                            terminal=False, on_sample=check, inspect=frozen_garbage)
     assert set(seen) >= {20, 40}
     assert dead_frozen[0] < 100, f"{dead_frozen[0]:,} frozen objects had died"
