@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 
-import pytest
 from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
 from textual.selection import Selection

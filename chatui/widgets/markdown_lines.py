@@ -21,9 +21,12 @@ followed by a blank line (margins collapse as in a vertical layout); bullets ``�
 depth and right-aligned numbers; fenced code highlighted by Textual's own highlighter, padded
 1 2, cropped (not wrapped) at the width, on the fence's background; quotes with a ``▌`` border
 and the ``$boost`` background; inline code, emphasis, strong and strikethrough styled as
-Textual styles them. Differences (documented in docs/long-sessions.md): a table's columns are
-equal and its cells wrap on their own; links are not clickable (the reply view opens none
-either).
+Textual styles them. Differences (documented in docs/long-sessions.md): translucent
+backgrounds (inline code, quotes) blend a few colour steps apart; links are not clickable (the
+reply view opens none either); a wide table has no horizontal scroll.
+
+``MarkdownFence.highlight`` (a public classmethod of Textual's Markdown fence) colours code,
+so fences look as they do while streaming.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Callable, ClassVar, Iterable, Sequence
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token as MdToken
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual.cache import LRUCache
@@ -46,9 +50,7 @@ from textual.selection import Selection
 from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
-from textual.widgets._markdown import MarkdownFence
-
-from rich.cells import cell_len
+from textual.widgets.markdown import MarkdownFence
 
 DRAWN_WIDGETS = 8
 """Widgets that keep Textual's cache of their drawn lines: those on screen, and the most
@@ -64,8 +66,6 @@ QUOTE_BORDER = "▌"
 _PARSER = MarkdownIt("gfm-like")
 """The parser Textual's Markdown uses (on the event loop only: its linkify state is not
 thread-safe)."""
-
-ParseStyle = Callable[[str | Style], Style]
 
 
 # ---- layout: Markdown source -> lines of styled Content ----
