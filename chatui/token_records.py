@@ -37,7 +37,8 @@ _HAS_GLYPH = 16
 
 
 class _Strings:
-    """Many strings in one: appended pieces are joined when read (amortised)."""
+    """Many strings in one: appended pieces wait in a list until a read needs the joined
+    text (reading one of them does not), so appending while streaming stays cheap."""
 
     __slots__ = ("_joined", "_pending", "ends")
 
@@ -59,8 +60,11 @@ class _Strings:
         return self._joined
 
     def get(self, i: int) -> str:
+        pending = len(self._pending)
+        if i >= len(self.ends) - pending:  # not joined yet: no copy of the whole text
+            return self._pending[i - (len(self.ends) - pending)]
         start = self.ends[i - 1] if i > 0 else 0
-        return self.joined[start:self.ends[i]]
+        return self._joined[start:self.ends[i]]
 
     def span(self, start: int, end: int) -> str:
         """Strings ``start`` to ``end`` (exclusive), joined."""

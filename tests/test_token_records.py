@@ -66,6 +66,8 @@ def test_append_in_batches_then_truncate_as_continue_from_alternative_does():
     records = TokenRecords()
     for start in range(0, len(tokens), 7):
         records.extend(tokens[start:start + 7])  # one TokenBatch's tokens at a time
+        # read some joined, some still pending
+        assert records[0] == tokens[0] and records[-1] == tokens[len(records) - 1]
         assert records.text() == "".join(t.text for t in tokens[:start + 7])
     position = 20
     chosen = Token(position, None, "x", -1.0, 0.5, tokens[position].top)
