@@ -25,7 +25,14 @@ async def test_footer_lets_its_old_keys_go():
         def compose(self) -> ComposeResult:
             yield self.footer()
 
+    def count() -> int:
+        gc.collect()
+        return sum(type(o) is FooterKey for o in gc.get_objects())
+
     async def keys_alive(footer: type[Footer]) -> int:
+        """Footer keys this app made that are still alive (other tests' apps may have left
+        some of their own)."""
+        before = count()
         app = WithFooter(footer)
         async with app.run_test() as pilot:
             for _ in range(10):  # what each change of the screen's bindings does
@@ -33,8 +40,7 @@ async def test_footer_lets_its_old_keys_go():
                 footer.call_later(footer.recompose)
                 await pilot.pause()
                 await pilot.pause()
-            gc.collect()
-            return sum(type(o) is FooterKey for o in gc.get_objects())
+            return count() - before
 
     ours, textuals = await keys_alive(ChatFooter), await keys_alive(Footer)
     assert ours <= 3  # the keys on screen
