@@ -1,0 +1,263 @@
+"""A reply's per-token data in a few flat arrays instead of an object per token and per
+alternative.
+
+Today a reply keeps a :class:`~inference.types.Token` per token and an
+:class:`~inference.types.Alternative` per top-k alternative, with a tuple holding them: with
+top-5 alternatives, 7 objects tracked by the garbage collector per token (~2,300 for a reply
+of ~330 tokens; measured in docs/long-sessions.md), each walked by every full collection for
+as long as the conversation lives.
+
+:class:`TokenRecords` keeps the same data in ``array`` columns and joined strings (a dozen
+objects, whatever the reply's length) and makes :class:`Token` objects only when asked
+(indexing, iterating, slicing), so the token view, the inspector, exports, transcripts and
+continue-from-alternative keep reading tokens as they do today. It reads like a list of
+tokens: ``len``, indexing (negative too), slices (a list of tokens), iteration, ``extend``
+and ``append`` (a :class:`~inference.types.TokenBatch`'s tokens), and :meth:`truncate` for
+what ``reply.tokens[:] = reply.tokens[:n] + [chosen]`` did. Cheap column reads
+(:meth:`text_at`, :meth:`logprob_at`, :meth:`is_special`...) serve the hot paths without making
+a token.
+
+Absent values round-trip: a presence flag per optional field (``id``, ``logprob``,
+``entropy``, ``glyph_start``); an alternative's ``id`` of None is stored as -1 (token ids are
+never negative).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Iterable, Iterator, Sequence, overload
+
+from inference.types import Alternative, Token
+
+_SPECIAL = 1
+_HAS_ID = 2
+_HAS_LOGPROB = 4
+_HAS_ENTROPY = 8
+_HAS_GLYPH = 16
+
+
+class _Strings:
+    """Many strings in one: appended pieces wait in a list until a read needs the joined
+    text (reading one of them does not), so appending while streaming stays cheap."""
+
+    __slots__ = ("_joined", "_pending", "ends")
+
+    def __init__(self) -> None:
+        self._joined = ""
+        self._pending: list[str] = []
+        self.ends = array("Q")
+        """Where each string ends in the joined text."""
+
+    def append(self, text: str) -> None:
+        self._pending.append(text)
+        self.ends.append((self.ends[-1] if self.ends else 0) + len(text))
+
+    @property
+    def joined(self) -> str:
+        if self._pending:
+            self._joined += "".join(self._pending)
+            self._pending.clear()
+        return self._joined
+
+    def get(self, i: int) -> str:
+        pending = len(self._pending)
+        if i >= len(self.ends) - pending:  # not joined yet: no copy of the whole text
+            return self._pending[i - (len(self.ends) - pending)]
+        start = self.ends[i - 1] if i > 0 else 0
+        return self._joined[start:self.ends[i]]
+
+    def span(self, start: int, end: int) -> str:
+        """Strings ``start`` to ``end`` (exclusive), joined."""
+        if end <= start:
+            return ""
+        first = self.ends[start - 1] if start > 0 else 0
+        return self.joined[first:self.ends[end - 1]]
+
+    def truncate(self, n: int) -> None:
+        keep = self.ends[n - 1] if n > 0 else 0
+        self._joined = self.joined[:keep]
+        del self.ends[n:]
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def copy(self) -> _Strings:
+        out = _Strings()
+        out._joined = self.joined
+        out.ends = array("Q", self.ends)
+        return out
+
+
+class TokenRecords(Sequence[Token]):
+    """A reply's tokens in columns (see the module docstring)."""
+
+    __slots__ = ("_index", "_ids", "_flags", "_logprobs", "_entropies", "_glyph", "_texts",
+                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts")
+
+    def __init__(self, tokens: Iterable[Token] = ()) -> None:
+        self._index = array("q")
+        self._ids = array("q")
+        self._flags = bytearray()
+        self._logprobs = array("d")
+        self._entropies = array("d")
+        self._glyph = array("q")
+        self._texts = _Strings()
+        self._raws = _Strings()
+        self._top_ends = array("Q")
+        """Where each token's alternatives end in the alternative columns."""
+        self._alt_ids = array("q")
+        self._alt_logprobs = array("d")
+        self._alt_texts = _Strings()
+        self.extend(tokens)
+
+    # ---- adding ----
+
+    def append(self, token: Token) -> None:
+        """Add one token at the end."""
+        flags = _SPECIAL if token.special else 0
+        self._index.append(token.index)
+        if token.id is not None:
+            flags |= _HAS_ID
+        self._ids.append(token.id if token.id is not None else 0)
+        if token.logprob is not None:
+            flags |= _HAS_LOGPROB
+        self._logprobs.append(token.logprob if token.logprob is not None else 0.0)
+        if token.entropy is not None:
+            flags |= _HAS_ENTROPY
+        self._entropies.append(token.entropy if token.entropy is not None else 0.0)
+        if token.glyph_start is not None:
+            flags |= _HAS_GLYPH
+        self._glyph.append(token.glyph_start if token.glyph_start is not None else 0)
+        self._flags.append(flags)
+        self._texts.append(token.text)
+        self._raws.append(token.raw)
+        for alt in token.top:
+            self._alt_ids.append(-1 if alt.id is None else alt.id)
+            self._alt_logprobs.append(alt.logprob)
+            self._alt_texts.append(alt.text)
+        self._top_ends.append(len(self._alt_ids))
+
+    def extend(self, tokens: Iterable[Token]) -> None:
+        """Add tokens at the end (e.g. a :class:`~inference.types.TokenBatch`'s)."""
+        for token in tokens:
+            self.append(token)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` tokens only."""
+        n = max(0, min(n, len(self)))
+        alts = self._top_ends[n - 1] if n > 0 else 0
+        for column in (self._index, self._ids, self._logprobs, self._entropies, self._glyph,
+                       self._top_ends):
+            del column[n:]
+        del self._flags[n:]
+        self._texts.truncate(n)
+        self._raws.truncate(n)
+        del self._alt_ids[alts:]
+        del self._alt_logprobs[alts:]
+        self._alt_texts.truncate(alts)
+
+    # ---- reading columns (no Token made) ----
+
+    def _at(self, i: int) -> int:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("token index out of range")
+        return i
+
+    def text_at(self, i: int) -> str:
+        return self._texts.get(self._at(i))
+
+    def raw_at(self, i: int) -> str:
+        return self._raws.get(self._at(i))
+
+    def is_special(self, i: int) -> bool:
+        return bool(self._flags[self._at(i)] & _SPECIAL)
+
+    def logprob_at(self, i: int) -> float | None:
+        i = self._at(i)
+        return self._logprobs[i] if self._flags[i] & _HAS_LOGPROB else None
+
+    def id_at(self, i: int) -> int | None:
+        i = self._at(i)
+        return self._ids[i] if self._flags[i] & _HAS_ID else None
+
+    def ids(self) -> tuple[int | None, ...]:
+        """Every token's id (None where unknown), for a continuation prefix."""
+        return tuple(self._ids[i] if self._flags[i] & _HAS_ID else None
+                     for i in range(len(self)))
+
+    def text(self, start: int = 0, end: int | None = None, *,
+             skip_special: bool = True) -> str:
+        """The text of tokens ``start`` to ``end`` (the reply's text when special tokens are
+        skipped, as the chat screen builds it)."""
+        end = len(self) if end is None else min(end, len(self))
+        if not skip_special or not any(f & _SPECIAL for f in self._flags[start:end]):
+            return self._texts.span(start, end)
+        return "".join(self._texts.get(i) for i in range(start, end)
+                       if not self._flags[i] & _SPECIAL)
+
+    def alternatives(self, i: int) -> tuple[Alternative, ...]:
+        i = self._at(i)
+        start = self._top_ends[i - 1] if i > 0 else 0
+        return tuple(Alternative(None if self._alt_ids[k] < 0 else self._alt_ids[k],
+                                 self._alt_texts.get(k), self._alt_logprobs[k])
+                     for k in range(start, self._top_ends[i]))
+
+    # ---- reading tokens ----
+
+    def token(self, i: int) -> Token:
+        """Token ``i``, made now (equal to the one appended)."""
+        i = self._at(i)
+        flags = self._flags[i]
+        return Token(
+            index=self._index[i],
+            id=self._ids[i] if flags & _HAS_ID else None,
+            text=self._texts.get(i),
+            logprob=self._logprobs[i] if flags & _HAS_LOGPROB else None,
+            entropy=self._entropies[i] if flags & _HAS_ENTROPY else None,
+            top=self.alternatives(i),
+            special=bool(flags & _SPECIAL),
+            glyph_start=self._glyph[i] if flags & _HAS_GLYPH else None,
+            raw=self._raws.get(i),
+        )
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    @overload
+    def __getitem__(self, i: int) -> Token: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Token]: ...
+
+    def __getitem__(self, i: int | slice) -> Token | list[Token]:
+        if isinstance(i, slice):
+            return [self.token(k) for k in range(*i.indices(len(self)))]
+        return self.token(i)
+
+    def __iter__(self) -> Iterator[Token]:
+        for i in range(len(self)):
+            yield self.token(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (TokenRecords, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __repr__(self) -> str:
+        return f"TokenRecords({len(self)} tokens)"
+
+    def copy(self) -> TokenRecords:
+        """An independent copy (what a snapshot for saving needs), column by column."""
+        out = TokenRecords()
+        for name in ("_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
+                     "_alt_ids", "_alt_logprobs"):
+            setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
+        out._flags = bytearray(self._flags)
+        for name in ("_texts", "_raws", "_alt_texts"):
+            setattr(out, name, getattr(self, name).copy())
+        return out

@@ -1,0 +1,47 @@
+"""The footer, without the footer keys Textual 8 keeps alive after every change of bindings.
+
+Textual's :class:`~textual.widgets.Footer` recomposes whenever the screen's bindings change
+(the chat screen changes them twice per reply: when it starts and when it ends) and binds each
+new ``FooterKey`` to its ``compact`` reactive with ``data_bind``. Each binding adds a watcher
+``(key, callback)`` to a list on the footer that Textual prunes of closed keys only when
+``compact`` changes, which it never does: the removed keys stay alive, ~20 widgets of ~270
+tracked objects per reply (~5,400 objects per reply, a quarter of what a finished reply kept
+alive; measured with ``benchmarks/bench_long.py``, see docs/long-sessions.md).
+
+:class:`ChatFooter` drops the watchers of keys that are no longer attached after each
+recompose. The watcher list is a private attribute of Textual's reactive machinery
+(``__watchers``, textual 8.2.8), touched only here and only on Textual 8.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+from textual.dom import DOMNode
+from textual.widgets import Footer
+
+_TEXTUAL_MAJOR = version("textual").split(".")[0]
+
+
+def drop_detached_watchers(node: DOMNode, attribute: str) -> int:
+    """Forget the watchers of ``node.attribute`` whose watching node is no longer attached;
+    returns how many were dropped (0 on a Textual whose internals this does not know)."""
+    if _TEXTUAL_MAJOR != "8":
+        return 0
+    watchers = getattr(node, "__watchers", {}).get(attribute)
+    if not watchers:
+        return 0
+    kept = [(watcher, callback) for watcher, callback in watchers
+            if getattr(watcher, "is_attached", True)]
+    dropped = len(watchers) - len(kept)
+    watchers[:] = kept
+    return dropped
+
+
+class ChatFooter(Footer):
+    """A :class:`~textual.widgets.Footer` that lets its old keys go (see the module
+    docstring)."""
+
+    async def recompose(self) -> None:
+        await super().recompose()
+        drop_detached_watchers(self, "compact")

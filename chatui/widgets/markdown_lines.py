@@ -1,0 +1,584 @@
+"""A finished reply's Markdown drawn through Textual's line API, light enough for a day of chat.
+
+Today a finished reply stays a tree of Textual Markdown widgets: ~46 widgets per reply of ~330
+tokens (a widget per paragraph, list item, bullet, their Horizontal/Vertical containers...),
+each with its message queue, styles, box-model and render caches, and every rendered line as a
+``Strip`` with seven ``FIFOCache`` objects. Measured (``benchmarks/bench_long.py --types``,
+docs/long-sessions.md): ~12,000 objects tracked by the garbage collector per reply for the
+Markdown alone.
+
+:class:`MarkdownLines` is one widget per reply. It keeps the source text and, for the width it
+was last drawn at, a :class:`LineStore`: the lines' plain text as one string and their style
+runs in ``array`` objects (which the collector does not track) with a small table of styles.
+:meth:`MarkdownLines.render_line` builds a line's ``Strip`` on demand; strips live in one
+bounded LRU cache shared by every :class:`MarkdownLines` (:data:`STRIP_CACHE`), so a widget
+off screen keeps no strip at all. A width, theme or style change rebuilds the store once.
+
+The layout imitates Textual's Markdown (textual 8.2.8, its DEFAULT_CSS) so that a finished
+reply looks as it did while it streamed: headers with a margin of 2 above (h1, h2) or 1
+(h3-h6) and 1 below, in the theme's ``$markdown-hN-*`` colours; top-level paragraphs and lists
+followed by a blank line (margins collapse as in a vertical layout); bullets ``• ▪ ‣ ⭑ ◦`` by
+depth and right-aligned numbers; fenced code highlighted by Textual's own highlighter, padded
+1 2, cropped (not wrapped) at the width, on the fence's background; quotes with a ``▌`` border
+and the ``$boost`` background; inline code, emphasis, strong and strikethrough styled as
+Textual styles them. Differences (documented in docs/long-sessions.md): translucent
+backgrounds (inline code, quotes) blend a few colour steps apart; links are not clickable (the
+reply view opens none either); a wide table has no horizontal scroll.
+
+``MarkdownFence.highlight`` (a public classmethod of Textual's Markdown fence) colours code,
+so fences look as they do while streaming.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import weakref
+from array import array
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Iterable, Sequence
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token as MdToken
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style as RichStyle
+from textual.cache import LRUCache
+from textual.content import Content, Span
+from textual.geometry import Size
+from textual.selection import Selection
+from textual.strip import Strip
+from textual.style import Style
+from textual.widget import Widget
+from textual.widgets.markdown import MarkdownFence
+
+DRAWN_WIDGETS = 8
+"""Widgets that keep Textual's cache of their drawn lines: those on screen, and the most
+recently drawn others up to this count."""
+STRIP_CACHE = 128
+"""Rendered lines kept for all :class:`MarkdownLines` together (a few screens' worth)."""
+
+BULLETS = ("• ", "▪ ", "‣ ", "⭑ ", "◦ ")
+"""Bullets by list depth, as Textual's Markdown draws them."""
+
+QUOTE_BORDER = "▌"
+
+_PARSER = MarkdownIt("gfm-like")
+"""The parser Textual's Markdown uses (on the event loop only: its linkify state is not
+thread-safe)."""
+
+
+# ---- layout: Markdown source -> lines of styled Content ----
+
+
+@dataclass
+class _Block:
+    """A laid-out block: its lines and its vertical margins (collapsed with its neighbours')."""
+
+    top: int
+    lines: list[Content]
+    bottom: int
+
+
+def inline_content(token: MdToken) -> Content:
+    """An inline token as Content, with the span names Textual's MarkdownBlock uses
+    (``.code_inline``, ``.em``, ``.strong``, ``.s``); links keep their text."""
+    if token.children is None:
+        return Content(token.content or "")
+    parts: list[str] = []
+    spans: list[Span] = []
+    stack: list[tuple[str | None, int]] = []
+    position = 0
+
+    def add(text: str) -> None:
+        nonlocal position
+        parts.append(text)
+        position += len(text)
+
+    for child in token.children:
+        kind = child.type
+        if kind == "text":
+            add(re.sub(r"\s+", " ", child.content))
+        elif kind == "hardbreak":
+            add("\n")
+        elif kind == "softbreak":
+            add(" ")
+        elif kind == "code_inline":
+            start = position
+            add(child.content)
+            spans.append(Span(start, position, ".code_inline"))
+        elif kind in ("em_open", "strong_open", "s_open"):
+            stack.append(("." + kind[:-5], position))
+        elif kind in ("link_open",):
+            stack.append((None, position))
+        elif kind == "image":
+            add("🖼  " + (f"({child.attrs.get('alt', '')})" if child.attrs.get("alt") else ""))
+        elif kind == "html_inline":
+            add(child.content)
+        elif kind.endswith("_close") and stack:
+            style, start = stack.pop()
+            if style is not None and position > start:
+                spans.append(Span(start, position, style))
+    return Content("".join(parts), spans=spans)
+
+
+def _pad(line: Content, width: int) -> Content:
+    return line.pad_right(max(0, width - line.cell_length))
+
+
+def _center(line: Content, width: int) -> Content:
+    return line.pad_left(max(0, (width - line.cell_length) // 2))
+
+
+def _crop(line: Content, width: int) -> Content:
+    if line.cell_length <= width:
+        return line
+    cut, used = 0, 0
+    for ch in line.plain:
+        used += cell_len(ch)
+        if used > width:
+            break
+        cut += 1
+    return line[:cut]
+
+
+def _join(blocks: Sequence[_Block]) -> list[Content]:
+    """Blocks stacked with collapsed margins (the larger of two neighbouring margins); the
+    first block's top margin and the last one's bottom margin are kept."""
+    out: list[Content] = []
+    previous = 0
+    for n, block in enumerate(blocks):
+        gap = block.top if n == 0 else max(previous, block.top)
+        out.extend(Content("") for _ in range(gap))
+        out.extend(block.lines)
+        previous = block.bottom
+    if blocks:
+        out.extend(Content("") for _ in range(previous))
+    return out
+
+
+def _closing(tokens: Sequence[MdToken], start: int) -> int:
+    """Index of the token that closes the one at ``start``."""
+    level = 0
+    for i in range(start, len(tokens)):
+        level += tokens[i].nesting
+        if level == 0:
+            return i
+    return len(tokens) - 1
+
+
+class _Layout:
+    """Lays out parsed Markdown at a width (see the module docstring for the rules)."""
+
+    def __init__(self, highlight: Callable[[str, str], Content]) -> None:
+        self.highlight = highlight
+
+    def blocks(self, tokens: Sequence[MdToken], width: int, *, top_level: bool,
+               in_list: bool, depth: int) -> list[_Block]:
+        width = max(1, width)
+        out: list[_Block] = []
+        i = 0
+        while i < len(tokens):
+            token = tokens[i]
+            kind = token.type
+            end = _closing(tokens, i) if token.nesting == 1 else i
+            inner = tokens[i + 1:end]
+            if kind == "heading_open":
+                level = int(token.tag[1:])
+                text = inline_content(inner[0]) if inner else Content("")
+                # the header's style on its text only (Textual underlines no padding)
+                lines = [_pad(_center(line.stylize(f".h{level}"), width) if level == 1
+                              else line.stylize(f".h{level}"), width)
+                         for line in text.wrap(width)]
+                out.append(_Block(2 if level <= 2 else 1, lines, 1))
+            elif kind == "paragraph_open":
+                text = inline_content(inner[0]) if inner else Content("")
+                out.append(_Block(0, text.wrap(width), 1 if top_level else 0))
+            elif kind in ("bullet_list_open", "ordered_list_open"):
+                lines = self._list(inner, width, ordered=kind == "ordered_list_open",
+                                   depth=depth)
+                out.append(_Block(0, lines, 0 if in_list else 1))
+            elif kind in ("fence", "code_block"):
+                out.append(_Block(1, self._fence(token, width), 1))
+            elif kind == "blockquote_open":
+                out.append(_Block(1, self._quote(inner, width, depth), 1))
+            elif kind == "hr":
+                out.append(_Block(0, [Content(""), Content("─" * width).stylize(".hr")], 1))
+            elif kind == "table_open":
+                out.append(_Block(0, self._table(inner, width), 1))
+            elif kind == "html_block":
+                out.append(_Block(0, Content(token.content.rstrip("\n")).wrap(width),
+                                  1 if top_level else 0))
+            i = end + 1
+        return out
+
+    def lines(self, tokens: Sequence[MdToken], width: int, *, top_level: bool = True,
+              in_list: bool = False, depth: int = 0) -> list[Content]:
+        return _join(self.blocks(tokens, width, top_level=top_level, in_list=in_list,
+                                 depth=depth))
+
+    def _list(self, tokens: Sequence[MdToken], width: int, *, ordered: bool,
+              depth: int) -> list[Content]:
+        items: list[Sequence[MdToken]] = []
+        infos: list[str] = []
+        i = 0
+        while i < len(tokens):
+            end = _closing(tokens, i)
+            if tokens[i].type == "list_item_open":
+                items.append(tokens[i + 1:end])
+                infos.append(tokens[i].info)
+            i = end + 1
+        if ordered:
+            try:
+                first = int(infos[0]) if infos else 1
+            except ValueError:
+                first = 1
+            labels = [f"{n}. " for n in range(first, first + len(items))]
+            size = max((len(label) for label in labels), default=0)
+            symbols = [label.rjust(size + 1) for label in labels]
+        else:
+            symbols = [BULLETS[depth % len(BULLETS)]] * len(items)
+        out: list[Content] = []
+        for symbol, item in zip(symbols, items):
+            room = width - cell_len(symbol)
+            body = self.lines(item, room, top_level=False, in_list=True,
+                              depth=depth + (not ordered))
+            body = body or [Content("")]
+            for n, line in enumerate(body):
+                head = Content(symbol).stylize(".bullet") if n == 0 else \
+                    Content(" " * cell_len(symbol))
+                out.append(head + line)
+        return out
+
+    def _fence(self, token: MdToken, width: int) -> list[Content]:
+        code = token.content[:-1] if token.content.endswith("\n") else token.content
+        highlighted = self.highlight(code, token.info.strip().split(" ")[0] if token.info else "")
+        blank = Content(" " * width).stylize(".fence")
+        lines = [blank]
+        for line in highlighted.split("\n"):
+            line = _crop(Content("  ") + line.expand_tabs(4), width)
+            lines.append(_pad(line, width).stylize_before(".fence"))
+        lines.append(blank)
+        return lines
+
+    def _quote(self, tokens: Sequence[MdToken], width: int, depth: int) -> list[Content]:
+        body = self.lines(tokens, max(1, width - 3), top_level=False, depth=depth)
+        border = Content(QUOTE_BORDER).stylize(".quote").stylize(".quote_border")
+        return [border + _pad(Content(" ") + line, width - 1).stylize_before(".quote")
+                for line in body]
+
+    def _table(self, tokens: Sequence[MdToken], width: int) -> list[Content]:
+        """A grid of equal columns across the width, as Textual's Markdown draws tables."""
+        rows: list[tuple[bool, list[Content]]] = []
+        cells: list[Content] = []
+        header = False
+        for token in tokens:
+            if token.type == "thead_open":
+                header = True
+            elif token.type == "tbody_open":
+                header = False
+            elif token.type == "tr_open":
+                cells = []
+            elif token.type == "inline":
+                cells.append(inline_content(token))
+            elif token.type == "tr_close":
+                rows.append((header, cells))
+        columns = max((len(r) for _, r in rows), default=0)
+        if not columns:
+            return []
+        # each column as wide as its widest cell (padded 0 1), then all scaled together to
+        # fill the room between the keylines, as Textual's grid (auto, expand, shrink) does
+        room = max(columns, width - columns - 1)
+        natural = [max((row[c].cell_length + 2 for _, row in rows if c < len(row)), default=2)
+                   for c in range(columns)]
+        total = sum(natural)
+        bounds = [0]
+        for c in range(columns):
+            bounds.append(sum(natural[:c + 1]) * room // total)
+        widths = [max(1, b - a) for a, b in zip(bounds, bounds[1:])]
+
+        def rule(left: str, mid: str, right: str) -> Content:
+            return Content(left + mid.join("─" * w for w in widths) + right).stylize(
+                ".table_lines")
+
+        bar = Content("│").stylize(".table_lines")
+        out = [rule("┌", "┬", "┐")]
+        for n, (is_header, row) in enumerate(rows):
+            wrapped = [(row[c] if c < len(row) else Content("")).wrap(max(1, widths[c] - 2))
+                       for c in range(columns)]
+            for y in range(max(len(w) for w in wrapped)):
+                line = bar
+                for c, cell_lines in enumerate(wrapped):
+                    cell = cell_lines[y] if y < len(cell_lines) else Content("")
+                    cell = _pad(Content(" ") + cell, widths[c])
+                    line = line + (cell.stylize(".table_header") if is_header else cell) + bar
+                out.append(line)
+            if is_header and n + 1 < len(rows) and not rows[n + 1][0]:
+                out.append(rule("├", "┼", "┤"))
+        out.append(rule("└", "┴", "┘"))
+        return out
+
+
+def layout_markdown(source: str, width: int,
+                    highlight: Callable[[str, str], Content] | None = None) -> list[Content]:
+    """The lines of ``source`` at ``width`` cells, as Content whose span styles are names
+    resolved when drawn (``.h2``, ``.code_inline``, ``.fence``... and the highlighter's
+    ``$variables``). ``highlight(code, language)`` colours fenced code (default: Textual's
+    highlighter with its dark theme)."""
+    if highlight is None:
+        def highlight(code: str, language: str) -> Content:
+            return MarkdownFence.highlight(code, language, dark=True)
+    return _Layout(highlight).lines(_PARSER.parse(source), width)
+
+
+# ---- compact storage of rendered lines ----
+
+
+class LineStore:
+    """Rendered lines in a few objects: one string of all the lines' text, and style runs in
+    arrays (untracked by the garbage collector) indexing a small table of Rich styles."""
+
+    __slots__ = ("width", "text", "line_starts", "run_starts", "run_offsets", "run_styles",
+                 "styles")
+
+    def __init__(self, width: int, lines: Iterable[Sequence[tuple[str, RichStyle | None]]]):
+        self.width = width
+        texts: list[str] = []
+        self.line_starts = array("I", [0])
+        self.run_starts = array("I", [0])
+        self.run_offsets = array("I")
+        self.run_styles = array("H")
+        table: dict[RichStyle | None, int] = {}
+        offset = 0
+        for line in lines:
+            within = 0
+            for text, style in line:
+                if not text:
+                    continue
+                self.run_offsets.append(within)
+                self.run_styles.append(table.setdefault(style, len(table)))
+                texts.append(text)
+                within += len(text)
+            offset += within
+            self.line_starts.append(offset)
+            self.run_starts.append(len(self.run_offsets))
+        self.text = "".join(texts)
+        self.styles: tuple[RichStyle | None, ...] = tuple(table)
+
+    def __len__(self) -> int:
+        return len(self.line_starts) - 1
+
+    def line_text(self, y: int) -> str:
+        if not 0 <= y < len(self):
+            return ""
+        return self.text[self.line_starts[y]:self.line_starts[y + 1]]
+
+    def segments(self, y: int) -> list[Segment]:
+        """Line ``y`` as Rich segments."""
+        if not 0 <= y < len(self):
+            return []
+        line = self.line_text(y)
+        first, last = self.run_starts[y], self.run_starts[y + 1]
+        out: list[Segment] = []
+        for r in range(first, last):
+            start = self.run_offsets[r]
+            end = self.run_offsets[r + 1] if r + 1 < last else len(line)
+            out.append(Segment(line[start:end], self.styles[self.run_styles[r]]))
+        return out
+
+
+# ---- the widget ----
+
+STYLES: dict[tuple[str, str], str] = {
+    **{(f"h{n}", ""): f"$markdown-h{n}-color on $markdown-h{n}-background "
+                      f"$markdown-h{n}-text-style" for n in range(1, 7)},
+    ("code_inline", "dark"): "$text-warning 95% on $warning 10%",
+    ("code_inline", "light"): "$text-error 95% on $error 5%",
+    ("code_inline", "ansi"): "$text-warning 95%",
+    ("em", ""): "italic",
+    ("strong", ""): "bold",
+    ("s", ""): "strike",
+    ("bullet", ""): "$text-primary",
+    ("bullet", "light"): "$text-secondary",
+    ("fence", ""): "rgb(210,210,210) on black 10%",
+    ("fence", "light"): "rgb(210,210,210) on white 30%",
+    ("fence", "ansi"): "rgb(210,210,210)",
+    ("quote", ""): "on $boost",
+    ("quote_border", ""): "$text-primary 50%",
+    ("quote_border", "light"): "$text-secondary",
+    ("hr", ""): "$secondary",
+    ("table_header", ""): "$primary",
+    ("table_lines", ""): "$foreground 20%",
+}
+"""The style of each named span by (name, variant: "dark", "light", "ansi" or "" for all),
+as Textual's Markdown CSS sets them (textual 8.2.8). Resolved through the app's stylesheet
+(theme variables) rather than component classes: each component class costs a widget its
+own styles node (~50 tracked objects each)."""
+
+
+class MarkdownLines(Widget):
+    """A finished reply's Markdown, drawn line by line from its text (see the module
+    docstring). Set new text with :meth:`update`; ``source`` is the text shown."""
+
+    DEFAULT_CSS = """
+    MarkdownLines { height: auto; color: $foreground; }
+    """
+
+    _strips: ClassVar[LRUCache[tuple[int, int, int], Strip]] = LRUCache(STRIP_CACHE)
+    """Rendered lines of every MarkdownLines, keyed by (widget, generation, line)."""
+    _serial: ClassVar[Iterable[int]] = itertools.count()
+    _drawn: ClassVar[dict[int, weakref.ref[MarkdownLines]]] = {}
+    """The widgets that drew lines, the most recent last (see :meth:`_drawn_now`)."""
+
+    def __init__(self, markdown: str = "", *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._source = markdown
+        self._store: LineStore | None = None
+        self._key: object = None
+        self._uid = next(self._serial)  # type: ignore[call-overload]
+        self._generation = 0
+
+    @property
+    def source(self) -> str:
+        """The Markdown shown."""
+        return self._source
+
+    def update(self, markdown: str) -> None:
+        """Show ``markdown`` instead."""
+        if markdown == self._source:
+            return
+        self._source = markdown
+        self._invalidate()
+        self.refresh(layout=True)
+
+    def _invalidate(self) -> None:
+        self._store = None
+        self._key = None
+        self._generation += 1
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._invalidate()
+
+    def _drawn_now(self) -> None:
+        """Note that this widget drew lines; the widgets that drew longest ago and are off
+        screen now drop Textual's own cache of their drawn lines (``refresh`` clears it), and
+        so do their containers: a reply scrolled away keeps no strip at all."""
+        drawn = MarkdownLines._drawn
+        drawn.pop(self._uid, None)
+        drawn[self._uid] = weakref.ref(self)
+        if len(drawn) <= DRAWN_WIDGETS:
+            return
+        for uid, ref in list(drawn.items())[:-1]:
+            widget = ref()
+            if widget is None or not widget.is_attached:
+                del drawn[uid]
+            elif not widget._visible():
+                del drawn[uid]
+                widget._forget_drawn_lines()
+            if len(drawn) <= DRAWN_WIDGETS:
+                break
+
+    def _forget_drawn_lines(self) -> None:
+        """Drop Textual's caches of drawn lines here and in the containers up to the one that
+        scrolls (a reply view with a border keeps a strip per line of its height)."""
+        self.refresh()
+        for ancestor in self.ancestors:
+            if not isinstance(ancestor, Widget) or \
+                    ancestor.styles.overflow_y in ("auto", "scroll"):
+                break
+            ancestor.refresh()
+
+    def _visible(self) -> bool:
+        try:
+            where = self.screen.find_widget(self)
+        except Exception:  # noqa: BLE001 - not on a screen (any more)
+            return False
+        return bool(where.region.intersection(where.clip))
+
+    # ---- layout and drawing ----
+
+    def _parse_style(self, style: str | Style) -> Style:
+        if isinstance(style, Style):
+            return style
+        if style.startswith("."):
+            app = self.app
+            variant = "ansi" if app.native_ansi_color else (
+                "dark" if app.current_theme.dark else "light")
+            named = STYLES.get((style[1:], variant)) or STYLES.get((style[1:], ""), "")
+            return app.stylesheet.parse_style(named) if named else Style.null()
+        return self.app.stylesheet.parse_style(style)
+
+    def _highlight(self, code: str, language: str) -> Content:
+        app = self.app
+        return MarkdownFence.highlight(code, language, ansi=app.native_ansi_color,
+                                       dark=app.current_theme.dark)
+
+    def lines(self, width: int) -> LineStore:
+        """The rendered lines at ``width`` (built once per width, theme and base style)."""
+        width = max(1, width)
+        base = self.visual_style
+        key = (width, base, self.app.theme)
+        if self._store is None or key != self._key:
+            self._generation += 1
+            rich_base = base.rich_style
+            laid_out = layout_markdown(self._source, width, self._highlight)
+            rendered = []
+            for line in laid_out:
+                runs = [(text, (base + style).rich_style if style is not None else rich_base)
+                        for text, style in line.render(Style.null(), "", self._parse_style)]
+                rendered.append(runs)
+            self._store = LineStore(width, rendered)
+            self._key = key
+        return self._store
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return container.width
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.lines(width)) if self._source else 0
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        store = self.lines(width)
+        cache_key = (self._uid, self._generation, y)
+        strip = self._strips.get(cache_key)
+        if y == 0 or strip is None:
+            self._drawn_now()
+        if strip is None:
+            rich_base = self.visual_style.rich_style
+            segments = store.segments(y)
+            strip = Strip(segments).adjust_cell_length(width, rich_base)
+            self._strips[cache_key] = strip
+        selection = self.text_selection
+        if selection is not None and (span := selection.get_span(y)) is not None:
+            text = store.line_text(y)
+            start, end = span
+            end = len(text) if end == -1 else min(end, len(text))
+            if end > start:
+                head, mid, tail = strip.divide(
+                    [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
+                style = self.screen.get_component_rich_style("screen--selection")
+                strip = Strip.join([head, mid.apply_style(style), tail])
+        return strip
+
+    # ---- selection and copying ----
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The text under a mouse selection, as drawn (one line per drawn line)."""
+        store = self._store
+        if store is None:
+            return None
+        out: list[str] = []
+        for y in range(len(store)):
+            span = selection.get_span(y)
+            if span is None:
+                continue
+            text = store.line_text(y)
+            start, end = span
+            out.append((text[start:] if end == -1 else text[start:end]).rstrip())
+        return "\n".join(out), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()

@@ -1,0 +1,73 @@
+"""A long session stays light (issue 21): a finished reply keeps few objects alive, and nothing
+that dies stays frozen where the garbage collector never looks again.
+
+The session is the one ``benchmarks/bench_long.py`` runs: scripted replies of ~330 tokens of
+Markdown in the app under the pilot. Objects alive are those the collector tracks after a full
+collection plus those frozen (``gc.freeze``): a policy that freezes garbage only hides it.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_long.py"
+
+KEPT_PER_REPLY = 3_000
+"""Objects a finished reply may keep alive (issue 21; today about 21,000-23,000)."""
+
+
+def _bench():
+    sys.path.insert(0, str(BENCH.parent))
+    spec = importlib.util.spec_from_file_location("bench_long", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_long"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 21: each finished reply keeps ~21,000 objects alive (a widget per Markdown block "
+    "with its cached strips, an object per token and per alternative, Footer keys that "
+    "Textual never frees) and chatui.gcpolicy freezes the garbage; flip once finished "
+    "replies draw through chatui.widgets.markdown_lines, keep chatui.token_records, the "
+    "screen uses chatui.widgets.footer.ChatFooter and a hidden token view keeps no units "
+    "(docs/long-sessions.md)"))
+async def test_a_finished_reply_keeps_few_objects_alive():
+    """Checked after 20 replies (over replies 10-20) and after 40 (over 20-40); failing at 20
+    stops the run early (today's code takes ~4 times as long for 40 replies as for 20: every
+    reply restyles every widget of the conversation)."""
+    bench = _bench()
+    seen: dict[int, object] = {}
+    dead_frozen: list[int] = []
+
+    def check(sample) -> None:
+        seen[sample.replies] = sample
+        for a, b in ((10, 20), (20, 40)):
+            if sample.replies == b:
+                start = seen[a]
+                per_reply = (sample.alive - start.alive) / (b - a)  # type: ignore[attr-defined]
+                assert per_reply <= KEPT_PER_REPLY, (
+                    f"each reply from the {a}th to the {b}th kept {per_reply:,.0f} objects "
+                    f"alive ({start.alive:,} after {a} replies, {sample.alive:,} after {b})")  # type: ignore[attr-defined]
+
+    def frozen_garbage(app: object) -> None:
+        gc.collect()
+        gc.unfreeze()  # what was frozen and has died since is found now
+        dead_frozen.append(gc.collect())
+
+    await bench.run_session(40, every=10, measure_last=False, clear=False, scroll=False,
+                            terminal=False, on_sample=check, inspect=frozen_garbage)
+    assert set(seen) >= {20, 40}
+    assert dead_frozen[0] < 100, f"{dead_frozen[0]:,} frozen objects had died"

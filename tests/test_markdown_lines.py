@@ -1,0 +1,202 @@
+"""MarkdownLines: a finished reply's Markdown drawn from its text through the line API.
+
+It must look like Textual's Markdown (what a reply shows while it streams) and keep a constant
+number of objects alive per reply, whatever the reply's length."""
+
+from __future__ import annotations
+
+import gc
+
+from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
+from textual.selection import Selection
+from textual.geometry import Offset
+from textual.widgets import Markdown
+
+from chatui.widgets.markdown_lines import STRIP_CACHE, LineStore, MarkdownLines, layout_markdown
+
+SAMPLE = """## Notes on the protocol (3)
+
+The **protocol** is a small system, with its `protocol_state` and the `step_3()` call that
+advances it, so that you can follow along *without* running anything yourself, and ~~never~~
+more.
+
+- The first part reads the input and checks it with `validate()`.
+- The second part keeps a **running total**.
+  - nested, with a long line that has to wrap around at least once at this width
+- Errors become one clear sentence.
+
+```python
+def step_3(state, value):
+    total = state.total + value
+    return State(total=total, recent=recent, and_a_line_long_enough_to_be_cropped=True)
+```
+
+> A design that is easy to test is usually easy to change.
+>
+> - a list in a quote
+
+1. Write the smallest test that fails.
+2. Make it pass.
+3. Measure.
+4. Repeat.
+5. Five.
+6. Six.
+7. Seven.
+8. Eight.
+9. Nine.
+10. Ten.
+
+# A centred title
+
+### A small header
+
+---
+
+| name | value |
+|------|-------|
+| a    | 1     |
+
+The end.
+"""
+
+WIDTH = 60
+
+
+class Both(App[None]):
+    """Today's Markdown (as a reply styles it) above a MarkdownLines of the same text."""
+
+    CSS = """
+    Markdown { padding: 0 1; margin: 0; background: transparent; }
+    MarkdownLines { padding: 0 1; }
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        yield Markdown(self.text, id="old")
+        yield MarkdownLines(self.text, id="new")
+
+
+def _rgb(color) -> tuple[int, int, int]:
+    return color.get_truecolor() if color is not None else (-99, -99, -99)
+
+
+def _visible(ch: str, style) -> tuple:
+    """What a cell looks like (a space shows only its background and lines)."""
+    if style is None:
+        return ()
+    lines = (bool(style.underline), bool(style.strike))
+    if ch == " ":
+        return (_rgb(style.bgcolor), lines)
+    return (_rgb(style.color), _rgb(style.bgcolor), bool(style.bold), bool(style.italic),
+            lines)
+
+
+def _close(a: tuple, b: tuple) -> bool:
+    """The same look, colours within a few steps (translucent colours blend a little
+    differently over a widget's background than in Textual's CSS)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, tuple) and x and isinstance(x[0], int):
+            if any(abs(p - q) > 8 for p, q in zip(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _cells(strip) -> list[tuple[str, tuple]]:
+    return [(ch, _visible(ch, seg.style)) for seg in strip for ch in seg.text]
+
+
+async def test_draws_what_textuals_markdown_draws():
+    app = Both(SAMPLE)
+    async with app.run_test(size=(WIDTH, 200)) as pilot:
+        await pilot.pause(0.2)
+        old, new = app.query_one("#old"), app.query_one("#new")
+        strips = app.screen._compositor.render_strips()
+        before = strips[old.region.y:old.region.bottom]
+        after = strips[new.region.y:new.region.bottom]
+        assert [s.text.rstrip() for s in after] == [s.text.rstrip() for s in before]
+        # and the styles, cell by cell
+        differing = [(y, a, b) for y, (sa, sb) in enumerate(zip(before, after))
+                     for a, b in zip(_cells(sa), _cells(sb))
+                     if a[0] != b[0] or not _close(a[1], b[1])]
+        assert differing == []
+
+
+def test_layout_wraps_to_the_width_and_crops_code():
+    lines = [line.plain.rstrip() for line in layout_markdown(SAMPLE, 30)]
+    assert all(len(line) <= 30 for line in lines)
+    assert "  def step_3(state, value):" in lines
+    assert any(line.startswith("  - nested") or line.startswith("  ▪ nested") for line in lines)
+    assert any(line.startswith("  1. Write") for line in lines)
+    assert any(line.startswith(" 10. Ten.") for line in lines)
+
+
+def test_line_store_round_trips_runs():
+    from rich.style import Style
+
+    bold, red = Style(bold=True), Style(color="red")
+    lines = [[("ab", bold), ("cd", None)], [], [("e", red), ("", bold), ("fg", bold)]]
+    store = LineStore(10, lines)
+    assert len(store) == 3
+    assert [store.line_text(y) for y in range(3)] == ["abcd", "", "efg"]
+    assert [(s.text, s.style) for s in store.segments(0)] == [("ab", bold), ("cd", None)]
+    assert store.segments(1) == []
+    assert [(s.text, s.style) for s in store.segments(2)] == [("e", red), ("fg", bold)]
+    assert len(store.styles) == 3  # shared by every line
+
+
+class Many(App[None]):
+    CSS = "VerticalScroll { height: 1fr; } MarkdownLines { padding: 0 1; }"
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll()
+
+
+async def _tracked_per_widget(text: str) -> float:
+    """Objects the collector tracks per MarkdownLines, between 10 and 40 mounted (most of
+    them off screen, after each was drawn once)."""
+    app = Many()
+    counts = {}
+    async with app.run_test(size=(80, 24)) as pilot:
+        scroll = app.query_one(VerticalScroll)
+        for n in range(1, 41):
+            await scroll.mount(MarkdownLines(text))
+            scroll.scroll_end(animate=False, immediate=True)
+            await pilot.pause()
+            if n in (10, 40):
+                await pilot.pause(0.05)
+                gc.collect()
+                counts[n] = len(gc.get_objects())
+        assert len(MarkdownLines._strips) <= STRIP_CACHE
+    return (counts[40] - counts[10]) / 30
+
+
+async def test_keeps_a_few_objects_per_widget_whatever_its_length():
+    short = await _tracked_per_widget(SAMPLE)
+    long = await _tracked_per_widget(SAMPLE * 10)
+    assert short < 400, short
+    assert long < short + 50, (short, long)  # not a line's worth more for 10 times the text
+
+
+async def test_selection_copies_the_drawn_text_and_update_redraws():
+    app = Both("Some **bold** text.\n\n- an item\n")
+    async with app.run_test(size=(WIDTH, 40)) as pilot:
+        await pilot.pause(0.1)
+        new = app.query_one("#new", MarkdownLines)
+        selected = new.get_selection(Selection(Offset(0, 0), Offset(4, 2)))
+        assert selected is not None
+        assert selected[0] == "Some bold text.\n\n• an"
+        height = new.size.height
+        new.update("# one\n\n# two\n\n# three\n")
+        await pilot.pause(0.1)
+        assert new.source.startswith("# one")
+        assert new.size.height != height
+        assert "three" in new.lines(new.size.width).text
+

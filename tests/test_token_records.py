@@ -1,0 +1,99 @@
+"""TokenRecords: a reply's tokens in columns give back exactly the tokens that went in."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from chatui import transcript
+from chatui.token_records import TokenRecords
+from inference.scripted import ScriptedBackend
+from inference.settings import SamplingParams
+from inference.types import Alternative, GenerationRequest, Message, Token, TokenBatch
+
+
+def scripted_tokens(text: str, top: int = 5) -> list[Token]:
+    backend = ScriptedBackend(lambda r, row: text)
+    request = GenerationRequest((Message("user", "go"),),
+                                (SamplingParams(max_new_tokens=10_000),), top_logprobs=top)
+    return [t for ev in backend.generate(request, threading.Event())
+            if isinstance(ev, TokenBatch) for t in ev.tokens]
+
+
+ODD = [
+    Token(0, 17, "Hel", -0.25, 1.5, (Alternative(17, "Hel", -0.25), Alternative(3, "He", -2.0)),
+          raw="Hel"),
+    Token(1, None, "", None, None, ()),  # no id, no logprob: the first half of a glyph
+    Token(2, 99, "日", -3.5, 0.0, (Alternative(None, "日", -3.5),), glyph_start=1, raw="<0xE6>"),
+    Token(3, 2, "", -0.01, 0.2, (), special=True, raw="<|im_end|>"),
+    Token(4, 0, " ok\n", 0.0, None, (Alternative(0, " ok\n", 0.0),) * 3),
+]
+
+
+def test_round_trip_of_every_field():
+    tokens = scripted_tokens("Some *Markdown*, with `code`.\n\n- and a list\n") + ODD
+    records = TokenRecords(tokens)
+    assert len(records) == len(tokens)
+    assert list(records) == tokens
+    assert [records[i] for i in range(len(tokens))] == tokens
+    assert records[-1] == tokens[-1] and records[-len(tokens)] == tokens[0]
+    assert records[3:9] == tokens[3:9] and records[::2] == tokens[::2]
+    assert records == tokens and records == TokenRecords(tokens)
+    assert records.ids() == tuple(t.id for t in tokens)
+    assert records.text() == "".join(t.text for t in tokens if not t.special)
+    assert records.text(2, 5, skip_special=False) == "".join(t.text for t in tokens[2:5])
+    for i, t in enumerate(tokens):
+        assert (records.text_at(i), records.raw_at(i), records.is_special(i),
+                records.logprob_at(i), records.id_at(i)) == \
+            (t.text, t.raw, t.special, t.logprob, t.id)
+    # what a transcript writes of each token is unchanged
+    assert [transcript._token_json(t) for t in records] == \
+        [transcript._token_json(t) for t in tokens]
+
+
+def test_out_of_range_raises_index_error():
+    records = TokenRecords(ODD)
+    for i in (5, -6):
+        try:
+            records[i]
+        except IndexError:
+            continue
+        raise AssertionError(f"records[{i}] did not raise")
+
+
+def test_append_in_batches_then_truncate_as_continue_from_alternative_does():
+    tokens = scripted_tokens(" ".join(f"w{i}" for i in range(50)))
+    records = TokenRecords()
+    for start in range(0, len(tokens), 7):
+        records.extend(tokens[start:start + 7])  # one TokenBatch's tokens at a time
+        # read some joined, some still pending
+        assert records[0] == tokens[0] and records[-1] == tokens[len(records) - 1]
+        assert records.text() == "".join(t.text for t in tokens[:start + 7])
+    position = 20
+    chosen = Token(position, None, "x", -1.0, 0.5, tokens[position].top)
+    records.truncate(position)
+    records.append(chosen)
+    assert list(records) == tokens[:position] + [chosen]
+    assert records.text() == "".join(t.text for t in tokens[:position]) + "x"
+    records.truncate(0)
+    assert len(records) == 0 and list(records) == [] and records.text() == ""
+
+
+def test_copy_is_independent():
+    records = TokenRecords(ODD)
+    copy = records.copy()
+    records.truncate(2)
+    records.append(ODD[4])
+    assert list(copy) == ODD
+    assert list(records) == ODD[:2] + [ODD[4]]
+
+
+def test_tracked_objects_do_not_grow_with_the_tokens():
+    tokens = scripted_tokens(" ".join(f"w{i}" for i in range(3000)))
+    gc.collect()
+    before = len(gc.get_objects())
+    kept = [TokenRecords(tokens[:n]) for n in (10, 3000)]
+    gc.collect()
+    added = len(gc.get_objects()) - before
+    assert added < 40, added  # a list of tokens would be ~7 per token and alternative
+    assert len(kept[1]) == 3000
