@@ -212,7 +212,9 @@ async def test_streaming_reply_grows_in_steps(token_view):
     from chatui.widgets.reply import ReplyView
 
     text = " ".join(f"word{i}" for i in range(700))  # about 50 lines at this width
-    app = make_app(lambda r, row: text, delay_s=0.002, token_view=token_view,
+    # 700 tokens at 10 ms: ~7 s of streaming, long enough to be watched on a loaded machine
+    # (at 2 ms the reply could end between two polls of a starved event loop).
+    app = make_app(lambda r, row: text, delay_s=0.01, token_view=token_view,
                    settings=SamplingParams(max_new_tokens=3000))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "go", wait=False)
@@ -234,6 +236,7 @@ async def test_streaming_reply_grows_in_steps(token_view):
             scrolls.add(log.scroll_y)
             await asyncio.sleep(0.005)
         await settle(pilot, app)
+        assert len(steps - {0}) == 1, f"one step size while streaming, saw {steps}"
         (step,) = steps - {0}
         assert 2 <= step <= 12
         assert heights and all(h % step == 0 for h in heights)
