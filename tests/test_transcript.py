@@ -305,7 +305,7 @@ def test_missing_file_directory_and_huge_file(tmp_path: Path, monkeypatch: pytes
         load_transcript(tmp_path)
     path = tmp_path / "big.json"
     save_transcript(sample_conversation(), path)
-    monkeypatch.setattr(tr, "MAX_BYTES", 1000)
+    monkeypatch.setattr(tr.store, "MAX_BYTES", 1000)
     with pytest.raises(TranscriptError, match=r"it is \d+ KiB, more than the 1000 bytes a transcript may have"):
         load_transcript(path)
 
@@ -430,7 +430,7 @@ def test_disk_full_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monkey
         os.write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tr, "_write_all", half_then_full)
+    monkeypatch.setattr(tr.store, "_write_all", half_then_full)
     conv.add_user("one more")
     with pytest.raises(TranscriptError) as info:
         save_transcript(conv, path)
@@ -475,8 +475,7 @@ sys.path.insert(0, {repo!r})
 from pathlib import Path
 from chatui.conversation import Conversation
 import os, time
-from chatui import transcript
-from chatui.transcript import save_transcript
+from chatui.transcript import save_transcript, store
 from inference.settings import SamplingParams
 from inference.types import Alternative, Token
 conv = Conversation(id="crash")
@@ -497,7 +496,7 @@ def slow_disk(fd, data):  # the real write, in chunks, so that a kill lands in t
 
 
 if {slow!r}:
-    transcript._write_all = slow_disk
+    store._write_all = slow_disk
 n = 0
 while True:
     conv.title = "version %d" % n

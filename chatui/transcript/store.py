@@ -1,0 +1,195 @@
+"""Transcript files: atomic writes, and reads that never crash.
+
+Writing never leaves a half-written file: the document goes to a temporary file in the same
+directory, is flushed and fsynced, then renamed over the old one (and the directory is
+fsynced). Reading never crashes: any problem becomes a :class:`TranscriptError` whose text is
+one sentence naming the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..conversation import Conversation
+from .reader import _Bad, _parse, from_json_dict
+from .schema import TranscriptError, to_json_dict
+
+MAX_BYTES = 64 * 1024 * 1024
+"""Transcripts larger than this are refused on load (and on save)."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    if sys.platform == "win32":
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _os_problem(e: OSError) -> str:
+    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return "the disk is full"
+    if e.errno == errno.EFBIG:
+        return "the file would be larger than this system allows"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if e.errno == errno.EROFS:
+        return "the file system is read-only"
+    if e.errno == errno.EISDIR:
+        return "it is a directory"
+    if e.errno == errno.ENOENT:
+        return "no such file or directory"
+    return e.strerror or str(e)
+
+
+def atomic_write(path: Path, data: bytes, *, verb: str = "save") -> None:
+    """Replace ``path`` with ``data`` so that it holds either the old or the new bytes,
+    never a mix, whatever happens (crash, kill, full disk).
+
+    A temporary file in the same directory is written, flushed, fsynced and renamed over
+    ``path``; then the directory is fsynced. An existing file keeps its permissions; a new
+    one is private to the user (0600).
+
+    Raises:
+        TranscriptError: "Could not save PATH: the disk is full; ..." and the like.
+    """
+    path = Path(path)
+    existed = path.exists()
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if existed:
+            try:
+                os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+            except OSError:
+                pass
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        kept = "the previous file is unchanged" if existed else "nothing was written"
+        raise TranscriptError(f"Could not {verb} {path}: {_os_problem(e)}; {kept}.") from e
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    _fsync_dir(path.parent)
+
+
+def _encode(doc: Any) -> bytes:
+    try:
+        text = json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError as e:  # NaN or inf slipped through
+        raise TranscriptError(f"Could not encode the transcript: {e}.") from e
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate in some text: \u-escape everything so it still round-trips.
+        return json.dumps(doc, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def save_transcript(conv: Conversation, path: Path) -> None:
+    """Write ``conv`` to ``path`` atomically (see :func:`atomic_write`).
+
+    The document is checked as it would be on load first, so every file written loads back.
+
+    Raises:
+        TranscriptError: the conversation holds a value a transcript cannot (nothing is
+            written), or the file could not be written (the old file is intact).
+    """
+    path = Path(path)
+    doc = to_json_dict(conv)
+    try:
+        _parse(doc)
+    except _Bad as e:
+        raise TranscriptError(f"Could not save {path}: the conversation is invalid ({e}); "
+                              f"nothing was written.") from None
+    data = _encode(doc)
+    if len(data) > MAX_BYTES:
+        raise TranscriptError(f"Could not save {path}: the transcript would be "
+                              f"{_human(len(data))}, more than the {_human(MAX_BYTES)} a "
+                              f"transcript may have; nothing was written.")
+    atomic_write(path, data)
+
+
+def _human(n: int) -> str:
+    if n < 2**20:
+        return f"{n} bytes" if n < 2**10 else f"{n / 2**10:.0f} KiB"
+    return f"{n / 2**20:.1f} MiB".replace(".0 MiB", " MiB")
+
+
+def _read_json(path: Path) -> Any:
+    def fail(problem: str) -> TranscriptError:
+        return TranscriptError(f"Could not load {path}: {problem}.")
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_BYTES:
+                raise fail(f"it is {_human(size)}, more than the {_human(MAX_BYTES)} a "
+                           f"transcript may have")
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise fail(_os_problem(e)) from None
+    if len(raw) > MAX_BYTES:
+        raise fail(f"it is more than the {_human(MAX_BYTES)} a transcript may have")
+    if not raw.strip():
+        raise fail("the file is empty")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise fail(f"it is not UTF-8 text (bad byte at offset {e.start})") from None
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not allowed")
+
+    try:
+        return json.loads(text, parse_constant=no_constants)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            raise fail("it is cut off (the JSON ends before the document does); it may be "
+                       "truncated") from None
+        raise fail(f"it is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise fail("it is nested too deeply") from None
+    except ValueError as e:  # NaN/Infinity, or an integer with thousands of digits
+        raise fail(f"it holds a number that is not allowed ({e})") from None
+
+
+def load_transcript(path: Path) -> Conversation:
+    """Read, migrate and validate the transcript at ``path``.
+
+    Raises:
+        TranscriptError: one sentence naming the file and the problem (missing, too big, not
+            JSON, truncated, from a newer chatui, invalid field...).
+    """
+    path = Path(path)
+    return from_json_dict(_read_json(path), source=str(path))
