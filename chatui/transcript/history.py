@@ -10,14 +10,20 @@ import os
 import re
 import time
 import unicodedata
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..conversation import Conversation
 from ..export import conversation_title, model_label
-from .reader import _is_num, from_json_dict
+from .identity import branch, first_unheld
+from .journal import journal_path
+from .reader import _is_num
 from .schema import TranscriptError
-from .store import _fsync_dir, _os_problem, _read_json, save_transcript
+from .store import (
+    Stamp, _fsync_dir, _os_problem, file_stamp, load_transcript, load_with_document,
+    save_transcript,
+)
 
 def data_dir() -> Path:
     """Where conversations are autosaved: ``$CHATUI_DATA_DIR`` if set, else
@@ -97,19 +103,78 @@ def _remove_stale_temps(directory: Path) -> None:
             pass
 
 
-def autosave(conv: Conversation, directory: Path | None = None) -> Path:
-    """Save ``conv`` to its :func:`autosave_path` and return that path.
+_UNREADABLE = Conversation(id="unreadable")
+_MAX_HOPS = 64
 
-    Does nothing (but still returns the path) when the conversation has no messages. Call it
-    after each message and when a reply is stopped; for very long conversations call it from
-    a worker thread (it serialises, validates and fsyncs the whole transcript).
+
+def _on_disk(path: Path) -> Conversation | None:
+    """The conversation saved at ``path``, None if there is none, ``_UNREADABLE`` if the file
+    cannot be read (it is then treated as holding something: it is never written over)."""
+    if not path.exists():
+        return None
+    try:
+        return load_transcript(path)
+    except TranscriptError:
+        return _UNREADABLE
+
+
+def claim(conv: Conversation, directory: Path | None = None) -> Conversation:
+    """``conv`` if writing it to its autosave file loses no message that file holds (the file
+    is missing, or ``conv`` holds all of it); else the branch of ``conv`` for which that is
+    true (see :mod:`.identity`). Reads the files it considers."""
+    cur = conv
+    for _ in range(_MAX_HOPS):
+        disk = _on_disk(autosave_path(cur, directory))
+        if disk is None:
+            return cur
+        at = 0 if disk is _UNREADABLE else first_unheld(cur.entries, disk.entries)
+        if disk is not _UNREADABLE and at == len(disk.entries):
+            return cur
+        cur = branch(cur, at)
+    return replace(conv, id=uuid.uuid4().hex[:12], parent=conv.id, branched_at=0)
+
+
+def open_transcript(path: Path, directory: Path | None = None) -> Conversation:
+    """The conversation at ``path``, with the identity to continue it under.
+
+    The autosave file of a conversation opens as itself. A copy (any other file) keeps its id
+    when its home in ``directory`` is missing or holds nothing the copy lacks, so that going on
+    extends the home; if the home holds more (the copy is older, or went another way), the
+    copy opens as a branch: a new id whose ``parent`` is the copy's, so the next autosave
+    writes a new file and never rewinds the home.
+
+    Raises:
+        TranscriptError: as :func:`load_transcript`.
+    """
+    path = Path(path).expanduser()
+    conv = load_transcript(path)
+    home = autosave_path(conv, directory)
+    try:
+        same = home.exists() and os.path.samefile(home, path)
+    except OSError:
+        same = False
+    return conv if same else claim(conv, directory)
+
+
+def autosave(conv: Conversation, directory: Path | None = None) -> Path:
+    """Save ``conv`` to its :func:`autosave_path`, in full, and return that path.
+
+    If that file holds messages ``conv`` lacks (``conv`` is an older copy, or a reply was
+    retried), ``conv`` becomes a branch first: its ``id``, ``parent`` and ``branched_at`` are
+    changed in place and the branch's file is written (see :func:`claim`); nothing on disk is
+    lost. Does nothing (but still returns the path) when the conversation has no messages.
+    The app autosaves through :class:`chatui.autosaver.Autosaver`, which writes only what
+    changed; this writes the whole document (``/save``).
 
     Raises:
         TranscriptError: as :func:`save_transcript`.
     """
-    path = autosave_path(conv, directory)
     if not conv.entries:
-        return path
+        return autosave_path(conv, directory)
+    target = claim(conv, directory)
+    if target is not conv:
+        conv.id, conv.parent, conv.branched_at = target.id, target.parent, target.branched_at
+    path = autosave_path(conv, directory)
     save_transcript(conv, path)
     _remove_stale_temps(path.parent)
     return path
@@ -130,12 +195,12 @@ class TranscriptSummary:
     messages: int
     error: str = ""
     """Why the file cannot be opened ("" when it can); the other fields are then guesses."""
+    parent: str = ""
+    """The id of the conversation this one is a branch of, if any."""
 
 
-# (path) -> ((inode, mtime_ns, size), summary): /history reopened on an unchanged folder is
-# cheap. Every save renames a new file into place, so the inode tells a rewrite apart even
-# within one mtime tick.
-_summary_cache: dict[Path, tuple[tuple[int, int, int], TranscriptSummary]] = {}
+# (path) -> (file_stamp, summary): /history reopened on an unchanged folder is cheap.
+_summary_cache: dict[Path, tuple[Stamp, TranscriptSummary]] = {}
 
 
 def _summarise(path: Path) -> TranscriptSummary:
@@ -144,18 +209,22 @@ def _summarise(path: Path) -> TranscriptSummary:
     except OSError as e:
         return TranscriptSummary(path, "", 0.0, 0.0, "", path.name, 0,
                                  f"Could not load {path}: {_os_problem(e)}.")
-    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    key = file_stamp(path)
     hit = _summary_cache.get(path)
     if hit is not None and hit[0] == key:
         return hit[1]
     try:
-        data = _read_json(path)
-        conv = from_json_dict(data, source=str(path))
+        data, conv = load_with_document(path)
         saved = data.get("saved") if isinstance(data, dict) else None
+        updated = saved if _is_num(saved) else st.st_mtime
+        try:
+            updated = max(updated, journal_path(path).stat().st_mtime)
+        except OSError:
+            pass
         summary = TranscriptSummary(
-            path=path, id=conv.id, created=conv.created,
-            updated=saved if _is_num(saved) else st.st_mtime,
-            model=model_label(conv), title=conversation_title(conv), messages=len(conv.entries))
+            path=path, id=conv.id, created=conv.created, updated=updated,
+            model=model_label(conv), title=conversation_title(conv), messages=len(conv.entries),
+            parent=conv.parent)
     except TranscriptError as e:
         summary = TranscriptSummary(path, "", st.st_mtime, st.st_mtime, "", path.name, 0, str(e))
     _summary_cache[path] = (key, summary)
@@ -192,4 +261,8 @@ def delete_transcript(path: Path) -> None:
     except OSError as e:
         raise TranscriptError(f"Could not delete {path}: {_os_problem(e)}.") from None
     _summary_cache.pop(path, None)
+    try:
+        journal_path(path).unlink()
+    except OSError:
+        pass  # none, or a leftover that nothing reads without its document
     _fsync_dir(path.parent)

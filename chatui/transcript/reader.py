@@ -261,6 +261,17 @@ def _model(v: Any) -> ModelRef:
     )
 
 
+def _parent(v: Any) -> dict[str, Any]:
+    """``{"id": ..., "messages": n}`` -> the Conversation fields of a branch."""
+    if v is None:
+        return {}
+    o = _Obj(v, "parent")
+    pid = o.str("id")
+    if not _ID_RE.match(pid):
+        raise _Bad(f"parent.id must be 1 to 64 letters, digits, '-' or '_', not {_show(pid)}")
+    return {"parent": pid, "branched_at": o.int("messages", 0, _MAX_INDEX)}
+
+
 def _migrate_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     """Version 1 stored each reply's sampling settings flat in the reply object
     (``{"temperature": 0.7, "seed": 1, "text": ...}``); version 2 nests them under
@@ -323,6 +334,7 @@ def _parse(data: object) -> Conversation:
         system_prompt=o.str("system_prompt", ""),
         entries=[_entry(m, f"messages[{i}]") for i, m in enumerate(raw_msgs)],
         model=_model(o.get("model", {})),
+        **_parent(o.get("parent", None)),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from inference.types import Token, Usage
 
-from ..conversation import Conversation, Entry, Reply
+from ..conversation import Conversation, Entry, ModelRef, Reply
 
 FORMAT_VERSION = 2
 """Version written. 1: settings stored flat in each reply. 2: settings in ``reply.settings``."""
@@ -91,7 +91,7 @@ def _reply_json(r: Reply) -> dict[str, Any]:
     }
 
 
-def _entry_json(e: Entry) -> dict[str, Any]:
+def entry_json(e: Entry) -> dict[str, Any]:
     d: dict[str, Any] = {"role": e.role, "text": e.text, "time": e.time}
     if e.role == "assistant":
         d["chosen"] = e.chosen
@@ -120,22 +120,32 @@ def strip_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def model_json(m: ModelRef) -> dict[str, Any]:
+    return {"name": m.name, "checkpoint": m.checkpoint, "weights_hash": m.weights_hash,
+            "dtype": m.dtype, "backend": m.backend, "url": strip_credentials(m.url)}
+
+
+def parent_json(conv: Conversation) -> dict[str, Any] | None:
+    return {"id": conv.parent, "messages": conv.branched_at} if conv.parent else None
+
+
 def to_json_dict(conv: Conversation) -> dict[str, Any]:
     """The transcript document for ``conv`` (plain JSON types; see the README for the schema).
 
     Credentials are stripped from the model URL; non-finite logprobs and entropies are
     written as null (unknown) and non-finite timings as 0.
     """
-    m = conv.model
-    return {
+    doc: dict[str, Any] = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "id": conv.id,
         "created": conv.created,
         "saved": time.time(),
         "title": conv.title,
-        "model": {"name": m.name, "checkpoint": m.checkpoint, "weights_hash": m.weights_hash,
-                  "dtype": m.dtype, "backend": m.backend, "url": strip_credentials(m.url)},
+        "model": model_json(conv.model),
         "system_prompt": conv.system_prompt,
-        "messages": [_entry_json(e) for e in conv.entries],
+        "messages": [entry_json(e) for e in conv.entries],
     }
+    if conv.parent:
+        doc["parent"] = parent_json(conv)
+    return doc

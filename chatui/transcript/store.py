@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..conversation import Conversation
+from .journal import journal_path, replay
 from .reader import _Bad, _parse, from_json_dict
 from .schema import TranscriptError, to_json_dict
 
@@ -116,10 +117,13 @@ def _encode(doc: Any) -> bytes:
         return json.dumps(doc, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def save_transcript(conv: Conversation, path: Path) -> None:
-    """Write ``conv`` to ``path`` atomically (see :func:`atomic_write`).
+def save_transcript(conv: Conversation, path: Path, *, rev: str | None = None) -> int:
+    """Write ``conv`` to ``path`` atomically (see :func:`atomic_write`); return its size.
 
     The document is checked as it would be on load first, so every file written loads back.
+    A journal beside ``path`` is removed afterwards (the document holds all of it). ``rev``,
+    if given, is written into the document for a new journal to name as its base (see
+    :class:`~chatui.transcript.writer.AutosaveWriter`).
 
     Raises:
         TranscriptError: the conversation holds a value a transcript cannot (nothing is
@@ -127,6 +131,8 @@ def save_transcript(conv: Conversation, path: Path) -> None:
     """
     path = Path(path)
     doc = to_json_dict(conv)
+    if rev is not None:
+        doc["rev"] = rev
     try:
         _parse(doc)
     except _Bad as e:
@@ -138,6 +144,39 @@ def save_transcript(conv: Conversation, path: Path) -> None:
                               f"{_human(len(data))}, more than the {_human(MAX_BYTES)} a "
                               f"transcript may have; nothing was written.")
     atomic_write(path, data)
+    remove_journal(path)
+    return len(data)
+
+
+Stamp = tuple[tuple[int, int, int], tuple[int, int, int] | None]
+
+
+def file_stamp(path: Path) -> Stamp | None:
+    """What tells one state of a document (and its journal) from another without reading
+    them: inode, mtime and size of each (every save renames a new document into place, so the
+    inode changes even within one mtime tick). None when the document is missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    try:
+        js = os.stat(journal_path(path))
+        jkey: tuple[int, int, int] | None = (js.st_ino, js.st_mtime_ns, js.st_size)
+    except OSError:
+        jkey = None
+    return (st.st_ino, st.st_mtime_ns, st.st_size), jkey
+
+
+def remove_journal(path: Path) -> None:
+    """Remove the journal beside ``path``, if any (a leftover one would be ignored anyway:
+    its base no longer matches the document)."""
+    try:
+        os.unlink(journal_path(path))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise TranscriptError(f"Could not save {path}: {_os_problem(e)} (removing its "
+                              f"journal); the document is saved.") from None
 
 
 def _human(n: int) -> str:
@@ -190,6 +229,17 @@ def load_transcript(path: Path) -> Conversation:
     Raises:
         TranscriptError: one sentence naming the file and the problem (missing, too big, not
             JSON, truncated, from a newer chatui, invalid field...).
+
+    The changes in a journal beside the file (an autosave's) are applied; see
+    :mod:`.journal`.
     """
+    return load_with_document(path)[1]
+
+
+def load_with_document(path: Path) -> tuple[Any, Conversation]:
+    """The JSON document at ``path`` and its conversation, with the journal beside it
+    (if any) applied (see :func:`load_transcript`)."""
     path = Path(path)
-    return from_json_dict(_read_json(path), source=str(path))
+    data = _read_json(path)
+    conv = from_json_dict(data, source=str(path))
+    return data, replay(conv, data.get("rev"), path)

@@ -1,0 +1,187 @@
+"""Autosaving a conversation again and again at a cost that does not grow with it.
+
+:class:`AutosaveWriter` writes a conversation's first autosave of the session in full (that
+is when it compacts: the document then holds everything, and any journal is removed), and
+after that appends only what changed to the journal beside it (:mod:`.journal`): one line with
+the messages from the first one that differs, fsynced. It remembers what it wrote and the
+files' stamps, so it never reads the files back unless something else changed them.
+
+Before any write it checks that nothing on disk is lost (:mod:`.identity`): if the file holds
+messages the new snapshot lacks, the snapshot is written as a branch under a new id instead,
+and :meth:`AutosaveWriter.write` returns that branch so that the caller can follow it.
+
+One writer belongs to one thread (the autosaver's); it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..conversation import Conversation
+from .history import _on_disk, _remove_stale_temps, _UNREADABLE, autosave_path, claim
+from .identity import branch, first_difference, first_unheld
+from .journal import header, journal_path
+from .reader import _Bad, _entry
+from .schema import TranscriptError, entry_json, model_json, parent_json
+from .store import (
+    MAX_BYTES, Stamp, _fsync_dir, _os_problem, file_stamp, save_transcript,
+)
+
+COMPACT_SLACK = 8 * 1024 * 1024
+"""A journal is folded into its document when it grows this much larger than the document
+(each message is journaled about twice - when its reply starts and when it ends - so a
+journal stays near the document's size; this bounds pathological rewrites)."""
+
+COMPACT_ON_FLUSH = 2 * 1024 * 1024
+""":meth:`AutosaveWriter.compact` folds journals whose files together are at most this big
+(tens of milliseconds); bigger ones wait for the next session's first save, so quitting
+stays instant."""
+
+
+@dataclass
+class _Written:
+    """What this writer last put in one autosave file (and its journal)."""
+
+    path: Path
+    conv: Conversation
+    """The snapshot the files hold now."""
+    stamp: Stamp | None
+    rev: str
+    doc_bytes: int
+    journal_bytes: int = 0
+    """0: no journal yet (the next change starts one with its header)."""
+
+
+def _encode_line(obj: object) -> bytes:
+    try:
+        return (json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+                + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: \\u-escape everything
+        return (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
+
+
+class AutosaveWriter:
+    """Writes successive snapshots of conversations to their autosave files."""
+
+    def __init__(self) -> None:
+        self._written: dict[tuple[str, Path | None], _Written] = {}
+
+    def write(self, conv: Conversation, directory: Path | None) -> Conversation:
+        """Save the snapshot ``conv`` to its autosave file in ``directory``; return what was
+        written: ``conv``, or a branch of it (another id) when its file holds messages
+        ``conv`` lacks. ``conv`` must not change afterwards (pass a snapshot).
+
+        Raises:
+            TranscriptError: the snapshot is invalid or a file could not be written; the files
+                are as they were (a failed journal line is cut off again).
+        """
+        key = (conv.id, directory)
+        rec = self._written.get(key)
+        if rec is not None and file_stamp(rec.path) != rec.stamp:
+            rec = None  # changed behind our back (deleted, /save, another process): read it
+            del self._written[key]
+        if rec is not None:
+            at = first_unheld(conv.entries, rec.conv.entries)
+            if at < len(rec.conv.entries):
+                return self._write_branch(conv, at, directory)
+        else:
+            disk = _on_disk(autosave_path(conv, directory))
+            if disk is not None:
+                at = 0 if disk is _UNREADABLE else first_unheld(conv.entries, disk.entries)
+                if disk is _UNREADABLE or at < len(disk.entries):
+                    return self._write_branch(conv, at, directory)
+        if not conv.entries:
+            return conv
+        if rec is None or rec.journal_bytes > rec.doc_bytes + COMPACT_SLACK:
+            self._write_full(key, conv, autosave_path(conv, directory) if rec is None else rec.path)
+        else:
+            self._append(key, rec, conv)
+        return conv
+
+    def compact(self, limit: int = COMPACT_ON_FLUSH) -> None:
+        """Fold every journal this writer keeps into its document, when both together are at
+        most ``limit`` bytes (before quitting, ``/save``, ``/history``, ``/load``)."""
+        for key, rec in list(self._written.items()):
+            if 0 < rec.journal_bytes and rec.doc_bytes + rec.journal_bytes <= limit \
+                    and file_stamp(rec.path) == rec.stamp:
+                self._write_full(key, rec.conv, rec.path)
+
+    def forget(self) -> None:
+        """Drop what this writer knows (the next write of each conversation reads its file)."""
+        self._written.clear()
+
+    # ---- internals ----
+
+    def _write_branch(self, conv: Conversation, at: int, directory: Path | None) -> Conversation:
+        target = claim(branch(conv, at), directory)
+        self.write(target, directory)
+        return target
+
+    def _write_full(self, key: tuple[str, Path | None], conv: Conversation, path: Path) -> None:
+        rev = uuid.uuid4().hex[:12]
+        self._written.pop(key, None)
+        size = save_transcript(conv, path, rev=rev)
+        self._written[key] = _Written(path, conv, file_stamp(path), rev, size)
+        _remove_stale_temps(path.parent)
+
+    def _append(self, key: tuple[str, Path | None], rec: _Written, conv: Conversation) -> None:
+        old = rec.conv
+        at = first_difference(old.entries, conv.entries)
+        line: dict[str, object] = {}
+        if conv.title != old.title:
+            line["title"] = conv.title
+        if conv.system_prompt != old.system_prompt:
+            line["system_prompt"] = conv.system_prompt
+        if conv.model != old.model:
+            line["model"] = model_json(conv.model)
+        if (conv.parent, conv.branched_at) != (old.parent, old.branched_at) and conv.parent:
+            line["parent"] = parent_json(conv)
+        if at == len(old.entries) == len(conv.entries) and not line:
+            rec.conv = conv
+            return  # nothing changed
+        messages = [entry_json(e) for e in conv.entries[at:]]
+        try:
+            for i, m in enumerate(messages):  # checked as a load will check them
+                _entry(m, f"messages[{at + i}]")
+        except _Bad as e:
+            raise TranscriptError(f"Could not save {rec.path}: the conversation is invalid "
+                                  f"({e}); nothing was written.") from None
+        data = _encode_line({"at": at, "messages": messages, **line})
+        start = rec.journal_bytes
+        if start == 0:
+            data = _encode_line(header(conv.id, rec.rev)) + data
+        if start + len(data) > MAX_BYTES:
+            self._write_full(key, conv, rec.path)
+            return
+        jpath = journal_path(rec.path)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if start == 0 else os.O_APPEND)
+            fd = os.open(jpath, flags, 0o600)
+        except OSError as e:
+            raise TranscriptError(f"Could not save {rec.path}: {_os_problem(e)} (appending to "
+                                  f"its journal); the saved conversation is unchanged.") from e
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as e:
+                try:  # cut the partial line off, so the next one does not glue onto it
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                self._written.pop(key, None)  # the next save writes the whole document
+                raise TranscriptError(f"Could not save {rec.path}: {_os_problem(e)}; the saved "
+                                      f"conversation is unchanged.") from e
+        finally:
+            os.close(fd)
+        if start == 0:
+            _fsync_dir(jpath.parent)
+        rec.conv = conv
+        rec.journal_bytes = start + len(data)
+        rec.stamp = file_stamp(rec.path)
