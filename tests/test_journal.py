@@ -26,6 +26,7 @@ from chatui.transcript import (
     TranscriptError, autosave_path, list_transcripts, load_transcript, save_transcript,
 )
 from chatui.transcript.journal import journal_path
+from chatui.transcript.store import write_document
 from chatui.transcript.writer import AutosaveWriter
 from inference.settings import SamplingParams
 from inference.types import Alternative, Token, Usage
@@ -106,7 +107,7 @@ def test_an_explicit_save_removes_the_journal_and_a_stale_one_is_ignored(tmp_pat
     w, written = journaled(tmp_path, 3)
     path = autosave_path(written[-1], tmp_path)
     stale = journal_path(path).read_bytes()
-    save_transcript(written[0], path)  # a whole document again (no rev): the journal goes
+    write_document(written[0], path)  # a whole document again (no rev): the journal goes
     assert not journal_path(path).exists()
     journal_path(path).write_bytes(stale)  # as if a kill hit between document and removal
     assert load_transcript(path) == written[0]

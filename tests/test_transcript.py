@@ -851,3 +851,24 @@ def test_parent_round_trips_and_is_checked(tmp_path: Path) -> None:
     with pytest.raises(TranscriptError, match="parent.id must be"):
         from_json_dict(doc)
     assert "parent" not in to_json_dict(sample_conversation())
+
+
+def test_save_as_never_replaces_a_file_holding_more(tmp_path: Path) -> None:
+    """``/save PATH`` onto an existing file: a newer version of the same conversation replaces
+    it; another conversation, an older version or a file that is no transcript stay."""
+    conv = Conversation()
+    _exchange(conv, "one")
+    path = tmp_path / "snap.json"
+    save_transcript(conv, path)
+    _exchange(conv, "two")
+    save_transcript(conv, path)  # a newer version: fine
+    older = load_transcript(path)
+    del older.entries[2:]
+    with pytest.raises(TranscriptError, match=r"it holds messages this conversation does not"):
+        save_transcript(older, path)
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"my": "notes"}')
+    with pytest.raises(TranscriptError, match=r"not a chatui transcript.*nothing was written"):
+        save_transcript(conv, notes)
+    assert notes.read_text() == '{"my": "notes"}'
+    assert _texts(load_transcript(path)) == ["Q one", "A one", "Q two", "A two"]

@@ -22,7 +22,7 @@ from .reader import _is_num
 from .schema import TranscriptError
 from .store import (
     Stamp, _fsync_dir, _os_problem, file_stamp, load_transcript, load_with_document,
-    save_transcript,
+    write_document,
 )
 
 def data_dir() -> Path:
@@ -175,7 +175,7 @@ def autosave(conv: Conversation, directory: Path | None = None) -> Path:
     if target is not conv:
         conv.id, conv.parent, conv.branched_at = target.id, target.parent, target.branched_at
     path = autosave_path(conv, directory)
-    save_transcript(conv, path)
+    write_document(conv, path)
     _remove_stale_temps(path.parent)
     return path
 

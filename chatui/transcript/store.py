@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..conversation import Conversation
+from .identity import holds
 from .journal import journal_path, replay
 from .reader import _Bad, _parse, from_json_dict
 from .schema import TranscriptError, to_json_dict
@@ -117,19 +118,58 @@ def _encode(doc: Any) -> bytes:
         return json.dumps(doc, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def save_transcript(conv: Conversation, path: Path, *, rev: str | None = None) -> int:
-    """Write ``conv`` to ``path`` atomically (see :func:`atomic_write`); return its size.
+def save_transcript(conv: Conversation, path: Path) -> None:
+    """Write ``conv`` to ``path`` atomically (see :func:`atomic_write`), unless that would
+    lose something: a file already at ``path`` is replaced only by a document that holds
+    every message it holds (an older or another conversation's transcript, or a file that is
+    no transcript at all, is left alone and the error says so).
 
     The document is checked as it would be on load first, so every file written loads back.
-    A journal beside ``path`` is removed afterwards (the document holds all of it). ``rev``,
-    if given, is written into the document for a new journal to name as its base (see
-    :class:`~chatui.transcript.writer.AutosaveWriter`).
+    A journal beside ``path`` is removed afterwards (the document holds all of it).
 
     Raises:
-        TranscriptError: the conversation holds a value a transcript cannot (nothing is
-            written), or the file could not be written (the old file is intact).
+        TranscriptError: the file at ``path`` holds what ``conv`` lacks, the conversation
+            holds a value a transcript cannot (nothing is written), or the file could not be
+            written (the old file is intact).
     """
     path = Path(path)
+    data = _document(conv, path, None)
+    if os.path.lexists(path):
+        try:
+            old = load_transcript(path)
+        except TranscriptError:
+            if path.is_dir():
+                raise TranscriptError(f"Could not save {path}: it is a directory.") from None
+            raise TranscriptError(f"Could not save {path}: a file that is not a chatui "
+                                  f"transcript is there; nothing was written.") from None
+        if not holds(conv.entries, old.entries):
+            raise TranscriptError(f"Could not save {path}: it holds messages this "
+                                  f"conversation does not (another or a later version of it); "
+                                  f"nothing was written, choose another name.")
+    atomic_write(path, data)
+    remove_journal(path)
+
+
+def write_document(conv: Conversation, path: Path, *, rev: str | None = None) -> int:
+    """Write ``conv`` to ``path`` atomically, whatever is there; return the bytes written.
+
+    The document is checked as it would be on load first; a journal beside ``path`` is
+    removed afterwards. ``rev``, if given, is written into the document for a new journal to
+    name as its base (see :class:`~chatui.transcript.writer.AutosaveWriter`).
+
+    Raises:
+        TranscriptError: as :func:`save_transcript`, except that nothing at ``path`` is
+            protected: callers check that first (:func:`~chatui.transcript.history.claim`).
+    """
+    path = Path(path)
+    data = _document(conv, path, rev)
+    atomic_write(path, data)
+    remove_journal(path)
+    return len(data)
+
+
+def _document(conv: Conversation, path: Path, rev: str | None) -> bytes:
+    """The checked, encoded document for ``conv`` (raises TranscriptError naming ``path``)."""
     doc = to_json_dict(conv)
     if rev is not None:
         doc["rev"] = rev
@@ -143,9 +183,7 @@ def save_transcript(conv: Conversation, path: Path, *, rev: str | None = None) -
         raise TranscriptError(f"Could not save {path}: the transcript would be "
                               f"{_human(len(data))}, more than the {_human(MAX_BYTES)} a "
                               f"transcript may have; nothing was written.")
-    atomic_write(path, data)
-    remove_journal(path)
-    return len(data)
+    return data
 
 
 Stamp = tuple[tuple[int, int, int], tuple[int, int, int] | None]

@@ -28,7 +28,7 @@ from .journal import header, journal_path
 from .reader import _Bad, _entry
 from .schema import TranscriptError, entry_json, model_json, parent_json
 from .store import (
-    MAX_BYTES, Stamp, _fsync_dir, _os_problem, file_stamp, save_transcript,
+    MAX_BYTES, Stamp, _fsync_dir, _os_problem, file_stamp, write_document,
 )
 
 COMPACT_SLACK = 8 * 1024 * 1024
@@ -124,7 +124,7 @@ class AutosaveWriter:
     def _write_full(self, key: tuple[str, Path | None], conv: Conversation, path: Path) -> None:
         rev = uuid.uuid4().hex[:12]
         self._written.pop(key, None)
-        size = save_transcript(conv, path, rev=rev)
+        size = write_document(conv, path, rev=rev)
         self._written[key] = _Written(path, conv, file_stamp(path), rev, size)
         _remove_stale_temps(path.parent)
 
