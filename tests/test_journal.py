@@ -145,7 +145,7 @@ def test_a_bad_line_ends_the_journal(tmp_path: Path) -> None:
         assert load_transcript(path) == written[1]  # the second change and after: ignored
 
 
-def test_a_failed_append_is_cut_off_and_the_next_save_writes_everything(
+def test_a_failed_append_is_cut_off_and_the_next_save_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     w, written = journaled(tmp_path, 2)
     path = autosave_path(written[-1], tmp_path)
@@ -165,8 +165,9 @@ def test_a_failed_append_is_cut_off_and_the_next_save_writes_everything(
     monkeypatch.undo()
     assert journal_path(path).read_bytes() == before  # no half line for the next to glue onto
     assert load_transcript(path) == written[-1]
-    w.write(conv, tmp_path)
-    assert not journal_path(path).exists() and load_transcript(path) == conv
+    w.write(conv, tmp_path)  # reads the files back, then appends again
+    assert load_transcript(path) == conv
+    assert journal_path(path).read_bytes().startswith(before)
 
 
 def test_an_invalid_change_writes_nothing(tmp_path: Path) -> None:
@@ -273,3 +274,22 @@ def test_killed_while_journaling_loses_at_most_the_change_being_written(tmp_path
                                                       for n in range(len(conv.entries) // 2)]
         torn += not journal_path(path).read_bytes().endswith(b"\n")
     assert torn >= 2  # the kills really cut lines short
+
+
+def test_the_next_session_goes_on_with_the_journal_after_a_torn_line(tmp_path: Path) -> None:
+    """After a kill cut the last line short, the next session's writer reads the files once,
+    cuts the torn piece off, and appends after what loads (no whole-document rewrite)."""
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    jpath = journal_path(path)
+    full = jpath.read_bytes()
+    jpath.write_bytes(full[:-25])  # the third exchange's line, torn
+    doc_before = path.read_bytes()
+    conv = load_transcript(path)
+    assert conv == written[-2]
+    add_exchange(conv, 7)
+    assert AutosaveWriter().write(conv.snapshot(), tmp_path).id == conv.id
+    assert path.read_bytes() == doc_before  # the document was not rewritten
+    assert load_transcript(path) == conv
+    torn_start = full.rstrip(b"\n").rfind(b"\n") + 1
+    assert jpath.read_bytes().startswith(full[:torn_start])

@@ -214,7 +214,8 @@ def _summarise(path: Path) -> TranscriptSummary:
     if hit is not None and hit[0] == key:
         return hit[1]
     try:
-        data, conv = load_with_document(path)
+        loaded = load_with_document(path)
+        data, conv = loaded.data, loaded.conv
         saved = data.get("saved") if isinstance(data, dict) else None
         updated = saved if _is_num(saved) else st.st_mtime
         try:

@@ -78,30 +78,39 @@ def replay(conv: Conversation, base: Any, path: Path) -> Conversation:
     """``conv`` (the document at ``path``, whose ``rev`` is ``base``) with the changes of the
     journal beside it applied, in place. A missing, stale or unreadable journal changes
     nothing; a cut or bad line ends it."""
+    replay_counted(conv, base, path)
+    return conv
+
+
+def replay_counted(conv: Conversation, base: Any, path: Path) -> int:
+    """:func:`replay`; returns how many bytes of the journal were applied (0 when none), so
+    that a writer going on with it can cut off what follows first."""
     jpath = journal_path(path)
     try:
         with open(jpath, "rb") as f:
             raw = f.read(MAX_JOURNAL_BYTES)
     except FileNotFoundError:
-        return conv
+        return 0
     except OSError as e:
         log.warning("could not read the journal %s: %s", jpath, e)
-        return conv
+        return 0
     lines = raw.split(b"\n")[:-1]  # the piece after the last newline is cut short (or empty)
     if not lines or not isinstance(base, str):
-        return conv
+        return 0
     try:
         head = _loads(lines[0])
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return conv
+        return 0
     if not (isinstance(head, dict) and head.get("format") == JOURNAL_FORMAT
             and head.get("version") == JOURNAL_VERSION and head.get("id") == conv.id
             and head.get("base") == base):
-        return conv  # another document's journal (e.g. left by a kill during compaction)
+        return 0  # another document's journal (e.g. left by a kill during compaction)
+    used = len(lines[0]) + 1
     for n, line in enumerate(lines[1:], 2):
         try:
             _apply(conv, _loads(line), f"{jpath.name} line {n}")
         except (ValueError, UnicodeDecodeError, RecursionError, _Bad) as e:
             log.warning("the journal %s ends at a bad line %d: %s", jpath, n, e)
             break
-    return conv
+        used += len(line) + 1
+    return used

@@ -14,12 +14,13 @@ import os
 import stat
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..conversation import Conversation
 from .identity import holds
-from .journal import journal_path, replay
+from .journal import journal_path, replay_counted
 from .reader import _Bad, _parse, from_json_dict
 from .schema import TranscriptError, to_json_dict
 
@@ -271,13 +272,25 @@ def load_transcript(path: Path) -> Conversation:
     The changes in a journal beside the file (an autosave's) are applied; see
     :mod:`.journal`.
     """
-    return load_with_document(path)[1]
+    return load_with_document(path).conv
 
 
-def load_with_document(path: Path) -> tuple[Any, Conversation]:
+@dataclass
+class Loaded:
+    """A transcript as read from disk."""
+
+    data: Any
+    """The JSON document."""
+    conv: Conversation
+    """Its conversation, with the journal applied."""
+    journal_bytes: int
+    """How many bytes of the journal were applied (0: none)."""
+
+
+def load_with_document(path: Path) -> Loaded:
     """The JSON document at ``path`` and its conversation, with the journal beside it
     (if any) applied (see :func:`load_transcript`)."""
     path = Path(path)
     data = _read_json(path)
     conv = from_json_dict(data, source=str(path))
-    return data, replay(conv, data.get("rev"), path)
+    return Loaded(data, conv, replay_counted(conv, data.get("rev"), path))

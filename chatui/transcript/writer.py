@@ -18,17 +18,18 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..conversation import Conversation
-from .history import _on_disk, _remove_stale_temps, _UNREADABLE, autosave_path, claim
+from .history import _remove_stale_temps, autosave_path, claim
 from .identity import branch, first_difference, first_unheld
 from .journal import header, journal_path
 from .reader import _Bad, _entry
 from .schema import TranscriptError, entry_json, model_json, parent_json
 from .store import (
-    MAX_BYTES, Stamp, _fsync_dir, _os_problem, file_stamp, write_document,
+    MAX_BYTES, Stamp, _fsync_dir, _os_problem, file_stamp, load_with_document, write_document,
 )
 
 COMPACT_SLACK = 8 * 1024 * 1024
@@ -44,16 +45,28 @@ stays instant."""
 
 @dataclass
 class _Written:
-    """What this writer last put in one autosave file (and its journal)."""
+    """What one autosave file (and its journal) holds, as this writer last wrote or read it."""
 
     path: Path
     conv: Conversation
     """The snapshot the files hold now."""
     stamp: Stamp | None
-    rev: str
+    rev: str | None
+    """The document's rev (None: it has none, so the next change rewrites it in full)."""
     doc_bytes: int
     journal_bytes: int = 0
     """0: no journal yet (the next change starts one with its header)."""
+    sizes: list[int] = field(default_factory=list)
+    """Bytes of the journal holding each message's latest version (0: in the document)."""
+    dead_bytes: int = 0
+    """Journal bytes holding versions of messages written again since."""
+
+    @property
+    def wasteful(self) -> bool:
+        """More than half of what a load reads is superseded, and by more than
+        :data:`COMPACT_SLACK`: time to write the document again."""
+        return (self.dead_bytes > COMPACT_SLACK
+                and self.dead_bytes > self.doc_bytes + sum(self.sizes))
 
 
 def _encode_line(obj: object) -> bytes:
@@ -62,6 +75,14 @@ def _encode_line(obj: object) -> bytes:
                 + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: \\u-escape everything
         return (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
+
+
+_UNREADABLE_FILE: Any = object()
+
+
+def _id_in(path: Path) -> str:
+    """The conversation id an autosave file is named after (``date_time_slug_id.json``)."""
+    return path.stem.split("_", 3)[-1]
 
 
 class AutosaveWriter:
@@ -75,6 +96,9 @@ class AutosaveWriter:
         written: ``conv``, or a branch of it (another id) when its file holds messages
         ``conv`` lacks. ``conv`` must not change afterwards (pass a snapshot).
 
+        The first write of a conversation reads its file back once (to check it, and to go on
+        with its journal); after that only what changed is written.
+
         Raises:
             TranscriptError: the snapshot is invalid or a file could not be written; the files
                 are as they were (a failed journal line is cut off again).
@@ -82,32 +106,54 @@ class AutosaveWriter:
         key = (conv.id, directory)
         rec = self._written.get(key)
         if rec is not None and file_stamp(rec.path) != rec.stamp:
-            rec = None  # changed behind our back (deleted, /save, another process): read it
-            del self._written[key]
+            del self._written[key]  # changed behind our back (deleted, /save, another process)
+            rec = None
+        if rec is None:
+            path = autosave_path(conv, directory)
+            rec = self._read(path)
+            if rec is _UNREADABLE_FILE:
+                return self._write_branch(conv, 0, directory)
         if rec is not None:
             at = first_unheld(conv.entries, rec.conv.entries)
             if at < len(rec.conv.entries):
                 return self._write_branch(conv, at, directory)
-        else:
-            disk = _on_disk(autosave_path(conv, directory))
-            if disk is not None:
-                at = 0 if disk is _UNREADABLE else first_unheld(conv.entries, disk.entries)
-                if disk is _UNREADABLE or at < len(disk.entries):
-                    return self._write_branch(conv, at, directory)
         if not conv.entries:
             return conv
-        if rec is None or rec.journal_bytes > rec.doc_bytes + COMPACT_SLACK:
-            self._write_full(key, conv, autosave_path(conv, directory) if rec is None else rec.path)
+        if rec is None or rec.rev is None or rec.wasteful:
+            self._write_full(key, conv, path if rec is None else rec.path)
         else:
+            self._written[key] = rec
             self._append(key, rec, conv)
         return conv
+
+    def _read(self, path: Path) -> _Written | None:
+        """What the files at ``path`` hold (None: nothing; ``_UNREADABLE_FILE``: a file that
+        cannot be read, never to be written over). A journal with a cut or bad end is cut back
+        to what loads, so that new lines follow it."""
+        stamp = file_stamp(path)
+        if stamp is None:
+            return None
+        try:
+            loaded = load_with_document(path)
+        except TranscriptError:
+            return _UNREADABLE_FILE
+        rev = loaded.data.get("rev")
+        rev = rev if isinstance(rev, str) and loaded.conv.id == _id_in(path) else None
+        used = loaded.journal_bytes
+        if rev is not None and stamp[1] is not None and used != stamp[1][2]:
+            try:
+                os.truncate(journal_path(path), used)  # 0 when it is stale: started afresh
+            except OSError:
+                rev = None  # write the document in full instead
+        return _Written(path, loaded.conv, file_stamp(path), rev, stamp[0][2], used,
+                        [0] * len(loaded.conv.entries))
 
     def compact(self, limit: int = COMPACT_ON_FLUSH) -> None:
         """Fold every journal this writer keeps into its document, when both together are at
         most ``limit`` bytes (before quitting, ``/save``, ``/history``, ``/load``)."""
         for key, rec in list(self._written.items()):
             if 0 < rec.journal_bytes and rec.doc_bytes + rec.journal_bytes <= limit \
-                    and file_stamp(rec.path) == rec.stamp:
+                    and rec.path.exists() and file_stamp(rec.path) == rec.stamp:
                 self._write_full(key, rec.conv, rec.path)
 
     def forget(self) -> None:
@@ -125,7 +171,8 @@ class AutosaveWriter:
         rev = uuid.uuid4().hex[:12]
         self._written.pop(key, None)
         size = write_document(conv, path, rev=rev)
-        self._written[key] = _Written(path, conv, file_stamp(path), rev, size)
+        self._written[key] = _Written(path, conv, file_stamp(path), rev, size,
+                                      sizes=[0] * len(conv.entries))
         _remove_stale_temps(path.parent)
 
     def _append(self, key: tuple[str, Path | None], rec: _Written, conv: Conversation) -> None:
@@ -185,3 +232,6 @@ class AutosaveWriter:
         rec.conv = conv
         rec.journal_bytes = start + len(data)
         rec.stamp = file_stamp(rec.path)
+        rec.dead_bytes += sum(rec.sizes[at:])
+        per = len(data) // max(len(messages), 1)
+        rec.sizes[at:] = [per] * len(messages)
