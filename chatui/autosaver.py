@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from .conversation import Conversation
+from .transcript.history import autosave_path, open_loaded
 from .transcript.writer import AutosaveWriter
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,24 @@ class Autosaver:
             self._pending[(conv.id, directory)] = (snapshot, conv)
             self._start()
             self._cond.notify_all()
+
+    def open(self, path: Path, directory: Path | None) -> Conversation:
+        """``/load``: the conversation at ``path`` with the identity to go on under (see
+        :func:`chatui.transcript.open_transcript`: an older copy opens as a branch). When
+        ``path`` is the conversation's own autosave, the writer takes what was read as what
+        its files hold, so the next save appends to the journal at once instead of reading
+        the files back (about 0.75 s of CPU for 200 replies).
+
+        Raises:
+            TranscriptError: as :func:`chatui.transcript.load_transcript`.
+        """
+        self.flush()
+        conv, loaded = open_loaded(path, directory)
+        if loaded is not None:
+            with self._cond:
+                self._cond.wait_for(lambda: not self._pending and not self._busy)
+                self._writer.adopt(autosave_path(conv, directory), directory, loaded, conv)
+        return conv
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued save is written and small journals are folded into their
@@ -95,7 +114,7 @@ class Autosaver:
                 self._busy = True
             try:
                 if snapshot is not None and live is not None:
-                    written = self._writer.write(snapshot, key[1])
+                    written = self._writer.write(snapshot, key[1], live)
                     if written.id != snapshot.id:
                         with self._cond:
                             self._branched.append((live, snapshot.id, written))

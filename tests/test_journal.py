@@ -293,3 +293,42 @@ def test_the_next_session_goes_on_with_the_journal_after_a_torn_line(tmp_path: P
     assert load_transcript(path) == conv
     torn_start = full.rstrip(b"\n").rfind(b"\n") + 1
     assert jpath.read_bytes().startswith(full[:torn_start])
+
+
+def test_opening_through_the_autosaver_needs_no_reading_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    saver = Autosaver(lambda e: pytest.fail(str(e)))
+    conv = saver.open(path, tmp_path)
+    assert conv == written[-1] and conv.id == "jj"
+
+    def no_reading(p: Path) -> None:
+        raise AssertionError("the writer read the files back")
+
+    monkeypatch.setattr(writer_mod, "load_with_document", no_reading)
+    add_exchange(conv, 8)
+    saver.save(conv, tmp_path)
+    assert saver.flush(timeout=10)
+    assert load_transcript(path) == conv
+    copy = tmp_path / "copy.json"
+    save_transcript(written[0], copy)
+    monkeypatch.undo()
+    assert saver.open(copy, tmp_path).parent == "jj"  # an older copy opens as a branch
+
+
+def test_the_writer_forgets_conversations_that_are_gone(tmp_path: Path) -> None:
+    import gc
+
+    saver = Autosaver(lambda e: pytest.fail(str(e)))
+    conv = Conversation()
+    add_exchange(conv, 0)
+    saver.save(conv, tmp_path)
+    assert saver.flush(timeout=10) and len(saver._writer._written) == 1
+    del conv  # /clear or /load: the old conversation is garbage
+    gc.collect()
+    other = Conversation()
+    add_exchange(other, 1)
+    saver.save(other, tmp_path)
+    assert saver.flush(timeout=10)
+    assert [k[0] for k in saver._writer._written] == [other.id]  # no old snapshot kept alive

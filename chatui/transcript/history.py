@@ -21,7 +21,7 @@ from .journal import journal_path
 from .reader import _is_num
 from .schema import TranscriptError
 from .store import (
-    Stamp, _fsync_dir, _os_problem, file_stamp, load_transcript, load_with_document,
+    Loaded, Stamp, _fsync_dir, _os_problem, file_stamp, load_transcript, load_with_document,
     write_document,
 )
 
@@ -146,14 +146,21 @@ def open_transcript(path: Path, directory: Path | None = None) -> Conversation:
     Raises:
         TranscriptError: as :func:`load_transcript`.
     """
+    return open_loaded(path, directory)[0]
+
+
+def open_loaded(path: Path, directory: Path | None = None) -> tuple[Conversation, Loaded | None]:
+    """:func:`open_transcript`, and what was read when ``path`` is the conversation's own
+    autosave file (for an autosave writer to go on from without reading it again)."""
     path = Path(path).expanduser()
-    conv = load_transcript(path)
+    loaded = load_with_document(path)
+    conv = loaded.conv
     home = autosave_path(conv, directory)
     try:
         same = home.exists() and os.path.samefile(home, path)
     except OSError:
         same = False
-    return conv if same else claim(conv, directory)
+    return (conv, loaded) if same else (claim(conv, directory), None)
 
 
 def autosave(conv: Conversation, directory: Path | None = None) -> Path:

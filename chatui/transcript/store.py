@@ -285,12 +285,16 @@ class Loaded:
     """Its conversation, with the journal applied."""
     journal_bytes: int
     """How many bytes of the journal were applied (0: none)."""
+    stamp: Stamp | None
+    """The files' :func:`file_stamp`, taken before reading them (so a change during the read
+    shows as a different stamp later, never as the same one)."""
 
 
 def load_with_document(path: Path) -> Loaded:
     """The JSON document at ``path`` and its conversation, with the journal beside it
     (if any) applied (see :func:`load_transcript`)."""
     path = Path(path)
+    stamp = file_stamp(path)
     data = _read_json(path)
     conv = from_json_dict(data, source=str(path))
-    return Loaded(data, conv, replay_counted(conv, data.get("rev"), path))
+    return Loaded(data, conv, replay_counted(conv, data.get("rev"), path), stamp)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from .journal import header, journal_path
 from .reader import _Bad, _entry
 from .schema import TranscriptError, entry_json, model_json, parent_json
 from .store import (
-    MAX_BYTES, Stamp, _fsync_dir, _os_problem, file_stamp, load_with_document, write_document,
+    MAX_BYTES, Loaded, Stamp, _fsync_dir, _os_problem, file_stamp, load_with_document, write_document,
 )
 
 COMPACT_SLACK = 8 * 1024 * 1024
@@ -60,6 +61,9 @@ class _Written:
     """Bytes of the journal holding each message's latest version (0: in the document)."""
     dead_bytes: int = 0
     """Journal bytes holding versions of messages written again since."""
+    owner: weakref.ref[Conversation] | None = None
+    """The live conversation saved here: once it is gone, so is this record (and the
+    snapshot it keeps alive)."""
 
     @property
     def wasteful(self) -> bool:
@@ -91,10 +95,13 @@ class AutosaveWriter:
     def __init__(self) -> None:
         self._written: dict[tuple[str, Path | None], _Written] = {}
 
-    def write(self, conv: Conversation, directory: Path | None) -> Conversation:
+    def write(self, conv: Conversation, directory: Path | None,
+              owner: Conversation | None = None) -> Conversation:
         """Save the snapshot ``conv`` to its autosave file in ``directory``; return what was
         written: ``conv``, or a branch of it (another id) when its file holds messages
-        ``conv`` lacks. ``conv`` must not change afterwards (pass a snapshot).
+        ``conv`` lacks. ``conv`` must not change afterwards (pass a snapshot). ``owner``, the
+        live conversation ``conv`` is a snapshot of, lets the writer forget the conversation
+        once it is gone (a weak reference).
 
         The first write of a conversation reads its file back once (to check it, and to go on
         with its journal); after that only what changed is written.
@@ -103,6 +110,7 @@ class AutosaveWriter:
             TranscriptError: the snapshot is invalid or a file could not be written; the files
                 are as they were (a failed journal line is cut off again).
         """
+        self._prune()
         key = (conv.id, directory)
         rec = self._written.get(key)
         if rec is not None and file_stamp(rec.path) != rec.stamp:
@@ -112,11 +120,11 @@ class AutosaveWriter:
             path = autosave_path(conv, directory)
             rec = self._read(path)
             if rec is _UNREADABLE_FILE:
-                return self._write_branch(conv, 0, directory)
+                return self._write_branch(conv, 0, directory, owner)
         if rec is not None:
             at = first_unheld(conv.entries, rec.conv.entries)
             if at < len(rec.conv.entries):
-                return self._write_branch(conv, at, directory)
+                return self._write_branch(conv, at, directory, owner)
         if not conv.entries:
             return conv
         if rec is None or rec.rev is None or rec.wasteful:
@@ -124,19 +132,42 @@ class AutosaveWriter:
         else:
             self._written[key] = rec
             self._append(key, rec, conv)
+        if owner is not None:
+            self._written[key].owner = weakref.ref(owner)
         return conv
+
+    def _prune(self) -> None:
+        for key, rec in list(self._written.items()):
+            if rec.owner is not None and rec.owner() is None:
+                del self._written[key]
 
     def _read(self, path: Path) -> _Written | None:
         """What the files at ``path`` hold (None: nothing; ``_UNREADABLE_FILE``: a file that
         cannot be read, never to be written over). A journal with a cut or bad end is cut back
         to what loads, so that new lines follow it."""
-        stamp = file_stamp(path)
-        if stamp is None:
+        if file_stamp(path) is None:
             return None
         try:
             loaded = load_with_document(path)
         except TranscriptError:
             return _UNREADABLE_FILE
+        return self._record(path, loaded)
+
+    def adopt(self, path: Path, directory: Path | None, loaded: Loaded,
+              owner: Conversation | None = None) -> None:
+        """Take ``loaded`` (just read from the autosave file ``path``) as what the files
+        hold, so that the next write of that conversation appends without reading them.
+        Call it while no write runs (the autosaver holds its lock)."""
+        rec = self._record(path, loaded)
+        if rec is not None and rec is not _UNREADABLE_FILE:
+            rec.owner = weakref.ref(owner) if owner is not None else None
+            rec.conv = loaded.conv.snapshot()
+            self._written[(loaded.conv.id, directory)] = rec
+
+    def _record(self, path: Path, loaded: Loaded) -> Any:
+        stamp = loaded.stamp
+        if stamp is None:
+            return None
         rev = loaded.data.get("rev")
         rev = rev if isinstance(rev, str) and loaded.conv.id == _id_in(path) else None
         used = loaded.journal_bytes
@@ -145,7 +176,10 @@ class AutosaveWriter:
                 os.truncate(journal_path(path), used)  # 0 when it is stale: started afresh
             except OSError:
                 rev = None  # write the document in full instead
-        return _Written(path, loaded.conv, file_stamp(path), rev, stamp[0][2], used,
+            stamp = file_stamp(path)
+            if stamp is None:
+                return None
+        return _Written(path, loaded.conv, stamp, rev, stamp[0][2], used,
                         [0] * len(loaded.conv.entries))
 
     def compact(self, limit: int = COMPACT_ON_FLUSH) -> None:
@@ -156,15 +190,12 @@ class AutosaveWriter:
                     and rec.path.exists() and file_stamp(rec.path) == rec.stamp:
                 self._write_full(key, rec.conv, rec.path)
 
-    def forget(self) -> None:
-        """Drop what this writer knows (the next write of each conversation reads its file)."""
-        self._written.clear()
-
     # ---- internals ----
 
-    def _write_branch(self, conv: Conversation, at: int, directory: Path | None) -> Conversation:
+    def _write_branch(self, conv: Conversation, at: int, directory: Path | None,
+                      owner: Conversation | None = None) -> Conversation:
         target = claim(branch(conv, at), directory)
-        self.write(target, directory)
+        self.write(target, directory, owner)
         return target
 
     def _write_full(self, key: tuple[str, Path | None], conv: Conversation, path: Path) -> None:
