@@ -11,6 +11,8 @@ the messages that changed since the last save (see ``python -m chatui.transcript
 newer snapshot of the same conversation replaces one not yet written, and
 :meth:`Autosaver.flush` waits for the writes (before quitting, listing the saved
 conversations, or an explicit ``/save``) and folds small journals into their documents.
+:meth:`Autosaver.open` is ``/load``: it opens a file under the right identity and hands what
+it read to the writer.
 
 When saving would drop messages the file holds (an older copy was loaded, a reply retried),
 the writer saves a branch under a new id instead; the autosaver then gives the live
