@@ -9,9 +9,13 @@ write of the same conversation, which is what every autosave cost before the jou
 Measured here (one core of a shared 2-core machine), replies of 330 tokens:
 
     replies  loop: snapshot  writer: journal  whole document  document
-         10          0.1 ms           3.9 ms         40.6 ms   0.7 MiB
-        100          0.7 ms           4.5 ms        763.7 ms   6.6 MiB
-        200          1.9 ms           5.0 ms       1733.0 ms  13.1 MiB
+         10          0.1 ms           3.7 ms         36.9 ms   0.7 MiB
+        100          0.9 ms           4.9 ms        358.5 ms   6.6 MiB
+        200          1.6 ms           5.9 ms        723.2 ms  13.1 MiB
+    a new session's first save after 200 replies (reads the files once): 755 ms
+
+(The last is avoided when the app opens the conversation through ``Autosaver.open``, which
+hands what it read to the writer.)
 """
 
 from __future__ import annotations
