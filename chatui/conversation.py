@@ -122,6 +122,11 @@ class Conversation:
     system_prompt: str = ""
     entries: list[Entry] = field(default_factory=list)
     model: ModelRef = field(default_factory=ModelRef)
+    parent: str = ""
+    """The id of the conversation this one is a branch of ("" for none): a branch is made when
+    saving under the old id would drop messages its file holds (see chatui.transcript.identity)."""
+    branched_at: int = 0
+    """How many messages a branch shares with its parent."""
 
     def snapshot(self) -> Conversation:
         """A copy that later changes to this conversation do not reach (the tokens, which

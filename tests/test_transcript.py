@@ -305,7 +305,7 @@ def test_missing_file_directory_and_huge_file(tmp_path: Path, monkeypatch: pytes
         load_transcript(tmp_path)
     path = tmp_path / "big.json"
     save_transcript(sample_conversation(), path)
-    monkeypatch.setattr(tr, "MAX_BYTES", 1000)
+    monkeypatch.setattr(tr.store, "MAX_BYTES", 1000)
     with pytest.raises(TranscriptError, match=r"it is \d+ KiB, more than the 1000 bytes a transcript may have"):
         load_transcript(path)
 
@@ -430,7 +430,7 @@ def test_disk_full_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monkey
         os.write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tr, "_write_all", half_then_full)
+    monkeypatch.setattr(tr.store, "_write_all", half_then_full)
     conv.add_user("one more")
     with pytest.raises(TranscriptError) as info:
         save_transcript(conv, path)
@@ -475,8 +475,7 @@ sys.path.insert(0, {repo!r})
 from pathlib import Path
 from chatui.conversation import Conversation
 import os, time
-from chatui import transcript
-from chatui.transcript import save_transcript
+from chatui.transcript import save_transcript, store
 from inference.settings import SamplingParams
 from inference.types import Alternative, Token
 conv = Conversation(id="crash")
@@ -497,7 +496,7 @@ def slow_disk(fd, data):  # the real write, in chunks, so that a kill lands in t
 
 
 if {slow!r}:
-    transcript._write_all = slow_disk
+    store._write_all = slow_disk
 n = 0
 while True:
     conv.title = "version %d" % n
@@ -719,3 +718,157 @@ def test_autosaver_reports_a_failed_save_and_goes_on(tmp_path: Path) -> None:
     assert "Could not save" in str(errors[0])
     saver.save(sample_conversation(), tmp_path)  # the thread is still there
     assert saver.flush(timeout=10) and list(tmp_path.glob("*.json"))
+
+
+# ---- identity: copies and branches (no save may drop what a file holds) -------------
+
+
+def _exchange(conv: Conversation, text: str) -> None:
+    conv.add_user(f"Q {text}")
+    entry = conv.add_assistant([SamplingParams()])
+    entry.replies[0].text = entry.text = f"A {text}"
+    entry.replies[0].tokens = [Token(0, 1, f"A {text}", -0.5, 0.5)]
+    entry.replies[0].finish_reason = "stop"
+
+
+def _texts(conv: Conversation) -> list[str]:
+    return [e.content for e in conv.entries]
+
+
+@pytest.mark.parametrize("opener", ["load_transcript", "open_transcript"])
+def test_a_loaded_older_copy_never_rewinds_its_original(tmp_path: Path, opener: str) -> None:
+    """Issue 14: /save ~/snap.json after one exchange, a second exchange, /load ~/snap.json,
+    quit. Through the app's calls of today (load_transcript, then the autosaver) and through
+    open_transcript."""
+    from chatui.autosaver import Autosaver
+
+    data, snap = tmp_path / "data", tmp_path / "snap.json"
+    errors: list[Exception] = []
+    saver = Autosaver(errors.append)
+    conv = Conversation()
+    _exchange(conv, "one")
+    saver.save(conv, data)
+    save_transcript(conv, snap)  # /save ~/snap.json
+    _exchange(conv, "two")
+    saver.save(conv, data)
+    assert saver.flush(timeout=10)
+    home = autosave_path(conv, data)
+    loaded = (load_transcript(snap) if opener == "load_transcript"
+              else tr.open_transcript(snap, data))
+    saver.save(loaded, data)  # the autosave after /load, and on quit
+    assert saver.flush(timeout=10) and errors == []
+    assert _texts(load_transcript(home)) == ["Q one", "A one", "Q two", "A two"]
+    [branch] = [s for s in list_transcripts(data) if s.path != home]
+    assert branch.parent == conv.id and branch.messages == 2
+    assert loaded.id == branch.id and loaded.parent == conv.id and loaded.branched_at == 2
+    _exchange(loaded, "three")  # the branch goes on in its own file
+    saver.save(loaded, data)
+    assert saver.flush(timeout=10)
+    assert _texts(load_transcript(branch.path)) == ["Q one", "A one", "Q three", "A three"]
+    assert len(list_transcripts(data)) == 2
+
+
+def test_opening_keeps_the_identity_when_nothing_is_lost(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    conv = Conversation()
+    _exchange(conv, "one")
+    home = autosave(conv, data)
+    assert tr.open_transcript(home, data).id == conv.id  # the autosave itself
+    save_transcript(conv, tmp_path / "same.json")
+    assert tr.open_transcript(tmp_path / "same.json", data).id == conv.id  # an equal copy
+    _exchange(conv, "two")
+    save_transcript(conv, tmp_path / "newer.json")
+    newer = tr.open_transcript(tmp_path / "newer.json", data)
+    assert newer.id == conv.id and newer.parent == ""  # a newer copy extends its home
+    other = Conversation()
+    _exchange(other, "x")
+    save_transcript(other, tmp_path / "mailed.json")  # no home here: it becomes one
+    assert tr.open_transcript(tmp_path / "mailed.json", data).id == other.id
+
+
+def test_autosave_branches_instead_of_dropping_messages(tmp_path: Path) -> None:
+    """A retried reply (the last one replaced) and an edited prompt: the file keeps what it
+    had; the conversation goes on as a branch, whose id is the same for every writer."""
+    conv = Conversation()
+    _exchange(conv, "one")
+    _exchange(conv, "two")
+    home = autosave(conv, tmp_path)
+    original = conv.id
+    retried = conv.snapshot()
+    retried.entries[-1].replies[0] = Reply(SamplingParams(), text="A two, again")
+    path = autosave(retried, tmp_path)
+    assert retried.id != original and retried.parent == original and retried.branched_at == 3
+    assert _texts(load_transcript(home))[-1] == "A two"
+    assert _texts(load_transcript(path))[-1] == "A two, again"
+    again = conv.snapshot()  # another writer branching the same way lands in the same file
+    again.entries[-1].replies[0] = Reply(SamplingParams(), text="A two, again and more")
+    assert autosave(again, tmp_path) == path and again.id == retried.id
+    edited = conv.snapshot()
+    del edited.entries[2:]  # /edit of the second prompt
+    edited.add_user("Q two, edited")
+    other = autosave(edited, tmp_path)
+    assert other not in (home, path) and edited.parent == original and edited.branched_at == 2
+    assert len(list_transcripts(tmp_path)) == 3
+
+
+def test_a_growing_reply_is_no_loss(tmp_path: Path) -> None:
+    """The save when a reply starts holds it empty or partial; the reply's end, a continued
+    reply, a picked column and a new column all extend it in place."""
+    conv = Conversation()
+    conv.add_user("Q")
+    entry = conv.add_assistant([SamplingParams()])
+    home = autosave(conv, tmp_path)
+    entry.replies[0].tokens = [Token(0, 1, "Hel", -0.5, 0.5)]
+    entry.replies[0].text = "Hel"
+    assert autosave(conv, tmp_path) == home
+    entry.replies[0].tokens = entry.replies[0].tokens + [Token(1, 2, "lo", -0.5, 0.5)]
+    entry.replies[0].text = "Hello"
+    entry.replies[0].finish_reason = "length"
+    entry.replies[0].settings = SamplingParams(max_new_tokens=9)
+    entry.replies.append(Reply(SamplingParams(seed=1), text="Hi"))
+    entry.chosen = 1
+    assert autosave(conv, tmp_path) == home and conv.parent == ""
+    assert load_transcript(home) == conv
+
+
+def test_an_unreadable_file_is_never_written_over(tmp_path: Path) -> None:
+    conv = Conversation()
+    _exchange(conv, "one")
+    home = autosave(conv, tmp_path)
+    home.write_text("{ damaged")
+    _exchange(conv, "two")
+    path = autosave(conv, tmp_path)
+    assert path != home and home.read_text() == "{ damaged"
+    assert _texts(load_transcript(path)) == ["Q one", "A one", "Q two", "A two"]
+
+
+def test_parent_round_trips_and_is_checked(tmp_path: Path) -> None:
+    conv = sample_conversation()
+    conv.parent, conv.branched_at = "abc", 1
+    assert roundtrip(conv) == conv
+    doc = to_json_dict(conv)
+    doc["parent"] = {"id": "../x", "messages": 1}
+    with pytest.raises(TranscriptError, match="parent.id must be"):
+        from_json_dict(doc)
+    assert "parent" not in to_json_dict(sample_conversation())
+
+
+def test_save_as_never_replaces_a_file_holding_more(tmp_path: Path) -> None:
+    """``/save PATH`` onto an existing file: a newer version of the same conversation replaces
+    it; another conversation, an older version or a file that is no transcript stay."""
+    conv = Conversation()
+    _exchange(conv, "one")
+    path = tmp_path / "snap.json"
+    save_transcript(conv, path)
+    _exchange(conv, "two")
+    save_transcript(conv, path)  # a newer version: fine
+    older = load_transcript(path)
+    del older.entries[2:]
+    with pytest.raises(TranscriptError, match=r"it holds messages this conversation does not"):
+        save_transcript(older, path)
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"my": "notes"}')
+    with pytest.raises(TranscriptError, match=r"not a chatui transcript.*nothing was written"):
+        save_transcript(conv, notes)
+    assert notes.read_text() == '{"my": "notes"}'
+    assert _texts(load_transcript(path)) == ["Q one", "A one", "Q two", "A two"]

@@ -1,0 +1,81 @@
+"""What a conversation's identity is, and when a save would lose something.
+
+A conversation is named by its ``id``; its autosave file (``..._<id>.json`` in the history
+folder) is its home, and a home only ever gains messages. Any other file holding the same id
+(``/save PATH``, a file mailed to you) is a *copy*: a picture of the conversation at one moment.
+
+Writing a document over a file is safe when the document *holds* everything the file holds:
+the same messages, in order, where a reply on disk may have grown since (a streamed or
+continued reply extends its tokens and text; a comparison may gain columns; ``chosen`` and the
+settings may change). When it does not (a copy older than its home was opened, a reply was
+retried, a prompt edited), the document is written as a *branch* instead: a new id, with
+``parent`` naming the conversation it left and ``branched_at`` the messages they share. The
+branch's id is derived from the parent's id and the branch point, so two writers that branch
+the same conversation at the same message (the app's autosaver and an explicit ``/save``) find
+the same file rather than making two; if that file is taken by other content, the branch
+branches again from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Sequence
+
+from ..conversation import Conversation, Entry, Reply
+
+
+def reply_holds(new: Reply, old: Reply) -> bool:
+    """``new`` keeps everything ``old`` has: its tokens and text start with ``old``'s."""
+    if new is old:
+        return True
+    n = len(old.tokens)
+    return (len(new.tokens) >= n and new.tokens[:n] == old.tokens
+            and new.text.startswith(old.text))
+
+
+def entry_holds(new: Entry, old: Entry) -> bool:
+    """``new`` is ``old``, or ``old`` grown: the same role and user text, and every reply of
+    ``old`` held by the reply in the same column of ``new``."""
+    if new is old or new == old:
+        return True
+    if new.role != old.role:
+        return False
+    if new.role == "user":
+        return new.text == old.text
+    return (len(new.replies) >= len(old.replies)
+            and all(reply_holds(n, o) for n, o in zip(new.replies, old.replies)))
+
+
+def first_unheld(new: Sequence[Entry], old: Sequence[Entry]) -> int:
+    """The index of the first message of ``old`` that ``new`` does not hold; ``len(old)`` when
+    it holds them all."""
+    for i, o in enumerate(old):
+        if i >= len(new) or not entry_holds(new[i], o):
+            return i
+    return len(old)
+
+
+def holds(new: Sequence[Entry], old: Sequence[Entry]) -> bool:
+    """Writing ``new`` over a file holding ``old`` loses no message."""
+    return len(new) >= len(old) and first_unheld(new, old) == len(old)
+
+
+def first_difference(a: Sequence[Entry], b: Sequence[Entry]) -> int:
+    """The index of the first message that differs between ``a`` and ``b`` (snapshots share
+    their tokens and texts, so equal messages compare by identity, fast)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if not (x is y or x == y):
+            return i
+    return min(len(a), len(b))
+
+
+def branch_id(conv_id: str, at: int) -> str:
+    """The id of the branch of ``conv_id`` that leaves it at message ``at``."""
+    return hashlib.sha256(f"{conv_id}/{at}".encode()).hexdigest()[:12]
+
+
+def branch(conv: Conversation, at: int) -> Conversation:
+    """``conv`` as a branch leaving the conversation ``conv.id`` at message ``at`` (the entries
+    are shared, not copied)."""
+    return replace(conv, id=branch_id(conv.id, at), parent=conv.id, branched_at=at)

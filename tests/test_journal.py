@@ -1,0 +1,334 @@
+"""The autosave journal: what changed is appended and fsynced, a torn or bad line loses only
+itself (and what follows it), a kill mid-write loses at most the change being written, and
+documents without a journal load as before."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import chatui.transcript.writer as writer_mod
+from chatui.autosaver import Autosaver
+from chatui.conversation import Conversation
+from chatui.transcript import (
+    TranscriptError, autosave_path, list_transcripts, load_transcript, save_transcript,
+)
+from chatui.transcript.journal import journal_path
+from chatui.transcript.store import write_document
+from chatui.transcript.writer import AutosaveWriter
+from inference.settings import SamplingParams
+from inference.types import Alternative, Token, Usage
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def add_exchange(conv: Conversation, n: int, tokens: int = 20) -> None:
+    """A user message and a finished reply of ``tokens`` tokens with alternatives."""
+    conv.add_user(f"question {n}")
+    entry = conv.add_assistant([SamplingParams(seed=n)])
+    reply = entry.replies[0]
+    reply.tokens = [Token(i, 100 + i, f" w{n}.{i}", -0.5, 1.25,
+                          tuple(Alternative(j, f" a{j}", -2.0 - j) for j in range(5)))
+                    for i in range(tokens)]
+    reply.text = "".join(t.text for t in reply.tokens)
+    reply.finish_reason = "stop"
+    reply.usage = Usage(10, tokens, 0, 0.1, 40.0)
+    entry.text = reply.text
+
+
+def journaled(tmp_path: Path, exchanges: int = 3) -> tuple[AutosaveWriter, list[Conversation]]:
+    """A conversation autosaved after each exchange; the snapshots written, in order."""
+    w = AutosaveWriter()
+    conv = Conversation(id="jj")
+    written = []
+    for n in range(exchanges):
+        add_exchange(conv, n)
+        snap = conv.snapshot()
+        assert w.write(snap, tmp_path) is snap
+        written.append(snap)
+    return w, written
+
+
+def test_later_saves_append_to_the_journal_and_load_back(tmp_path: Path) -> None:
+    w, written = journaled(tmp_path, 4)
+    path = autosave_path(written[-1], tmp_path)
+    doc = json.loads(path.read_bytes())
+    assert len(doc["messages"]) == 2 and isinstance(doc["rev"], str)  # the first save only
+    lines = journal_path(path).read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 1 + 1 + 3  # header, three changes
+    assert json.loads(lines[0])["base"] == doc["rev"]
+    assert [json.loads(x)["at"] for x in lines[1:-1]] == [2, 4, 6]
+    assert load_transcript(path) == written[-1]
+    [summary] = list_transcripts(tmp_path)  # the journal is no transcript of its own
+    assert summary.messages == 8 and summary.path == path
+
+
+def test_a_changed_reply_and_metadata_are_journaled(tmp_path: Path) -> None:
+    w, written = journaled(tmp_path, 2)
+    conv = written[-1].snapshot()
+    conv.entries[-1].replies[0].text += " more"  # e.g. /continue
+    conv.entries[-1].replies[0].tokens.append(Token(20, 7, " more", -0.1, 0.1))
+    conv.title, conv.system_prompt = "New title", "Be terse."
+    conv.model.name = "other-model"
+    w.write(conv, tmp_path)
+    path = autosave_path(conv, tmp_path)
+    last = json.loads(journal_path(path).read_bytes().split(b"\n")[-2])
+    assert last["at"] == 3 and len(last["messages"]) == 1 and last["title"] == "New title"
+    assert load_transcript(path) == conv
+
+
+def test_flush_folds_the_journal_into_the_document(tmp_path: Path) -> None:
+    saver = Autosaver(lambda e: None)
+    conv = Conversation(id="fold")
+    for n in range(3):
+        add_exchange(conv, n)
+        saver.save(conv, tmp_path)
+        time.sleep(0.05)
+    assert saver.flush(timeout=10)
+    path = autosave_path(conv, tmp_path)
+    assert not journal_path(path).exists()
+    assert len(json.loads(path.read_bytes())["messages"]) == 6
+    assert load_transcript(path) == conv
+
+
+def test_an_explicit_save_removes_the_journal_and_a_stale_one_is_ignored(tmp_path: Path) -> None:
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    stale = journal_path(path).read_bytes()
+    write_document(written[0], path)  # a whole document again (no rev): the journal goes
+    assert not journal_path(path).exists()
+    journal_path(path).write_bytes(stale)  # as if a kill hit between document and removal
+    assert load_transcript(path) == written[0]
+    # the writer notices the change behind its back and starts over from the file
+    conv = written[-1].snapshot()
+    add_exchange(conv, 9)
+    assert w.write(conv, tmp_path).id == conv.id
+    assert load_transcript(path) == conv
+
+
+def test_a_file_cut_at_every_byte_of_the_last_line_loses_only_that_change(tmp_path: Path) -> None:
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    jpath = journal_path(path)
+    full = jpath.read_bytes()
+    start = full.rstrip(b"\n").rfind(b"\n") + 1  # where the last line begins
+    for cut in range(start, len(full) + 1):
+        jpath.write_bytes(full[:cut])
+        want = written[-1] if cut == len(full) else written[-2]
+        assert load_transcript(path) == want, cut
+    for cut in range(0, start, 97):  # earlier cuts keep every whole line before them
+        jpath.write_bytes(full[:cut])
+        got = load_transcript(path)
+        assert got in written, cut
+
+
+def test_a_bad_line_ends_the_journal(tmp_path: Path) -> None:
+    w, written = journaled(tmp_path, 4)
+    path = autosave_path(written[-1], tmp_path)
+    jpath = journal_path(path)
+    lines = jpath.read_bytes().split(b"\n")
+    for bad in (b'{"at": 99, "messages": []}', b"\xff\xfe", b'{"at": 2, "messages": [{"role": '
+                b'"robot", "text": "", "time": 0}]}', b"[1, 2]", b'{"at": 2}'):
+        jpath.write_bytes(b"\n".join(lines[:2] + [bad] + lines[3:]))
+        assert load_transcript(path) == written[1]  # the second change and after: ignored
+
+
+def test_a_failed_append_is_cut_off_and_the_next_save_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w, written = journaled(tmp_path, 2)
+    path = autosave_path(written[-1], tmp_path)
+    before = journal_path(path).read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    conv = written[-1].snapshot()
+    add_exchange(conv, 5)
+    monkeypatch.setattr(writer_mod.os, "write", half_then_full)
+    with pytest.raises(TranscriptError, match="the disk is full; the saved conversation is "
+                                              "unchanged"):
+        w.write(conv, tmp_path)
+    monkeypatch.undo()
+    assert journal_path(path).read_bytes() == before  # no half line for the next to glue onto
+    assert load_transcript(path) == written[-1]
+    w.write(conv, tmp_path)  # reads the files back, then appends again
+    assert load_transcript(path) == conv
+    assert journal_path(path).read_bytes().startswith(before)
+
+
+def test_an_invalid_change_writes_nothing(tmp_path: Path) -> None:
+    w, written = journaled(tmp_path, 2)
+    path = autosave_path(written[-1], tmp_path)
+    before = journal_path(path).read_bytes()
+    conv = written[-1].snapshot()
+    add_exchange(conv, 3)
+    conv.entries[-1].replies[0].tokens[0] = Token(0, 1, "x", 0.5, 1.0)  # a logprob above 0
+    with pytest.raises(TranscriptError, match="logprob"):
+        w.write(conv, tmp_path)
+    assert journal_path(path).read_bytes() == before
+
+
+def test_documents_without_a_journal_load_as_before(tmp_path: Path) -> None:
+    conv = Conversation(id="plain")
+    add_exchange(conv, 0)
+    path = tmp_path / "plain.json"
+    save_transcript(conv, path)
+    assert "rev" not in json.loads(path.read_bytes())
+    journal_path(path).write_bytes(b'{"format": "chatui-journal", "version": 1, "id": "plain", '
+                                   b'"base": null}\n{"at": 0, "messages": []}\n')
+    assert load_transcript(path) == conv  # a journal needs its document's rev
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                                       max_size=4), st.binary(max_size=40))
+def test_damaged_journals_never_crash(cut: int, flips: list, tail: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        _damage_and_load(Path(d), cut, flips, tail)
+
+
+def _damage_and_load(tmp_path: Path, cut: int, flips: list, tail: bytes) -> None:
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    data = bytearray(journal_path(path).read_bytes())
+    data = data[: cut % (len(data) + 1)]
+    for pos, byte in flips:
+        if data:
+            data[pos % len(data)] = byte
+    journal_path(path).write_bytes(bytes(data) + tail)
+    assert load_transcript(path) is not None  # never raises: a bad journal only ends early
+
+
+KILL_CHILD = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from chatui.conversation import Conversation
+from chatui.transcript.writer import AutosaveWriter
+import chatui.transcript.writer as wm
+from tests.test_journal import add_exchange
+
+real_write = os.write
+def slow_write(fd, data):  # the real write, in small pieces, so that a kill lands inside
+    print("writing", flush=True)
+    n = 0
+    for start in range(0, len(data), 4096):
+        n += real_write(fd, data[start:start + 4096])
+        time.sleep(0.002)
+    return n
+
+w = AutosaveWriter()
+conv = Conversation(id="kill")
+add_exchange(conv, 0)
+w.write(conv.snapshot(), Path({dir!r}))
+wm.os.write = slow_write
+n = 1
+while True:
+    add_exchange(conv, n, tokens=400)
+    w.write(conv.snapshot(), Path({dir!r}))
+    print("saved", n, flush=True)
+    n += 1
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_killed_while_journaling_loses_at_most_the_change_being_written(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    torn = 0
+    for round_ in range(5):
+        d = tmp_path / str(round_)
+        src = KILL_CHILD.format(repo=str(REPO), dir=str(d))
+        proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True,
+                                cwd=REPO)
+        assert proc.stdout is not None
+        saved = 0
+        target = rng.randint(1, 4)
+        while saved < target:
+            line = proc.stdout.readline()
+            assert line, "the child died"
+            if line.startswith("saved"):
+                saved = int(line.split()[1])
+        assert proc.stdout.readline().startswith("writing")  # the next line is being written
+        time.sleep(rng.uniform(0.0, 0.03))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        [path] = [p for p in d.iterdir() if p.suffix == ".json"]
+        conv = load_transcript(path)
+        assert len(conv.entries) in (2 * saved + 2, 2 * saved + 4)  # the last change, or not
+        assert [e.text for e in conv.entries[::2]] == [f"question {n}"
+                                                      for n in range(len(conv.entries) // 2)]
+        torn += not journal_path(path).read_bytes().endswith(b"\n")
+    assert torn >= 2  # the kills really cut lines short
+
+
+def test_the_next_session_goes_on_with_the_journal_after_a_torn_line(tmp_path: Path) -> None:
+    """After a kill cut the last line short, the next session's writer reads the files once,
+    cuts the torn piece off, and appends after what loads (no whole-document rewrite)."""
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    jpath = journal_path(path)
+    full = jpath.read_bytes()
+    jpath.write_bytes(full[:-25])  # the third exchange's line, torn
+    doc_before = path.read_bytes()
+    conv = load_transcript(path)
+    assert conv == written[-2]
+    add_exchange(conv, 7)
+    assert AutosaveWriter().write(conv.snapshot(), tmp_path).id == conv.id
+    assert path.read_bytes() == doc_before  # the document was not rewritten
+    assert load_transcript(path) == conv
+    torn_start = full.rstrip(b"\n").rfind(b"\n") + 1
+    assert jpath.read_bytes().startswith(full[:torn_start])
+
+
+def test_opening_through_the_autosaver_needs_no_reading_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w, written = journaled(tmp_path, 3)
+    path = autosave_path(written[-1], tmp_path)
+    saver = Autosaver(lambda e: pytest.fail(str(e)))
+    conv = saver.open(path, tmp_path)
+    assert conv == written[-1] and conv.id == "jj"
+
+    def no_reading(p: Path) -> None:
+        raise AssertionError("the writer read the files back")
+
+    monkeypatch.setattr(writer_mod, "load_with_document", no_reading)
+    add_exchange(conv, 8)
+    saver.save(conv, tmp_path)
+    assert saver.flush(timeout=10)
+    assert load_transcript(path) == conv
+    copy = tmp_path / "copy.json"
+    save_transcript(written[0], copy)
+    monkeypatch.undo()
+    assert saver.open(copy, tmp_path).parent == "jj"  # an older copy opens as a branch
+
+
+def test_the_writer_forgets_conversations_that_are_gone(tmp_path: Path) -> None:
+    import gc
+
+    saver = Autosaver(lambda e: pytest.fail(str(e)))
+    conv = Conversation()
+    add_exchange(conv, 0)
+    saver.save(conv, tmp_path)
+    assert saver.flush(timeout=10) and len(saver._writer._written) == 1
+    del conv  # /clear or /load: the old conversation is garbage
+    gc.collect()
+    other = Conversation()
+    add_exchange(other, 1)
+    saver.save(other, tmp_path)
+    assert saver.flush(timeout=10)
+    assert [k[0] for k in saver._writer._written] == [other.id]  # no old snapshot kept alive
