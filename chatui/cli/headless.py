@@ -1,0 +1,143 @@
+"""Running the engine without the UI: load a worker with a progress line, stream a request to
+stdout, and turn every user mistake into one sentence and exit code 2."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Coroutine
+
+from inference.settings import SamplingParams, SettingsError
+from inference.types import Failed, GenerationRequest, Progress, RowDone, Started, TokenBatch
+from inference.worker import InferenceWorker
+
+from ..backends import BackendOptions, make_factory
+from .options import UserError, fail
+from .output import done_json, print_logprob_token, progress_line, token_json
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a command's coroutine; a :class:`UserError` or ``SettingsError`` becomes one
+    sentence on stderr and exit code 2."""
+    try:
+        return asyncio.run(coro)
+    except (UserError, SettingsError) as exc:
+        fail(exc)
+
+
+def check_local_spec(opts: BackendOptions) -> None:
+    """Refuse a checkpoint path that does not exist and a device or dtype this machine cannot
+    use, without loading anything: the chat opens its window before the model loads, so it
+    must refuse these first, as the headless commands do when their load fails.
+
+    TODO(lead): once the engine branch's quick spec check lands in inference/checkpoint.py
+    (``check_spec``-like, raising CheckpointError), call it here instead of these two checks.
+    Torch is imported only when --device or --dtype asks for something other than the CPU
+    defaults, so a plain ``chatui`` still opens without importing it in the UI process.
+    """
+    if opts.backend != "local":
+        return
+    if opts.ckpt is not None:
+        text = opts.ckpt.strip()
+        path = Path(os.path.expandvars(text)).expanduser()
+        looks_like_path = (text.startswith((".", "/", "~", "\\")) or text.count("/") > 1
+                           or text.lower().endswith((".gguf", ".safetensors", ".json")))
+        if not text:
+            raise UserError("--ckpt is empty; give a checkpoint path or leave the flag out "
+                            "for the default model")
+        if looks_like_path and not path.exists():
+            raise UserError(f"No such file or directory: {text}.")
+    device = (opts.device or "").strip().lower()
+    dtype = (opts.dtype or "").strip().lower()
+    if device not in ("", "auto", "cpu") or dtype not in ("", "auto"):
+        from inference.checkpoint import CheckpointError, resolve_device
+
+        try:
+            resolve_device(opts.device, opts.dtype)
+        except CheckpointError as exc:
+            raise UserError(str(exc)) from None
+
+
+async def load(opts: BackendOptions, *, quiet: bool = False) -> InferenceWorker:
+    """A worker with the model loaded (progress on a terminal's stderr)."""
+    try:
+        factory = make_factory(opts)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    worker = InferenceWorker(factory, isolate=False)  # headless: no UI to keep away from
+    shown = False
+    async for group in worker.load():
+        for ev in group:
+            if isinstance(ev, Failed):
+                await worker.aclose()
+                if shown:
+                    print(file=sys.stderr)
+                raise UserError(ev.message)
+            if isinstance(ev, Progress) and not quiet and sys.stderr.isatty():
+                shown = True
+                progress_line(ev)
+    if shown:
+        print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+    info = worker.info
+    if info is not None and info.chat_template_warning:
+        print(f"warning: {info.chat_template_warning}", file=sys.stderr)
+    return worker
+
+
+def settings(worker: InferenceWorker, given: dict[str, Any]) -> SamplingParams:
+    """The model's default settings with the flags the user gave on top."""
+    base = worker.info.default_settings if worker.info else SamplingParams()
+    return base.with_values(**given)
+
+
+async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json: bool,
+                 show_logprobs: bool, tag_columns: bool) -> list[RowDone]:
+    """Stream a request to stdout; Ctrl+C stops it (the partial reply is kept)."""
+    events = worker.generate(request)
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, events.cancel)
+    except (NotImplementedError, RuntimeError):
+        pass
+    started: Started | None = None
+    done: list[RowDone] = []
+    failed: Failed | None = None
+    try:
+        async for group in events:
+            for ev in group:
+                if isinstance(ev, Started):
+                    started = ev
+                    if ev.dropped_messages:
+                        print(f"note: the {ev.dropped_messages} oldest messages were left out to "
+                              f"fit the context of {ev.context_limit} tokens", file=sys.stderr)
+                elif isinstance(ev, TokenBatch):
+                    for t in ev.tokens:
+                        if as_json:
+                            print(json.dumps(token_json(t, ev.row if tag_columns else None),
+                                             ensure_ascii=False))
+                        elif show_logprobs:
+                            print_logprob_token(t)
+                        elif not tag_columns:
+                            print(t.text, end="", flush=True)
+                elif isinstance(ev, RowDone):
+                    done.append(ev)
+                    if as_json:
+                        print(json.dumps(done_json(ev, started, ev.row if tag_columns else None)))
+                elif isinstance(ev, Failed):
+                    failed = ev
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if not as_json and not show_logprobs and not tag_columns:
+        print()
+        if done and done[0].finish_reason != "stop":
+            print(f"[{done[0].finish_reason}]", file=sys.stderr)
+    if failed is not None:
+        raise UserError(failed.message)
+    return sorted(done, key=lambda d: d.row)
