@@ -194,3 +194,25 @@ def test_the_chat_takes_stop_and_the_shared_flags():
     for flag in ("--stop", "--ckpt", "--backend", "--temperature", "--theme", "--load",
                  "--system", "--top-logprobs"):
         assert flag in h.stdout, flag
+
+
+def test_outputs_that_would_lose_work_or_input_are_refused_first(tmp_path: Path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    r = chatui("batch", "--backend", "scripted", "--input-file", str(prompts),
+               "--output", str(tmp_path / "missing" / "out.jsonl"))
+    assert refused(r, "the folder"), r.stderr
+    r = chatui("batch", "--backend", "scripted", "--input-file", str(prompts),
+               "--output", str(tmp_path / "." / "prompts.txt"))
+    assert refused(r, "is the input file itself") and prompts.read_text() == "hello\n"
+
+    from chatui.conversation import Conversation
+    from chatui.transcript import save_transcript
+
+    conv = Conversation()
+    conv.add_user("keep me")
+    saved = tmp_path / "chat.json"
+    save_transcript(conv, saved)
+    before = saved.read_bytes()
+    r = chatui("export", str(saved), "--output", str(saved))
+    assert refused(r, "is the input file itself") and saved.read_bytes() == before

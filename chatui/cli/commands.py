@@ -161,7 +161,7 @@ def batch(
     top_logprobs: TopLogprobs = 0,
 ) -> None:
     """Answer every line of a file as one batch; JSON lines in input order, each with its
-    line's 0-based ``index`` and 1-based ``line``."""
+    line's 0-based index and 1-based line number."""
 
     async def go() -> None:
         check_top_logprobs(top_logprobs)
@@ -173,8 +173,8 @@ def batch(
         prompts = [(i, ln) for i, ln in enumerate(lines) if ln.strip()]
         if not prompts:
             raise UserError(f"{input_file} has no prompts (one per line)")
-        if output is not None and output.is_dir():
-            raise UserError(f"--output {output} is a folder; give a file name")
+        if output is not None:
+            _check_output_file(output, input_file)
         worker = await load(opts)
         try:
             replies = await _answer_all(worker, [p for _, p in prompts], system,
@@ -200,6 +200,18 @@ def batch(
         print(f"wrote {len(prompts)} replies to {output}", file=sys.stderr)
 
     run(go())
+
+
+def _check_output_file(output: Path, source: Path) -> None:
+    """Refuse an output the command could not write, or one that is its own input, before
+    any work that would then be lost."""
+    if output.is_dir():
+        raise UserError(f"--output {output} is a folder; give a file name")
+    if not output.parent.is_dir():
+        raise UserError(f"cannot write {output}: the folder {output.parent} does not exist")
+    if output.exists() and output.resolve() == source.resolve():
+        raise UserError(f"--output {output} is the input file itself; writing it would "
+                        "destroy the input")
 
 
 async def _answer_all(worker: InferenceWorker, prompts: list[str], system: str | None,
@@ -359,6 +371,11 @@ def export(
         conv = load_transcript(transcript)
     except TranscriptError as exc:
         fail(exc)
+    if output is not None and not output.is_dir():
+        try:
+            _check_output_file(output, transcript)
+        except UserError as exc:
+            fail(exc)
     if output is None:
         if fmt == "md":
             sys.stdout.write(export_markdown(conv))
