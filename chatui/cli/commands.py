@@ -348,7 +348,7 @@ async def _bench_call(worker: InferenceWorker, compare_mode: bool, *, prompt_tok
         return await worker.call(fn)
     except Exception as exc:
         kind = type(exc)
-        if kind.__module__ == bench_module.__name__ and kind.__name__.endswith("Error"):
+        if kind.__module__.startswith(bench_module.__name__) and kind.__name__.endswith("Error"):
             raise UserError(str(exc)) from None
         raise
 

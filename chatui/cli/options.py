@@ -95,6 +95,12 @@ class ModelOptions:
         _choose("quantization", self.quantize, QUANTIZE)
         _choose("compile mode", self.compile, COMPILE)
         _choose("runner", self.runner, RUNNERS)
+        if self.runner == "hf" and self.compile != "auto":
+            raise UserError("--compile applies to the fast runner; --runner hf runs "
+                            "transformers' modules, so leave --compile out")
+        if self.runner == "hf" and self.quantize in ("int8", "int4"):
+            raise UserError(f"--quantize {self.quantize} needs the fast runner; with --runner hf "
+                            "use --quantize none (or leave it out)")
 
     def given(self) -> list[str]:
         """The flags set to something other than their default."""
