@@ -56,7 +56,7 @@ def main_command(
     system: Annotated[Optional[str], typer.Option(
         "--system", help="System prompt for a new conversation (not with --load: a saved "
                          "conversation keeps its own).")] = None,
-    top_logprobs: TopLogprobs = 5,
+    top_logprobs: TopLogprobs = None,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Open the chat (the default command)."""
@@ -71,7 +71,7 @@ def main_command(
         return
     try:
         opts = backend_options(checkpoint, server)
-        check_top_logprobs(top_logprobs)
+        alternatives = check_top_logprobs(top_logprobs, 5)
         check_local_spec(opts)
         if theme is not None and theme not in theme_names():
             raise UserError(f"unknown theme {theme!r}; choose one of: "
@@ -88,7 +88,7 @@ def main_command(
     from ..config import AppConfig
 
     config = AppConfig(theme=theme, load_path=load_path, system_prompt=system or "",
-                       settings_overrides=sampling.overrides(), top_logprobs=top_logprobs)
+                       settings_overrides=sampling.overrides(), top_logprobs=alternatives)
     raise typer.Exit(run_chat(factory, config))
 
 
@@ -124,7 +124,7 @@ def generate(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     show_logprobs: Annotated[bool, typer.Option(
         "--show-logprobs", help="Print each token with its logprob.")] = False,
-    top_logprobs: TopLogprobs = 5,
+    top_logprobs: TopLogprobs = None,
 ) -> None:
     """Stream one reply to a prompt."""
 
@@ -132,14 +132,16 @@ def generate(
         if as_json and show_logprobs:
             raise UserError("give --json or --show-logprobs, not both (--json lines carry the "
                             "logprobs)")
-        check_top_logprobs(top_logprobs)
+        alternatives = check_top_logprobs(
+            top_logprobs, 5, unused=None if as_json or show_logprobs else
+            "--top-logprobs shows only with --json or --show-logprobs; add one of them")
         opts = backend_options(checkpoint, server)
         text = message.text()
         worker = await load(opts)
         try:
             system = (Message("system", message.system),) if message.system else ()
             req = GenerationRequest(system + (Message("user", text),),
-                                    (settings(worker, sampling.overrides()),), top_logprobs)
+                                    (settings(worker, sampling.overrides()),), alternatives)
             await stream(worker, req, as_json=as_json, show_logprobs=show_logprobs,
                          tag_columns=False)
         finally:
@@ -158,13 +160,13 @@ def batch(
     output: Annotated[Optional[Path], typer.Option(
         "--output", help="Write JSON lines here (default: stdout).")] = None,
     system: SystemPrompt = None,
-    top_logprobs: TopLogprobs = 0,
+    top_logprobs: TopLogprobs = None,
 ) -> None:
     """Answer every line of a file as one batch; JSON lines in input order, each with its
     line's 0-based index and 1-based line number."""
 
     async def go() -> None:
-        check_top_logprobs(top_logprobs)
+        alternatives = check_top_logprobs(top_logprobs, 0)
         opts = backend_options(checkpoint, server)
         try:
             lines = read_text_file(input_file, "the input file").splitlines()
@@ -178,7 +180,7 @@ def batch(
         worker = await load(opts)
         try:
             replies = await _answer_all(worker, [p for _, p in prompts], system,
-                                        sampling.overrides(), top_logprobs)
+                                        sampling.overrides(), alternatives)
         finally:
             await worker.aclose()
         out_lines = []
@@ -186,7 +188,7 @@ def batch(
             rec = {"index": index, "line": index + 1, "prompt": text, "text": done.text,
                    **done_json(done, None)}
             rec.pop("type")
-            if top_logprobs:
+            if alternatives:
                 rec["tokens"] = [token_json(t) for t in tokens]
             out_lines.append(json.dumps(rec, ensure_ascii=False))
         data = "\n".join(out_lines) + "\n"
@@ -243,7 +245,7 @@ def compare(
         "--setting", help='One column\'s settings on top of the sampling flags, e.g. '
                           '"temperature=1.0,top_p=0.9" (repeat, up to 6).')] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines tagged by column.")] = False,
-    top_logprobs: TopLogprobs = 5,
+    top_logprobs: TopLogprobs = None,
 ) -> None:
     """Answer one prompt with several sampling settings in one batched decode."""
 
@@ -253,7 +255,9 @@ def compare(
             raise UserError("give between 1 and 6 --setting values")
         for spec in specs:
             parse_assignments(spec)  # validate before loading
-        check_top_logprobs(top_logprobs)
+        alternatives = check_top_logprobs(
+            top_logprobs, 5, unused=None if as_json else
+            "--top-logprobs shows only with --json (the table has no alternatives); add --json")
         opts = backend_options(checkpoint, server)
         text = message.text()
         worker = await load(opts)
@@ -261,7 +265,7 @@ def compare(
             base = settings(worker, sampling.overrides())
             rows = tuple(parse_assignments(spec, base) for spec in specs)
             system = (Message("system", message.system),) if message.system else ()
-            req = GenerationRequest(system + (Message("user", text),), rows, top_logprobs)
+            req = GenerationRequest(system + (Message("user", text),), rows, alternatives)
             done = await stream(worker, req, as_json=as_json, show_logprobs=False,
                                 tag_columns=True)
         finally:
@@ -279,7 +283,7 @@ def bench(
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", help="Prompt length.")] = 128,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens to decode.")] = 128,
     batch_size: Annotated[int, typer.Option("--batch", help="Rows decoded together.")] = 1,
-    top_logprobs: TopLogprobs = 5,
+    top_logprobs: TopLogprobs = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Runs; the best is reported.")] = 1,
     vs_hf: Annotated[bool, typer.Option("--vs-hf", help="Also time transformers' generate on the "
                                                         "same model and prompt.")] = False,
@@ -303,7 +307,7 @@ def bench(
         if compare_mode and (batch_size != 1 or vs_hf):
             raise UserError("--compare runs its own batches of 1, 2 and 4 settings; leave out "
                             "--batch and --vs-hf")
-        check_top_logprobs(top_logprobs)
+        alternatives = check_top_logprobs(top_logprobs, 5)
         opts = backend_options(checkpoint, server)
         worker = await load(opts, quiet=as_json)
         try:
@@ -315,7 +319,7 @@ def bench(
                     f"{max(limit - new_tokens, 0)} prompt tokens")
             result = await _bench_call(worker, compare_mode, prompt_tokens=prompt_tokens,
                                        new_tokens=new_tokens, batch=batch_size,
-                                       top_logprobs=top_logprobs, vs_hf=vs_hf, repeats=repeats)
+                                       top_logprobs=alternatives, vs_hf=vs_hf, repeats=repeats)
         finally:
             await worker.aclose()
         d = result.to_dict()

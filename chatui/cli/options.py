@@ -42,13 +42,22 @@ def _choose(what: str, value: str, choices: tuple[str, ...]) -> None:
 
 # ---- flags outside the groups (their defaults differ between commands) ----
 
-TopLogprobs = Annotated[int, typer.Option("--top-logprobs", help="Alternatives per token (0-20).")]
+TopLogprobs = Annotated[Optional[int], typer.Option(
+    "--top-logprobs", help="Alternatives per token, 0-20 (default: 5; batch: 0).",
+    show_default=False)]
 SystemPrompt = Annotated[Optional[str], typer.Option("--system", help="System prompt.")]
 
 
-def check_top_logprobs(k: int) -> None:
+def check_top_logprobs(k: int | None, default: int, *, unused: str | None = None) -> int:
+    """The number of alternatives to ask for: ``default`` when the flag is not given; a flag
+    given where nothing shows the alternatives is refused with ``unused``."""
+    if k is None:
+        return default
     if not 0 <= k <= 20:
         raise UserError(f"--top-logprobs must be between 0 and 20; got {k}")
+    if unused is not None:
+        raise UserError(unused)
+    return k
 
 
 # ---- the groups ----
