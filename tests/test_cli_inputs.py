@@ -140,6 +140,7 @@ def test_batch_keeps_each_reply_at_its_line(tmp_path: Path):
     (["compare", "-p", "hi", "--prompt-file", "README.md", "--setting", "temperature=0"],
      "not both"),
     (["generate", "-p", "hi", "--json", "--show-logprobs"], "--json or --show-logprobs"),
+    (["generate", "-p", "hi", "--ckpt", ""], "--ckpt is empty"),
     (["generate", "-p", "hi", "--top-logprobs", "3"], "--top-logprobs shows only with --json"),
     (["compare", "-p", "hi", "--setting", "seed=1", "--top-logprobs", "3"],
      "--top-logprobs shows only with --json"),

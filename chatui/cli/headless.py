@@ -30,9 +30,9 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def check_local_spec(opts: BackendOptions) -> None:
-    """Refuse a checkpoint path that does not exist and a device or dtype this machine cannot
-    use, without loading anything: the chat opens its window before the model loads, so it
-    must refuse these first, as the headless commands do when their load fails.
+    """Refuse an empty or missing checkpoint path and a device or dtype this machine cannot
+    use, without loading anything. The chat opens its window before the model loads, so it
+    must refuse these first; the headless commands run the same check before they load.
 
     TODO(lead): once the engine branch's quick spec check lands in inference/checkpoint.py
     (``check_spec``-like, raising CheckpointError), call it here instead of these two checks.
@@ -64,6 +64,7 @@ def check_local_spec(opts: BackendOptions) -> None:
 
 async def load(opts: BackendOptions, *, quiet: bool = False) -> InferenceWorker:
     """A worker with the model loaded (progress on a terminal's stderr)."""
+    check_local_spec(opts)
     try:
         factory = make_factory(opts)
     except ValueError as exc:
