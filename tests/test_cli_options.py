@@ -135,3 +135,28 @@ def test_the_chat_checks_its_model_flags_without_importing_torch_unless_asked():
             "print('torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr
+
+
+async def test_bench_errors_raised_for_the_user_become_one_sentence():
+    """An ``...Error`` class of inference.bench (the engine's own refusal) is the user's
+    sentence; anything else is a bug and stays an exception."""
+    from chatui.cli.commands import _bench_call
+
+    class BenchError(Exception):
+        pass
+
+    BenchError.__module__ = "inference.bench"
+
+    class Worker:
+        def __init__(self, exc: Exception) -> None:
+            self.exc = exc
+
+        async def call(self, fn: Any) -> Any:
+            raise self.exc
+
+    kw = dict(prompt_tokens=8, new_tokens=2, batch=1, top_logprobs=0, vs_hf=False, repeats=1)
+    with pytest.raises(UserError, match="the prompt is longer than the context"):
+        await _bench_call(Worker(BenchError("the prompt is longer than the context")),  # type: ignore[arg-type]
+                          False, **kw)
+    with pytest.raises(KeyError):
+        await _bench_call(Worker(KeyError("a bug")), True, **kw)  # type: ignore[arg-type]
