@@ -74,18 +74,12 @@ def emulate_terminal(app: ChatApp) -> None:
     """Headless Textual skips turning each screen update into escape sequences; a terminal
     does not. Do that work here too (into a true-colour console, thrown away)."""
     from rich.console import Console
-    from textual._compositor import CompositorUpdate
+
+    from chatui.textual_compat.testing import watch_updates
 
     console = Console(file=io.StringIO(), force_terminal=True, color_system="truecolor",
                       width=120, height=40)
-    display = app._display
-
-    def _display(screen, renderable) -> None:  # type: ignore[no-untyped-def]
-        if isinstance(renderable, CompositorUpdate) and not app._batch_count:
-            renderable.render_segments(console)
-        display(screen, renderable)
-
-    app._display = _display  # type: ignore[method-assign]
+    watch_updates(app, lambda update: update.render_segments(console))
 
 
 class CpuMeter:
@@ -123,6 +117,8 @@ async def _press_keys_while(app, chat, latencies: list[float],
     engine runs on another thread of the same process)."""
     from textual import events
 
+    from chatui.textual_compat.testing import deliver
+
     typed = chat.prompt.text
     meter = CpuMeter()
     while chat.generating:
@@ -130,10 +126,8 @@ async def _press_keys_while(app, chat, latencies: list[float],
         if not chat.generating:
             break
         typed += "x"
-        ev = events.Key("x", "x")
-        ev.set_sender(app)
         t0 = time.perf_counter()
-        app._driver.send_message(ev)
+        deliver(app, events.Key("x", "x"))
         while chat.prompt.text != typed and chat.generating:
             await asyncio.sleep(0.0005)
         if chat.prompt.text == typed:

@@ -1,5 +1,8 @@
-"""ChatApp: the full-screen chat. It owns the inference worker, the theme and persistence;
-the chat screen owns the conversation flow.
+"""ChatApp: the full-screen chat. It owns the inference worker, the theme and persistence,
+and lends them to the chat screen as its services (:class:`~chatui.chat_commands.AppServices`);
+the chat screen owns the conversation flow. The app talks down to the screen by calls
+(``model_ready``, ``load_progress``) and hears back by messages (``ResponseStarted``,
+``ResponseComplete``, ``ResponseFailed``, ``ReplyChosen``: each one autosaves).
 
 The app appears at once and loads the model in the background; whatever goes wrong is shown
 in the app with a sentence (and logged to a file), never as a traceback on the terminal.
@@ -9,8 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
-from typing import Iterable
+from typing import Any, Awaitable, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -22,11 +24,14 @@ from inference.types import Failed, Progress
 from inference.worker import InferenceWorker
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
+from . import chat_commands
 from .autosaver import Autosaver
+from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
-from .messages import ResponseComplete, ResponseFailed, ResponseStarted
+from .messages import ReplyChosen, ResponseComplete, ResponseFailed, ResponseStarted
 from .screens.chat import ChatScreen
+from .textual_compat import ReportsFatalErrors
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,7 @@ SAVE_ON_EXIT_S = 10.0
 """How long quitting waits for the last autosave to be written."""
 
 
-class ChatApp(App[int]):
+class ChatApp(ReportsFatalErrors, App[int]):
     """A terminal chat with a local model, with live per-token probabilities.
 
     Args:
@@ -87,7 +92,7 @@ class ChatApp(App[int]):
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._remember_theme = True
-        self.push_screen(ChatScreen(settings=self.config.settings,
+        shown = self.push_screen(ChatScreen(self, settings=self.config.settings,
                                     overrides=self.config.settings_overrides,
                                     top_logprobs=self.config.top_logprobs,
                                     system_prompt=self.config.system_prompt,
@@ -95,8 +100,15 @@ class ChatApp(App[int]):
                                     stable_timings=self.config.stable_timings))
         self.run_worker(self._load(), group="load", exit_on_error=False)
         if self.config.load_path is not None:
-            self.run_worker(self.cmd_load(str(self.config.load_path)), group="open",
+            self.run_worker(self._open(str(self.config.load_path), shown), group="open",
                             exit_on_error=False)
+
+    async def _open(self, path: str, shown: Awaitable[Any]) -> None:
+        """Open the transcript given on the command line, as ``/load PATH`` would, once the
+        chat screen is mounted (before, it has no conversation to draw into: the transcript
+        was silently not shown)."""
+        await shown
+        await chat_commands.cmd_load(self.chat, path)
 
     async def _load(self) -> None:
         """Load the model behind the loading panel; report a failure in the app."""
@@ -154,7 +166,17 @@ class ChatApp(App[int]):
 
     _model_ref: ModelRef | None = None
     _autosave_warned = False
-    _history: list = []
+
+    # ---- the services the chat screen is lent (chatui.chat_commands.AppServices) ----
+
+    @property
+    def model_ref(self) -> ModelRef | None:
+        """The loaded model, as a transcript records it (None until it has loaded)."""
+        return self._model_ref
+
+    def flush_autosaves(self) -> None:
+        """Wait for pending autosaves (before a save or a listing reads the files)."""
+        self.autosaver.flush()
 
     def save_conversation(self) -> None:
         """Autosave the conversation (after every reply and on quit) on the autosaver's
@@ -162,7 +184,7 @@ class ChatApp(App[int]):
         if not self.config.autosave:
             return
         try:
-            conv = self.chat.conversation
+            conv = self.chat.state.conversation
         except LookupError:
             return
         if not conv.entries:
@@ -183,85 +205,6 @@ class ChatApp(App[int]):
         except RuntimeError:  # the app has stopped
             pass
 
-    # ---- transcript commands (the chat screen falls back to these) ----
-
-    async def cmd_save(self, arg: str = "") -> None:
-        from . import transcript
-
-        chat = self.chat
-        conv = chat.conversation
-        if not conv.entries:
-            chat.notice("There is nothing to save yet.", "error")
-            return
-        if self._model_ref is not None and not conv.model.name:
-            conv.model = self._model_ref
-        try:
-            if arg:
-                path = Path(arg).expanduser()
-                transcript.save_transcript(conv, path)
-            else:
-                self.autosaver.flush()  # no older autosave may land after this one
-                path = transcript.autosave(conv, self.config.transcripts_dir())
-        except transcript.TranscriptError as exc:
-            chat.notice(str(exc), "error")
-            return
-        chat.notice(f"Saved to {path}")
-
-    async def cmd_history(self, arg: str = "") -> None:
-        from . import transcript
-
-        self.autosaver.flush()
-        self._history = transcript.list_transcripts(self.config.transcripts_dir())
-        if not self._history:
-            self.chat.notice("No saved conversations yet.")
-            return
-        import datetime
-
-        lines = ["Saved conversations (/load N opens one):"]
-        for i, s in enumerate(self._history[:30], 1):
-            when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
-            what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
-            lines.append(f"{i:>3}. {when}  {what}")
-        self.chat.notice("\n".join(lines))
-
-    async def cmd_load(self, arg: str) -> None:
-        from . import transcript
-
-        chat = self.chat
-        arg = arg.strip()
-        if arg.isdigit():
-            if not self._history:
-                self.autosaver.flush()
-                self._history = transcript.list_transcripts(self.config.transcripts_dir())
-            n = int(arg)
-            if not 1 <= n <= len(self._history):
-                chat.notice(f"There is no conversation {n}; /history lists them.", "error")
-                return
-            path = self._history[n - 1].path
-        else:
-            path = Path(arg).expanduser()
-        try:
-            conv = transcript.load_transcript(path)
-        except transcript.TranscriptError as exc:
-            chat.notice(str(exc), "error")
-            return
-        self.save_conversation()
-        await chat.show_conversation(conv)
-        chat.notice(f"Loaded {path} ({len(conv.entries)} messages).")
-
-    async def cmd_export(self, arg: str) -> None:
-        from . import transcript
-
-        chat = self.chat
-        path = Path(arg).expanduser()
-        fmt = "messages" if path.suffix == ".json" else "md"
-        try:
-            written = transcript.export_to_file(chat.conversation, fmt, path)
-        except transcript.TranscriptError as exc:
-            chat.notice(str(exc), "error")
-            return
-        chat.notice(f"Exported to {written}")
-
     def on_response_started(self, event: ResponseStarted) -> None:
         self.save_conversation()  # the user's message is kept even if the reply never ends
 
@@ -271,6 +214,9 @@ class ChatApp(App[int]):
     def on_response_failed(self, event: ResponseFailed) -> None:
         self.save_conversation()
 
+    def on_reply_chosen(self, event: ReplyChosen) -> None:
+        self.save_conversation()
+
     def on_unmount(self) -> None:
         self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
         self.worker.close()
@@ -278,15 +224,16 @@ class ChatApp(App[int]):
     # ---- palette ----
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every command of the registry (one that needs an argument is put in the prompt
+        to be completed), the code copy, and one entry per theme."""
         yield from super().get_system_commands(screen)
         if not isinstance(screen, ChatScreen):
             return
-        from .commands import COMMANDS
-
-        simple = {"clear", "exit", "settings", "retry", "edit", "continue", "logprobs", "raw",
-                  "help", "copy", "history", "save", "compare"}
         for spec in COMMANDS:
-            if spec.name in simple:
+            if spec.needs_arg:
+                yield SystemCommand(f"/{spec.name} {spec.args}", spec.help,
+                                    _typer(screen, f"/{spec.name} "))
+            else:
                 yield SystemCommand(f"/{spec.name}", spec.help,
                                     _runner(screen, f"/{spec.name}"))
         yield SystemCommand("/copy code", "Copy the last code block of the last reply.",
@@ -297,8 +244,8 @@ class ChatApp(App[int]):
 
     # ---- never a traceback on the terminal ----
 
-    def _fatal_error(self) -> None:
-        log.error("internal error", exc_info=self._exception)
+    def fatal_error_message(self, error: BaseException | None) -> str:
+        log.error("internal error", exc_info=error)
         try:
             self.save_conversation()
             self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
@@ -308,16 +255,20 @@ class ChatApp(App[int]):
             self.worker.close()
         except Exception:  # noqa: BLE001
             pass
-        self._exit_renderables.append(
-            f"chatui stopped after an internal error: {self._exception!s}. "
-            f"Details are in {self.config.resolved_log_file()}.")
-        self._close_messages_no_wait()
+        return (f"chatui stopped after an internal error: {error!s}. "
+                f"Details are in {self.config.resolved_log_file()}.")
 
 
 def _runner(screen: ChatScreen, text: str):
     async def run() -> None:
         await screen.run_command(text)
     return run
+
+
+def _typer(screen: ChatScreen, text: str):
+    def put() -> None:
+        screen.put_prompt(text)
+    return put
 
 
 def setup_logging(config: AppConfig) -> None:

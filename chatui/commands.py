@@ -1,14 +1,18 @@
 """Slash commands: the registry, parsing, completion and "did you mean" suggestions.
 
-Pure logic with no Textual import, so it is unit-tested on its own. The chat screen maps each
-parsed command to an action (``action_<name>``); the help screen, the command palette and the
-prompt's completion all read the same :data:`COMMANDS` table.
+Pure logic with no Textual import, so it is unit-tested on its own. :data:`COMMANDS` is the
+one table of commands: name, synopsis, help and handler (:mod:`chatui.chat_commands`, each
+taking a narrow context). The chat screen runs the handler of a parsed command; the help
+screen, the command palette and the prompt's completion all read the same table.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from . import chat_commands as run
+from .chat_commands import Handler
 
 
 @dataclass(frozen=True)
@@ -25,35 +29,45 @@ class CommandSpec:
     """True when the command is useless without an argument."""
     key: str = ""
     """The key binding that does the same, shown in /help."""
+    handler: Handler = field(compare=False, repr=False, kw_only=True)
+    """What it does (given the chat's command context and the argument)."""
 
 
 COMMANDS: tuple[CommandSpec, ...] = (
-    CommandSpec("help", "Show commands and keys.", key="F1"),
-    CommandSpec("clear", "Empty the conversation and the model's cache."),
-    CommandSpec("exit", "Quit; the conversation is kept.", key="Ctrl+Q"),
-    CommandSpec("system", "Set the system prompt (no text: show it).", args="TEXT"),
+    CommandSpec("help", "Show commands and keys.", key="F1", handler=run.cmd_help),
+    CommandSpec("clear", "Empty the conversation and the model's cache.",
+                handler=run.cmd_clear),
+    CommandSpec("exit", "Quit; the conversation is kept.", key="Ctrl+Q", handler=run.cmd_exit),
+    CommandSpec("system", "Set the system prompt (no text: show it).", args="TEXT",
+                handler=run.cmd_system),
     CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2.",
-                args="NAME VALUE", needs_arg=True),
-    CommandSpec("settings", "Show the sampling settings in force."),
-    CommandSpec("retry", "Regenerate the last reply.", key="Ctrl+R"),
-    CommandSpec("edit", "Put the last prompt back in the box and remove its reply.", key="Ctrl+G"),
+                args="NAME VALUE", needs_arg=True, handler=run.cmd_set),
+    CommandSpec("settings", "Show the sampling settings in force.", handler=run.cmd_settings),
+    CommandSpec("retry", "Regenerate the last reply.", key="Ctrl+R", handler=run.cmd_retry),
+    CommandSpec("edit", "Put the last prompt back in the box and remove its reply.",
+                key="Ctrl+G", handler=run.cmd_edit),
     CommandSpec("continue", "Continue a reply that was stopped or cut off by the length limit.",
-                key="Ctrl+O"),
-    CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T"),
-    CommandSpec("raw", "Toggle the raw token view (special tokens, exact spellings)."),
-    CommandSpec("theme", "Switch the theme (no name: list themes).", args="NAME"),
+                key="Ctrl+O", handler=run.cmd_continue),
+    CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T",
+                handler=run.cmd_logprobs),
+    CommandSpec("raw", "Toggle the raw token view (special tokens, exact spellings).",
+                handler=run.cmd_raw),
+    CommandSpec("theme", "Switch the theme (no name: list themes).", args="NAME",
+                handler=run.cmd_theme),
     CommandSpec("copy", "Copy the last reply (/copy code: its last code block).",
-                args="[code]", key="F2/F3"),
-    CommandSpec("save", "Save the conversation (optionally to PATH).", args="[PATH]", key="Ctrl+S"),
+                args="[code]", key="F2/F3", handler=run.cmd_copy),
+    CommandSpec("save", "Save the conversation (optionally to PATH).", args="[PATH]",
+                key="Ctrl+S", handler=run.cmd_save),
     CommandSpec("load", "Load a saved conversation (PATH or number from /history).",
-                args="PATH|N", needs_arg=True),
-    CommandSpec("history", "List saved conversations."),
+                args="PATH|N", needs_arg=True, handler=run.cmd_load),
+    CommandSpec("history", "List saved conversations.", handler=run.cmd_history),
     CommandSpec("export", "Export to Markdown (.md) or messages JSON (.json).", args="PATH",
-                needs_arg=True),
+                needs_arg=True, handler=run.cmd_export),
     CommandSpec("compare", "Answer the next prompt with 2-6 settings side by side; no "
-                "argument: the compare screen.", args="A | B ...|PRESET|off"),
+                "argument: the compare screen.", args="A | B ...|PRESET|off",
+                handler=run.cmd_compare),
     CommandSpec("pick", "Continue with column N of the last comparison.", args="N",
-                needs_arg=True, key="F6: next"),
+                needs_arg=True, key="F6: next", handler=run.cmd_pick),
 )
 
 BY_NAME: dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
@@ -163,3 +177,20 @@ def completions(text: str, extra: dict[str, list[str]] | None = None) -> list[st
 def help_rows() -> list[tuple[str, str, str]]:
     """(usage, key, help) rows for the help screen."""
     return [(f"/{c.name}" + (f" {c.args}" if c.args else ""), c.key, c.help) for c in COMMANDS]
+
+
+def hint_text(text: str) -> str:
+    """The line under the prompt while a command is typed: the matching commands (their
+    synopsis and help when one is left), or the nearest one to an unknown word."""
+    word = text[1:].split(" ", 1)[0].lower()
+    if " " in text:
+        spec = BY_NAME.get(ALIASES.get(word, word))
+        rows = [spec] if spec else []
+    else:
+        rows = [c for c in COMMANDS if c.name.startswith(word)]
+    if not rows:
+        near = nearest(word)
+        return f"unknown command /{word}" + (f" — did you mean /{near}?" if near else "")
+    return "   ".join(
+        f"/{c.name}{' ' + c.args if c.args else ''} — {c.help}" if len(rows) == 1
+        else f"/{c.name}" for c in rows[:12]) + "   (Tab completes)"

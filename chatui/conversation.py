@@ -2,6 +2,7 @@
 
 A conversation is a system prompt and a list of entries. A user entry has text; an assistant
 entry has one reply, or several (a comparison group) of which ``chosen`` continues the chat.
+An assistant entry's text is derived from its chosen reply (never copied, so never stale).
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Iterable, Literal
 
 from inference.settings import SamplingParams
-from inference.types import Message, Token, Usage
+from inference.types import FinishReason, Message, Token, Usage
 
-FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+def visible_text(tokens: Iterable[Token]) -> str:
+    """The text that ``tokens`` show in a reply (special tokens are not part of it): the one
+    rule by which a reply's text is built from its tokens."""
+    return "".join(t.text for t in tokens if not t.special)
 
 
 @dataclass
@@ -55,8 +60,7 @@ class Entry:
     """One message in the conversation."""
 
     role: Literal["user", "assistant"]
-    text: str = ""
-    """The user's text; for an assistant entry, the chosen reply's text (kept in sync)."""
+    text: str = ""  # a property below: stored for user entries, derived for assistant ones
     time: float = field(default_factory=time.time)
     replies: list[Reply] = field(default_factory=list)
     chosen: int = 0
@@ -70,12 +74,30 @@ class Entry:
 
     @property
     def content(self) -> str:
-        r = self.reply
-        return r.text if r is not None else self.text
+        """What the entry says (the same as :attr:`text`)."""
+        return self.text
 
     @property
     def is_comparison(self) -> bool:
         return len(self.replies) > 1
+
+
+def _entry_text(self: Entry) -> str:
+    """The user's text; for an assistant entry, the chosen reply's text (derived)."""
+    reply = self.reply
+    return reply.text if reply is not None else self._text  # type: ignore[attr-defined]
+
+
+def _set_entry_text(self: Entry, value: str) -> None:
+    # Kept for user entries (and an assistant entry without replies); an assistant entry
+    # with replies shows its chosen reply's text whatever was given here.
+    self._text = value  # type: ignore[attr-defined]
+
+
+# After @dataclass has read the field's default: the generated __init__, __eq__ and __repr__
+# go through the property, so Entry(role, text=...) keeps working and equality compares what
+# the entry says.
+Entry.text = property(_entry_text, _set_entry_text)  # type: ignore[assignment,method-assign]
 
 
 @dataclass

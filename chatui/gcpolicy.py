@@ -17,7 +17,7 @@ decoding. The policy:
 - :func:`release` unfreezes everything and collects it all, for ``/clear`` and ``/load``
   (frozen objects that later die in a reference cycle are otherwise never collected).
 
-:mod:`chatui.widgets.strip_cycles` removes the main source of cyclic garbage per frame.
+:mod:`chatui.textual_compat.strips` removes the main source of cyclic garbage per frame.
 """
 
 from __future__ import annotations

@@ -57,3 +57,10 @@ class AlternativeChosen(Message):
     token_index: int
     alt_rank: int
 
+
+
+@dataclass
+class ReplyChosen(Message):
+    """The user chose another column of a comparison to continue with (the app saves)."""
+
+    entry_index: int

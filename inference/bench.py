@@ -14,10 +14,41 @@ from typing import Any
 import torch
 
 from .settings import SamplingParams
-from .types import GenerationRequest, Message, RowDone, Started
+from .types import Failed, GenerationRequest, Message, RowDone, Started
 
 FILLER = ("The quick brown fox jumps over the lazy dog while the curious cat watches from the "
           "old stone wall, and the river keeps running towards the distant sea. ")
+
+
+class BenchError(Exception):
+    """A benchmark that cannot run as asked (a prompt over the context, a run the engine
+    refused); ``str(exc)`` is one sentence for the user (also ``.user_message``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.user_message = message
+
+
+def check_fits(backend: Any, prompt_tokens: int, new_tokens: int) -> None:
+    """Refuse a prompt and reply longer than the model's context before anything runs.
+
+    Raises:
+        BenchError: naming both lengths and the context limit.
+    """
+    limit = getattr(getattr(backend, "info", None), "context_limit", None)
+    if isinstance(limit, int) and prompt_tokens + new_tokens > limit:
+        raise BenchError(
+            f"--prompt-tokens {prompt_tokens} plus --new-tokens {new_tokens} is more than the "
+            f"model's context of {limit} tokens; use a shorter prompt or fewer new tokens.")
+
+
+def _events(backend: Any, request: GenerationRequest) -> list[Any]:
+    """Every event of one request; a run the engine refused (a Failed event) raises."""
+    events = list(backend.generate(request, threading.Event()))
+    failed = next((e for e in events if isinstance(e, Failed)), None)
+    if failed is not None:
+        raise BenchError(f"The benchmark run failed: {failed.message.rstrip('.')}.")
+    return events
 
 
 @dataclass(frozen=True)
@@ -82,16 +113,23 @@ def _run(backend: Any, messages: tuple[Message, ...], new_tokens: int, batch: in
     settings = (SamplingParams(temperature=0, max_new_tokens=new_tokens),) * batch
     backend.reset()
     t0 = time.perf_counter()
-    events = list(backend.generate(GenerationRequest(messages, settings, top_logprobs),
-                                   threading.Event()))
+    events = _events(backend, GenerationRequest(messages, settings, top_logprobs))
     total = time.perf_counter() - t0
-    started = next(e for e in events if isinstance(e, Started))
-    return started, [e for e in events if isinstance(e, RowDone)], total
+    started = next((e for e in events if isinstance(e, Started)), None)
+    rows = [e for e in events if isinstance(e, RowDone)]
+    if started is None or not rows:  # never let StopIteration escape into a caller's future
+        raise BenchError("The benchmark run ended without a reply; see the log for details.")
+    return started, rows, total
 
 
 def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, batch: int = 1,
               top_logprobs: int = 5, vs_hf: bool = False, repeats: int = 1) -> BenchResult:
-    """Measure the engine (EOS ignored so every run decodes exactly ``new_tokens``)."""
+    """Measure the engine (EOS ignored so every run decodes exactly ``new_tokens``).
+
+    Raises:
+        BenchError: the prompt and reply do not fit the context, or a run failed.
+    """
+    check_fits(backend, prompt_tokens, new_tokens)
     model = backend.runner.model
     device = backend.device
     messages = make_prompt(backend.tokenizer, prompt_tokens)
@@ -198,12 +236,12 @@ def _timed(backend: Any, messages: tuple[Message, ...], settings: tuple[Sampling
            top_logprobs: int) -> tuple[float, int, float]:
     """(wall seconds, tokens generated, decode seconds of the slowest row) for one request."""
     t0 = time.perf_counter()
-    events = list(backend.generate(GenerationRequest(messages, settings, top_logprobs),
-                                   threading.Event()))
+    events = _events(backend, GenerationRequest(messages, settings, top_logprobs))
     wall = time.perf_counter() - t0
     done = [e for e in events if isinstance(e, RowDone)]
     if len(done) != len(settings) or any(d.finish_reason != "length" for d in done):
-        raise RuntimeError(f"benchmark run ended early: {[d.finish_reason for d in done]}")
+        raise BenchError("A benchmark run ended early (finish reasons "
+                         f"{', '.join(d.finish_reason for d in done) or 'none'}).")
     tokens = sum(d.usage.completion_tokens for d in done)
     decode = max((d.usage.completion_tokens - 1) / d.usage.decode_tokens_per_s
                  for d in done if d.usage.decode_tokens_per_s > 0)
@@ -215,7 +253,12 @@ def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4), prompt_t
                       repeats: int = 1) -> CompareBenchResult:
     """For each N: N settings as one batched request against the same N as N requests in a
     row (EOS ignored so every row decodes exactly ``new_tokens``). With ``repeats``, the best
-    batched run and the best of each single run are kept."""
+    batched run and the best of each single run are kept.
+
+    Raises:
+        BenchError: the prompt and reply do not fit the context, or a run failed.
+    """
+    check_fits(backend, prompt_tokens, new_tokens)
     messages = make_prompt(backend.tokenizer, prompt_tokens)
     eos, backend.eos_ids = backend.eos_ids, frozenset()
     rows = []
@@ -257,7 +300,7 @@ def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4), prompt_t
 
 
 def _describe(backend: Any) -> str:
-    from .fast_llama import describe
+    from .runner import describe
 
     try:
         return describe(backend.runner)

@@ -7,28 +7,36 @@ captured by hand as vLLM does: the step's inputs are a few static buffers).
 One graph is kept per batch size. A graph is tied to the cache tensors it was captured with:
 when the cache grows or its rows change (a new tensor), the step is captured again, which
 takes milliseconds; compilation itself happens once (the cache's capacity and the batch size
-are dynamic dimensions) and inductor keeps its output on disk (``compile_cache_dir``).
+are dynamic dimensions) and inductor keeps its output on disk (``paths.inductor_dir``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .fast_llama import FastLlama, StaticKVCache
+from .kv_cache import StaticKVCache
 
 COMPILE_MODES = ("auto", "on", "off")
 ROPE_BLOCK = 4096
 """The step's RoPE tables cover positions in multiples of this."""
 
 
-def compile_cache_dir(root: Path) -> Path:
-    """Where inductor keeps compiled kernels between runs (set before the first compile)."""
-    return root / "inductor"
+class SteppedModel(Protocol):
+    """What the step needs of the model (``fast_llama.FastLlama``), named here so this module
+    does not import the model's."""
+
+    device: torch.device
+
+    def step(self, ks: list[torch.Tensor], vs: list[torch.Tensor], ids: torch.Tensor,
+             pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor: ...
+
+    def rope_tables(self, n: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def new_cache(self, batch: int = 1) -> StaticKVCache: ...
 
 
 def use_compile(mode: str, device: torch.device) -> bool:
@@ -88,7 +96,7 @@ class DecodeStep:
         graphs: capture CUDA graphs (CUDA only).
     """
 
-    def __init__(self, fast: FastLlama, *, compile: bool = True, graphs: bool | None = None,
+    def __init__(self, fast: SteppedModel, *, compile: bool = True, graphs: bool | None = None,
                  cache_dir: Path | None = None) -> None:
         self.fast = fast
         self.device = fast.device

@@ -112,9 +112,9 @@ class LocalBackend:
 
         ``quantize`` (auto / none / int8 / int4), ``precision`` (model / auto / a dtype) and ``runner``
         (auto / fast / hf) and ``compile`` (auto / on / off) pick the model runner: see
-        ``inference.fast_llama.build_runner``.
+        ``inference.runner.build_runner``.
         """
-        from .fast_llama import build_runner
+        from .runner import build_runner
         from .settings import defaults_from_generation_config
 
         model_runner = build_runner(ckpt, quantize=quantize or "none", precision=precision,

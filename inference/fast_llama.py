@@ -8,8 +8,8 @@ multiply, optional int8 weight-only linears (``inference.quant``). Any checkpoin
 have the Llama shape (llama, mistral without a sliding window, qwen2) works without custom
 code; ``unsupported_reason`` names why another one falls back to ``HFRunner``.
 
-``FastRunner`` has ``HFRunner``'s interface, and ``StaticKVCache`` the cache operations the
-engine uses (crop, batch_repeat_interleave, batch_select_indices, deepcopy, get_seq_length).
+``FastRunner`` has ``HFRunner``'s interface over a ``kv_cache.StaticKVCache``. Which runner
+a checkpoint gets (and in which precision) is ``runner.build_runner``'s policy, not this file's.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from .decode_graph import DecodeStep, use_compile
-from .q8kernel import F32_MAX_ROWS, Layer, load_kernel
-from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_cache_path, int8_linear,
-                    load_int8, q8_available, q8_linear, save_int8)
+from .kernel_abi import Layer
+from .kv_cache import StaticKVCache
+from .q8kernel import F32_MAX_ROWS, load_kernel
+from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available,
+                    q8_linear)
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-CACHE_BLOCK = 256
-"""KV cache capacity grows in multiples of this many positions."""
 
 Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight or Int4Weight
 
@@ -118,87 +118,6 @@ def _rope_parameters(model: Any) -> tuple[torch.Tensor, float]:
         return inv_freq.float().cpu(), float(scale)
     except Exception:  # noqa: BLE001 - an unusual rotary module: trust its buffer
         return rot.inv_freq.detach().float().cpu(), float(getattr(rot, "attention_scaling", 1.0))
-
-
-class StaticKVCache:
-    """Keys and values of every layer in preallocated tensors, one [B, KV, C, D] per layer.
-
-    ``length`` positions are valid; the capacity C grows in blocks (a copy) only when a
-    prompt outgrows it, so decoding writes in place. Layers are separate tensors (not views of
-    one) so a compiled step can update each in place as its own input.
-    """
-
-    def __init__(self, n_layers: int, n_kv: int, head_dim: int, *, dtype: torch.dtype,
-                 device: torch.device, batch: int = 1, capacity: int = CACHE_BLOCK) -> None:
-        shape = (batch, n_kv, capacity, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.k[0].shape[2]
-
-    @property
-    def batch(self) -> int:
-        return self.k[0].shape[0]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-    def reserve(self, needed: int, batch: int) -> None:
-        """Make room for ``needed`` positions of ``batch`` rows (an empty cache takes any batch
-        size; a filled one keeps its valid positions)."""
-        if batch != self.batch:
-            if self.length:
-                raise ValueError(f"cache holds {self.batch} rows, got {batch}")
-            self._replace(lambda t: t.new_zeros((batch, *t.shape[1:])))
-        if needed <= self.capacity:
-            return
-        cap = max(needed, 2 * self.capacity)
-        cap = -(-cap // CACHE_BLOCK) * CACHE_BLOCK
-        self._replace(lambda t: self._moved(t, self.batch, cap, None))
-
-    def _replace(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        self.k = [fn(t) for t in self.k]
-        self.v = [fn(t) for t in self.v]
-
-    def _moved(self, t: torch.Tensor, batch: int, cap: int,
-               fill: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
-        _, kv, _, d = t.shape
-        new = torch.zeros((batch, kv, cap, d), dtype=t.dtype, device=t.device)
-        used = t[:, :, : self.length]
-        new[:, :, : self.length] = fill(used) if fill else used
-        return new
-
-    def crop(self, max_length: int) -> None:
-        """transformers' semantics: negative = drop that many positions, else keep that many."""
-        if max_length < 0:
-            max_length = self.length + max_length
-        self.length = max(0, min(self.length, max_length))
-
-    def batch_repeat_interleave(self, n: int) -> None:
-        """Each row becomes n consecutive rows (one prefill shared by n replies)."""
-        rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731
-        rows, cap = self.batch * n, self.capacity
-        self._replace(lambda t: self._moved(t, rows, cap, rep))
-
-    def batch_select_indices(self, idx: torch.Tensor) -> None:
-        """Keep only the rows in idx (finished rows leave the batch)."""
-        sel = lambda t: t.index_select(0, idx.to(t.device))  # noqa: E731
-        cap = self.capacity
-        self._replace(lambda t: self._moved(t, len(idx), cap, sel))
-
-    def __deepcopy__(self, memo: dict) -> StaticKVCache:
-        new = object.__new__(StaticKVCache)
-        new.k = [t.clone() for t in self.k]
-        new.v = [t.clone() for t in self.v]
-        new.length = self.length
-        return new
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * sum(t.numel() * t.element_size() for t in self.k)
 
 
 @dataclass
@@ -517,7 +436,7 @@ class FastLlama:
 
 
     def _c_layers(self) -> Any:
-        """The layers as ``q8kernel.Layer`` structs for ``decode_layers`` (built once), or None
+        """The layers as ``kernel_abi.Layer`` structs for ``decode_layers`` (built once), or None
         when a layer has a weight the C kernel does not take."""
         if self._c_layers_of is self.layers or not self.c_attention:
             return self._c_layer_array or None  # built for these layers (or none possible)
@@ -620,136 +539,3 @@ class FastRunner:
 
     def weight_bytes(self) -> int:
         return self.fast.weight_bytes()
-
-
-
-PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")
-QUANTIZATIONS = ("auto", "none", "int8", "int4")
-
-
-def auto_quantization(device: torch.device, precision: str, runner: str,
-                      unsupported: str | None) -> str:
-    """What ``quantize="auto"`` means: int8 where chatui's CPU kernel runs it (as close to fp32
-    as bf16 and several times faster, see the README's quality figures) and the user asked for
-    no precision of their own; else none."""
-    fast = runner == "fast" or (runner == "auto" and unsupported is None)
-    return "int8" if fast and precision == "auto" and q8_available(device) else "none"
-
-
-def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
-                 runner: str = "auto", compile: str = "auto",
-                 progress: Callable[[Any], None] | None = None) -> Any:
-    """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
-
-    Args:
-        quantize: "none", "int8" (weight-only; the int8 weights are cached on disk), "int4"
-            (CPU only) or "auto" (``auto_quantization``).
-        precision: matmul/KV dtype of the fast path: "model" (the checkpoint's own dtype,
-            exact), "auto" (the fastest that keeps quality, measured in ``inference.quality``:
-            for an fp32 model on a CPU, fp32 where chatui's kernels build, else bf16 matmuls
-            with an fp32 residual stream), or a dtype.
-        runner: "auto" (fast when the model supports it), "fast" or "hf". The environment
-            variable ``CHATUI_RUNNER`` (hf / fast) overrides "auto".
-        compile: the fast runner's decode step through ``torch.compile`` (and a CUDA graph on
-            CUDA): "auto" (on CUDA only, where it pays), "on" or "off". Compiling happens
-            here, reported through ``progress``, and is cached on disk.
-    """
-    import os
-
-    from .checkpoint import cache_root
-    from .decode_graph import compile_cache_dir
-    from .runner import HFRunner
-    from .types import Progress
-
-    if quantize not in QUANTIZATIONS:
-        raise ValueError(f"unknown quantization {quantize!r}; choose auto, none, int8 or int4")
-    if quantize == "int4" and ckpt.device.type != "cpu":
-        raise ValueError("int4 uses torch's CPU kernel; on this device use --quantize int8")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    if runner == "auto":
-        runner = os.environ.get("CHATUI_RUNNER", "auto") or "auto"
-    model = ckpt.model
-    reason = unsupported_reason(model)
-    if quantize == "auto":
-        quantize = auto_quantization(ckpt.device, precision, runner, reason)
-    if runner == "hf" or (runner == "auto" and reason is not None):
-        if quantize != "none":
-            raise ValueError(f"--quantize {quantize} needs the fast runner, which cannot run this "
-                             f"model ({reason or 'transformers runner forced'}); use --quantize none")
-        return HFRunner(model)
-    if reason is not None:
-        raise ValueError(f"the fast runner cannot run this model: {reason}")
-
-    model_dtype = next(model.parameters()).dtype
-    residual = None
-    if precision == "model":
-        dtype = model_dtype
-    elif precision == "auto" and model_dtype == torch.float32 and quantize == "none" \
-            and q8_available(ckpt.device):
-        dtype = torch.float32  # chatui's fp32 GEMV beats torch's bf16 one, and is exact
-    elif precision == "auto":
-        dtype = torch.bfloat16 if model_dtype == torch.float32 else model_dtype
-        if model_dtype == torch.float32 and quantize == "none":
-            residual = torch.float32
-    else:
-        dtype = getattr(torch, precision)
-    q8 = quantize != "none" and q8_available(ckpt.device)
-    if quantize == "int8" and q8:
-        # chatui's kernel quantizes activations to int16 itself: fp32 in, fp32 out
-        dtype, residual = model_dtype, None
-    elif quantize != "none":
-        if dtype == torch.float32:
-            dtype = torch.bfloat16  # torch's int8 and int4 kernels want bf16 activations
-        residual = residual or (torch.float32 if model_dtype == torch.float32 else None)
-
-    stored = None
-    path = None
-    stage = f"quantizing weights to {quantize}"
-    if quantize != "none":
-        path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
-                               cache_root(), quantize + ("-q8" if q8 else ""))
-        if progress:
-            progress(Progress(stage, 0, 1))
-        stored = load_int8(path, ckpt.device)
-    use_compile(compile, ckpt.device)  # validates the mode before any work
-
-    fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
-                      residual_dtype=residual, compile=compile,
-                      compile_dir=compile_cache_dir(cache_root()))
-    if quantize != "none" and path is not None:
-        if stored is None or set(stored) != set(fast.fast.quantized):
-            try:
-                save_int8(path, fast.fast.quantized)
-            except OSError as exc:  # a read-only cache costs start-up time, nothing else
-                import logging
-
-                logging.getLogger(__name__).warning("could not cache int8 weights: %s", exc)
-        if progress:
-            progress(Progress(stage, 1, 1))
-    fast.int8_path = path
-    if fast.decode is not None:
-        stage = "compiling the decode step"
-        if progress:
-            progress(Progress(stage, 0, 1))
-        fast.decode.warm_up()
-        if progress:
-            progress(Progress(stage, 1, 1))
-    return fast
-
-
-def describe(runner: Any) -> str:
-    """One line: which runner and precision a backend picked (shown by ``chatui bench``)."""
-    fast = getattr(runner, "fast", None)
-    if fast is None:
-        return "transformers runner (" + str(next(runner.model.parameters()).dtype) + ")"
-    name = str(fast.dtype).replace("torch.", "")
-    res = str(fast.rdtype).replace("torch.", "")
-    q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""
-    if fast.q8:
-        kernel = load_kernel()
-        isa = kernel.isa if kernel is not None else "?"
-        q = (f"{fast.quantize} weights ({'int8 output layer, ' if fast.quantize == 'int4' else ''}"
-             f"int8 in groups of 32, chatui's {isa} kernel), ")
-    step = runner.decode.describe() if runner.decode is not None else "eager"
-    return f"fast runner ({q}{name} matmuls and KV cache, {res} residual; {step} decode step)"

@@ -1,8 +1,10 @@
 """chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, one-token attention
 ``attn.c``, a whole int8 decode step ``decode.c`` and the fp32 matrix-vector product
-``f32.c``), built on first use with the machine's C compiler and cached on disk; ``None``
-where they cannot be built (no compiler, an unknown CPU), and the runner then falls back to
-torch's per-channel int8 kernel, torch's attention and torch's GEMV.
+``f32.c``, all declared in ``kernels/chatui_kernels.h``), built on first use with the machine's
+C compiler (or ahead of time by ``kernel_build.build_all``) and cached on disk; ``None`` where
+they cannot be built (no compiler, an unknown CPU) or do not match ``kernel_abi``'s table, and
+the runner then falls back to torch's per-channel int8 kernel, torch's attention and torch's
+GEMV.
 
 The library is built with ``-march=native`` for the CPU it runs on (the cache key includes the
 CPU's flags) and with OpenMP only when torch's own OpenMP runtime is ``libgomp.so.1``: the
@@ -12,6 +14,7 @@ kernel's threads are then torch's threads, never a second pool fighting it for t
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -25,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from . import kernel_abi
+from .paths import kernels_dir
 
 log = logging.getLogger(__name__)
 
@@ -41,21 +47,16 @@ FAST_ISAS = ("avx512-vnni", "avx2")
 """Instruction sets the kernel has SIMD code for (elsewhere torch's kernel is faster)."""
 
 
-class Layer(ctypes.Structure):
-    """One decoder layer's tensors for ``decode_layers`` (``kernels/decode.c``'s layer_t)."""
-
-    _fields_ = [(name, ctypes.c_void_p) for name in (
-        "ln1", "ln2", "wqkv", "sqkv", "bqkv", "wo", "so", "bo", "wgu", "sgu", "bgu",
-        "wd", "sd", "bd")]
-
-
 @dataclass(frozen=True)
 class Q8Kernel:
-    """The loaded library."""
+    """The loaded library. With ``debug`` (``CHATUI_KERNEL_DEBUG=1`` when it loaded) every
+    call checks its tensors first (``kernel_abi.check_*``) and raises
+    ``kernel_abi.KernelArgumentError`` instead of handing C a wrong buffer."""
 
     lib: ctypes.CDLL
     isa: str
     openmp: bool
+    debug: bool = False
 
     def _threads(self) -> int:
         return torch.get_num_threads() if self.openmp else 1
@@ -74,6 +75,9 @@ class Q8Kernel:
             out: torch.Tensor, norm: torch.Tensor | None, eps: float, swiglu: bool) -> None:
         """``matmul`` into ``out`` ([..., n] fp32) for x [..., K] fp32 contiguous, with fewer
         checks (the decode loop's path)."""
+        if self.debug:
+            kernel_abi.check_q8_matmul(x, packed, scales, out, norm, swiglu, group=GROUP,
+                                       rows=ROWS)
         k = x.shape[-1]
         self.lib.q8_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
                            scales.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(),
@@ -83,6 +87,8 @@ class Q8Kernel:
     def f32_linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x [..., K] @ w.T for fp32 contiguous x (at most ``F32_MAX_ROWS`` rows) and w [N, K]
         (``f32.c``) -> [..., N] fp32."""
+        if self.debug:
+            kernel_abi.check_f32_matvec(x, w, max_rows=F32_MAX_ROWS)
         k = x.shape[-1]
         out = torch.empty(x.shape[:-1] + (w.shape[0],), dtype=torch.float32)
         self.lib.f32_matvec(x.data_ptr(), x.numel() // k, k, w.data_ptr(), w.shape[0],
@@ -96,6 +102,9 @@ class Q8Kernel:
         over positions 0..write. qkv: [B, (H + 2KV) * D] fp32; caches [B, KV, C, D] fp32
         contiguous (written in place); positions: [B] int64 (RoPE); cos, sin: [P, D/2] fp32;
         mask: [B, write + 1] uint8 or None. Returns [B, H * D] fp32."""
+        if self.debug:
+            kernel_abi.check_attention(qkv, [k_cache], [v_cache], write, positions, cos, sin,
+                                       mask, n_heads)
         b, kv, c, d = k_cache.shape
         out = torch.empty((b, n_heads * d), dtype=torch.float32)
         self.lib.attn_decode(qkv.data_ptr(), b, n_heads, kv, d, k_cache.data_ptr(),
@@ -110,6 +119,9 @@ class Q8Kernel:
                       mask: torch.Tensor | None, eps: float) -> None:
         """Every decoder layer of one decode step (``decode.c``), x [B, hidden] fp32 updated in
         place; caches as for ``attention``, written at ``write``."""
+        if self.debug:
+            kernel_abi.check_decode_layers(x, len(layers), k_caches, v_caches, write, positions,
+                                           cos, sin, mask, n_heads)
         b, hidden = x.shape
         _, kv, c, d = k_caches[0].shape
         n = len(k_caches)
@@ -144,7 +156,43 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-def _build(cc: str, out: Path, openmp: bool, march: str = "native") -> None:
+class KernelUnavailable(Exception):
+    """The kernels cannot be built here; ``str(exc)`` says why in one sentence."""
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """How and where this machine's kernel library is built (the cache key covers the sources,
+    the compiler, the CPU's flags and whether OpenMP is used)."""
+
+    cc: str
+    openmp: bool
+    path: Path
+    runtimes: frozenset[str]
+    """The OpenMP runtimes mapped before the library loads (a second one is a problem)."""
+
+
+def plan_build() -> KernelPlan:
+    """Where this machine's library lives and how it is built.
+
+    Raises:
+        KernelUnavailable: not an x86-64 CPU, or no C compiler.
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        raise KernelUnavailable(f"chatui's kernels are written for x86-64, not "
+                                f"{platform.machine() or 'this CPU'}")
+    cc = _compiler()
+    if cc is None:
+        raise KernelUnavailable("no C compiler found (install gcc or set CC)")
+    runtimes = frozenset(_omp_runtimes())
+    openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
+    key = hashlib.sha256(b"\0".join([
+        *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
+        str(openmp).encode()]))
+    return KernelPlan(cc, openmp, kernels_dir() / f"q8-{key.hexdigest()[:20]}.so", runtimes)
+
+
+def compile_library(cc: str, out: Path, openmp: bool, march: str = "native") -> None:
     """Compile the kernels into ``out`` (atomically). ``march`` other than native lets the
     tests build the code paths of other CPUs (AVX2 only, or none) on this one."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -156,58 +204,45 @@ def _build(cc: str, out: Path, openmp: bool, march: str = "native") -> None:
         os.replace(target, out)
 
 
-def _open(path: Path, openmp: bool) -> Q8Kernel:
+def open_library(path: Path, openmp: bool, debug: bool = False) -> Q8Kernel:
+    """Load a built library and check it against ``kernel_abi`` (raises ``KernelABIError``)."""
     lib = ctypes.CDLL(str(path))
-    lib.q8_isa.restype = ctypes.c_char_p
-    p, i = ctypes.c_void_p, ctypes.c_int
-    lib.q8_matmul.argtypes = [p, i, i, p, p, i, p, i, i, p, ctypes.c_float]
-    lib.q8_matmul.restype = None
-    lib.attn_decode.argtypes = [p, i, i, i, i, p, p, i, i, p, p, p, p, p, i]
-    lib.attn_decode.restype = None
-    lib.decode_layers.argtypes = [p, i, i, i, ctypes.POINTER(Layer), p, p, i, i, i, i, i, i, p,
-                                  p, p, p, ctypes.c_float, i]
-    lib.decode_layers.restype = None
-    lib.f32_matvec.argtypes = [p, i, i, p, i, p, i]
-    lib.f32_matvec.restype = None
+    kernel_abi.bind(lib)
     if lib.f32_max_rows() != F32_MAX_ROWS:
-        raise RuntimeError("kernel layout does not match")
+        raise kernel_abi.KernelABIError("the fp32 kernel's row limit does not match")
     if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
-        raise RuntimeError("kernel layout does not match")
-    return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp)
+        raise kernel_abi.KernelABIError("the int8 kernel's weight layout does not match")
+    return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp, debug)
 
 
 @functools.cache
 def load_kernel() -> Q8Kernel | None:
-    """The kernel, built into ``<cache>/kernels`` when missing; None when unavailable or
-    turned off with ``CHATUI_Q8_KERNEL=off``."""
+    """The kernel, built into ``paths.kernels_dir()`` when missing; None when unavailable, when
+    the built library does not match ``kernel_abi`` (logged), or turned off with
+    ``CHATUI_Q8_KERNEL=off``. ``CHATUI_KERNEL_DEBUG=1`` turns on argument checks."""
     if os.environ.get("CHATUI_Q8_KERNEL", "").lower() in ("0", "off", "no", "false"):
         return None
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    cc = _compiler()
-    if cc is None:
-        log.info("no C compiler: int8 uses torch's per-channel kernel")
-        return None
-    runtimes = _omp_runtimes()
-    openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
-    key = hashlib.sha256(b"\0".join([
-        *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
-        str(openmp).encode()]))
-    from .checkpoint import cache_root
-
-    path = cache_root() / "kernels" / f"q8-{key.hexdigest()[:20]}.so"
     try:
-        if not path.is_file():
-            _build(cc, path, openmp)
-        kernel = _open(path, openmp)
+        plan = plan_build()
+    except KernelUnavailable as exc:
+        log.info("%s: int8 uses torch's per-channel kernel", exc)
+        return None
+    try:
+        if not plan.path.is_file():
+            compile_library(plan.cc, plan.path, plan.openmp)
+        kernel = open_library(plan.path, plan.openmp, kernel_abi.debug_enabled())
+    except kernel_abi.KernelABIError as exc:
+        log.warning("chatui's kernel library at %s does not match this code (%s); int8 uses "
+                    "torch's kernel", plan.path, exc)
+        return None
     except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         log.warning("could not build the int8 kernel (%s) %s; int8 uses torch's kernel", exc,
                     detail.decode(errors="replace")[-500:])
         return None
-    if openmp and _omp_runtimes() != runtimes:
+    if plan.openmp and _omp_runtimes() != plan.runtimes:
         log.warning("the int8 kernel loaded a second OpenMP runtime; it runs single-threaded")
-        kernel = Q8Kernel(kernel.lib, kernel.isa, False)
+        kernel = dataclasses.replace(kernel, openmp=False)
     if kernel.isa not in FAST_ISAS:
         return None
     return kernel

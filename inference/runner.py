@@ -2,14 +2,37 @@
 
 The engine only needs: a new cache, a forward that returns the last position's logits, and
 the cache operations crop / repeat / select. ``HFRunner`` drives any transformers causal LM
-with a ``DynamicCache``.
+with a ``DynamicCache``; ``fast_llama.FastRunner`` is the fast path. The policy choosing one
+for a checkpoint (runner, precision, quantization, compiling) is ``build_runner`` here, so the
+model file holds the model only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+from typing import Any, Callable
 
 import torch
+
+from . import q8kernel
+from .decode_graph import use_compile
+from .fast_llama import FastRunner, unsupported_reason
+from .paths import cache_root, inductor_dir
+from .quant import int8_cache_path, load_int8, q8_available, save_int8
+from .types import Progress
+
+log = logging.getLogger(__name__)
+
+
+class RunnerError(ValueError):
+    """A runner, precision, quantization or compile mode that cannot be used for this model or
+    device: the user's choice, so ``str(exc)`` is one sentence (also ``.user_message``, which
+    the worker reports without a traceback)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.user_message = message
 
 
 class HFRunner:
@@ -46,3 +69,133 @@ class HFRunner:
         out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True,
                          logits_to_keep=1, **kwargs)
         return out.logits[:, -1, :]
+
+
+PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("auto", "none", "int8", "int4")
+
+
+def auto_quantization(device: torch.device, precision: str, runner: str,
+                      unsupported: str | None) -> str:
+    """What ``quantize="auto"`` means: int8 where chatui's CPU kernel runs it (as close to fp32
+    as bf16 and several times faster, see the README's quality figures) and the user asked for
+    no precision of their own; else none."""
+    fast = runner == "fast" or (runner == "auto" and unsupported is None)
+    return "int8" if fast and precision == "auto" and q8_available(device) else "none"
+
+
+def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
+                 runner: str = "auto", compile: str = "auto",
+                 progress: Callable[[Any], None] | None = None) -> Any:
+    """The runner for a loaded checkpoint (``inference.checkpoint.LoadedCheckpoint``).
+
+    Raises:
+        RunnerError: a choice this model or device cannot run (one sentence for the user).
+
+    Args:
+        quantize: "none", "int8" (weight-only; the int8 weights are cached on disk), "int4"
+            (CPU only) or "auto" (``auto_quantization``).
+        precision: matmul/KV dtype of the fast path: "model" (the checkpoint's own dtype,
+            exact), "auto" (the fastest that keeps quality, measured in ``inference.quality``:
+            for an fp32 model on a CPU, fp32 where chatui's kernels build, else bf16 matmuls
+            with an fp32 residual stream), or a dtype.
+        runner: "auto" (fast when the model supports it), "fast" or "hf". The environment
+            variable ``CHATUI_RUNNER`` (hf / fast) overrides "auto".
+        compile: the fast runner's decode step through ``torch.compile`` (and a CUDA graph on
+            CUDA): "auto" (on CUDA only, where it pays), "on" or "off". Compiling happens
+            here, reported through ``progress``, and is cached on disk.
+    """
+    if quantize not in QUANTIZATIONS:
+        raise RunnerError(f"Unknown quantization {quantize!r}; choose auto, none, int8 or int4.")
+    if quantize == "int4" and ckpt.device.type != "cpu":
+        raise RunnerError("int4 uses torch's CPU kernel; on this device use --quantize int8.")
+    if precision not in PRECISIONS:
+        raise RunnerError(f"Unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}.")
+    if runner == "auto":
+        runner = os.environ.get("CHATUI_RUNNER", "auto") or "auto"
+    model = ckpt.model
+    reason = unsupported_reason(model)
+    if quantize == "auto":
+        quantize = auto_quantization(ckpt.device, precision, runner, reason)
+    if runner == "hf" or (runner == "auto" and reason is not None):
+        if quantize != "none":
+            raise RunnerError(f"--quantize {quantize} needs the fast runner, which cannot run this "
+                              f"model ({reason or 'transformers runner forced'}); use --quantize "
+                              "none.")
+        return HFRunner(model)
+    if reason is not None:
+        raise RunnerError(f"The fast runner cannot run this model: {reason}.")
+
+    model_dtype = next(model.parameters()).dtype
+    residual = None
+    if precision == "model":
+        dtype = model_dtype
+    elif precision == "auto" and model_dtype == torch.float32 and quantize == "none" \
+            and q8_available(ckpt.device):
+        dtype = torch.float32  # chatui's fp32 GEMV beats torch's bf16 one, and is exact
+    elif precision == "auto":
+        dtype = torch.bfloat16 if model_dtype == torch.float32 else model_dtype
+        if model_dtype == torch.float32 and quantize == "none":
+            residual = torch.float32
+    else:
+        dtype = getattr(torch, precision)
+    q8 = quantize != "none" and q8_available(ckpt.device)
+    if quantize == "int8" and q8:
+        # chatui's kernel quantizes activations to int16 itself: fp32 in, fp32 out
+        dtype, residual = model_dtype, None
+    elif quantize != "none":
+        if dtype == torch.float32:
+            dtype = torch.bfloat16  # torch's int8 and int4 kernels want bf16 activations
+        residual = residual or (torch.float32 if model_dtype == torch.float32 else None)
+
+    stored = None
+    path = None
+    stage = f"quantizing weights to {quantize}"
+    if quantize != "none":
+        path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
+                               cache_root(), quantize + ("-q8" if q8 else ""))
+        if progress:
+            progress(Progress(stage, 0, 1))
+        stored = load_int8(path, ckpt.device)
+    try:
+        use_compile(compile, ckpt.device)  # validates the mode before any work
+    except ValueError as exc:
+        raise RunnerError(str(exc)) from None
+
+    fast = FastRunner(model, dtype=dtype, quantize=quantize, int8_weights=stored,
+                      residual_dtype=residual, compile=compile,
+                      compile_dir=inductor_dir())
+    if quantize != "none" and path is not None:
+        if stored is None or set(stored) != set(fast.fast.quantized):
+            try:
+                save_int8(path, fast.fast.quantized)
+            except OSError as exc:  # a read-only cache costs start-up time, nothing else
+                log.warning("could not cache int8 weights: %s", exc)
+        if progress:
+            progress(Progress(stage, 1, 1))
+    fast.int8_path = path
+    if fast.decode is not None:
+        stage = "compiling the decode step"
+        if progress:
+            progress(Progress(stage, 0, 1))
+        fast.decode.warm_up()
+        if progress:
+            progress(Progress(stage, 1, 1))
+    return fast
+
+
+def describe(runner: Any) -> str:
+    """One line: which runner and precision a backend picked (shown by ``chatui bench``)."""
+    fast = getattr(runner, "fast", None)
+    if fast is None:
+        return "transformers runner (" + str(next(runner.model.parameters()).dtype) + ")"
+    name = str(fast.dtype).replace("torch.", "")
+    res = str(fast.rdtype).replace("torch.", "")
+    q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""
+    if fast.q8:
+        kernel = q8kernel.load_kernel()
+        isa = kernel.isa if kernel is not None else "?"
+        q = (f"{fast.quantize} weights ({'int8 output layer, ' if fast.quantize == 'int4' else ''}"
+             f"int8 in groups of 32, chatui's {isa} kernel), ")
+    step = runner.decode.describe() if runner.decode is not None else "eager"
+    return f"fast runner ({q}{name} matmuls and KV cache, {res} residual; {step} decode step)"

@@ -8,6 +8,7 @@ import pytest
 
 from chatui.app import ChatApp
 from chatui.config import AppConfig, load_remembered
+from chatui.textual_compat.testing import deliver
 from chatui.widgets.items import Notice, UserMessage
 from chatui.widgets.reply import ReplyView
 from chatui.widgets.token_view import build_units
@@ -61,14 +62,23 @@ async def send(pilot, app, text, *, wait=True):
         await settle(pilot, app)
 
 
+SETTLE_S = 60.0
+"""How long a reply may take to end before a test fails (a hang is a failure, not a wait)."""
+
+
 async def settle(pilot, app):
+    """Wait until no reply is being generated; fail after SETTLE_S."""
     await pilot.pause()
-    for _ in range(1000):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_S
+    while True:
         worker = app.chat._gen_worker
         if not app.chat.generating and (worker is None or worker.is_finished):
             break
+        if loop.time() > deadline:
+            raise AssertionError(f"the reply did not end within {SETTLE_S:.0f} s")
         await pilot.pause(0.01)
-    await app.workers.wait_for_complete()
+    await asyncio.wait_for(app.workers.wait_for_complete(), SETTLE_S)
     await pilot.pause(0.1)
 
 
@@ -76,9 +86,7 @@ async def tap(app, key, wait=0.05):
     """Press a key without waiting for the app to be idle (it is busy while streaming)."""
     from textual import events
 
-    event = events.Key(key, key if len(key) == 1 else None)
-    event.set_sender(app)
-    app._driver.send_message(event)
+    deliver(app, events.Key(key, key if len(key) == 1 else None))
     await asyncio.sleep(wait)
 
 
@@ -394,7 +402,8 @@ async def test_continue_from_alternative_replaces_reply():
         assert reply.tokens[2].text == "alt1"
         assert reply.text.startswith("You said:alt1You said:")  # scripted ignores the prefix
         assert len(app.chat.conversation.entries) == 2 and len(replies(app)) == 1
-        assert tv.units and tv.tokens is reply.tokens
+        assert tv.units and tv.tokens == reply.tokens
+        assert tv.tokens is not reply.tokens  # the view keeps its own list
 
 
 async def test_continue_from_alternative_uses_token_ids_when_known():
@@ -560,6 +569,36 @@ async def test_palette_lists_commands():
         assert "/clear" in titles and "/logprobs" in titles and "Theme: chatui-light" in titles
 
 
+async def test_every_command_is_in_the_completion_the_palette_and_help():
+    """One registry feeds all three: no command can be missing from one of them."""
+    from chatui import commands
+    from chatui.screens.help import help_text
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        palette = {c.title.split()[0] for c in app.get_system_commands(app.chat)}
+        help_page = help_text().plain
+        for spec in commands.COMMANDS:
+            name = f"/{spec.name}"
+            completed = [c.strip() for c in commands.completions(name[:2])]
+            assert name in completed, f"{name} is not completed"
+            assert name in palette, f"{name} is not in the command palette"
+            assert f"  {name}" in help_page, f"{name} is not in /help"
+
+
+async def test_palette_puts_a_command_that_needs_an_argument_in_the_prompt():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        [command] = [c for c in app.get_system_commands(app.chat)
+                     if c.title.startswith("/set ")]
+        command.callback()
+        await pilot.pause()
+        assert app.chat.prompt.text == "/set "
+        assert not notices(app, "error")
+
+
 async def test_ui_stays_responsive_while_generating():
     long = " ".join(f"w{i}" for i in range(2000))
     app = make_app(lambda r, row: long, delay_s=0.001)
@@ -571,8 +610,11 @@ async def test_ui_stays_responsive_while_generating():
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         await tap(app, "x", 0)
-        while app.chat.prompt.text != "x":
+        for _ in range(2500):  # at most ~5 s: a key that never arrives fails, not hangs
+            if app.chat.prompt.text == "x":
+                break
             await asyncio.sleep(0.002)
+        assert app.chat.prompt.text == "x", "the key typed while streaming never arrived"
         assert loop.time() - t0 < 0.2
         await tap(app, "escape")
         await settle(pilot, app)
@@ -600,6 +642,24 @@ async def test_autosave_save_history_load_export(tmp_path):
         assert len(replies(app)) == 1 and replies(app)[0].reply.tokens
         await send(pilot, app, f"/load {tmp_path / 'missing.json'}")
         assert "missing.json" in str(notices(app, "error")[-1].render())
+
+
+async def test_a_transcript_given_at_start_is_opened(tmp_path):
+    first = make_app()
+    async with first.run_test(size=SIZE) as pilot:
+        await send(pilot, first, "open me later")
+        await send(pilot, first, f"/save {tmp_path / 'start.json'}")
+    app = make_app(load_path=tmp_path / "start.json")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        for _ in range(500):
+            if any("Loaded" in str(n.render()) for n in notices(app)):
+                break
+            await pilot.pause(0.01)
+        await pilot.pause()
+        assert [e.role for e in app.chat.conversation.entries] == ["user", "assistant"]
+        assert app.chat.conversation.entries[0].text == "open me later"
+        assert len(replies(app)) == 1
 
 
 async def test_settings_overrides_apply_on_model_defaults():
@@ -650,8 +710,7 @@ async def test_enter_right_behind_typed_keys_sends_them_all():
         text = "Write a short poem about the sea."
         keys = [events.Key(ch if ch != " " else "space", ch) for ch in text]
         for key in [*keys, events.Key("enter", "\r")]:  # as the driver delivers a burst
-            key.set_sender(app)
-            app._driver.send_message(key)
+            deliver(app, key)
         for _ in range(100):
             await pilot.pause(0.02)
             if app.chat.conversation.entries:
@@ -663,13 +722,76 @@ async def test_enter_right_behind_typed_keys_sends_them_all():
 async def test_prompt_cursor_is_steady_while_a_reply_streams():
     """A blinking cursor repaints the prompt twice a second; while a reply streams it stays
     on, then blinks again as before."""
-    app = make_app(lambda r, row: "word " * 300, delay_s=0.002)
+    app = make_app(lambda r, row: "word " * 300, delay_s=0.01)  # 3 s: long on a busy machine
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, "go", wait=False)
+        await loaded(pilot, app)
+        await send_nowait(app, "go")
         for _ in range(500):
             if app.chat.generating:
                 break
-            await pilot.pause(0.005)
+            await asyncio.sleep(0.005)
         assert app.chat.generating and app.chat.prompt.cursor_blink is False
+        await tap(app, "escape")
         await settle(pilot, app)
         assert app.chat.prompt.cursor_blink is True
+
+
+def test_chatui_has_no_import_cycle():
+    """No chatui module imports (at module level, TYPE_CHECKING blocks included) one that
+    imports it back, directly or transitively: the app talks down to the screen by calls,
+    the screen up by messages, and compare mode and commands reach the screen through narrow
+    protocols."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    modules = {}
+    for path in (root / "chatui").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+
+    def resolve(current: str, is_pkg: bool, level: int, module: str | None) -> str:
+        if level == 0:
+            return module or ""
+        base = current.split(".")
+        base = base if is_pkg else base[:-1]
+        base = base[:len(base) - (level - 1)]
+        return ".".join(base + ([module] if module else []))
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        edges = graph.setdefault(name, set())
+
+        def visit(body):
+            for node in body:
+                if isinstance(node, ast.Import):
+                    edges.update(a.name for a in node.names if a.name in modules)
+                elif isinstance(node, ast.ImportFrom):
+                    target = resolve(name, is_pkg, node.level, node.module)
+                    if target in modules:
+                        edges.add(target)
+                    for a in node.names:
+                        if f"{target}.{a.name}" in modules:
+                            edges.add(f"{target}.{a.name}")
+                elif isinstance(node, (ast.If, ast.Try)):
+                    visit(node.body)
+                    visit(getattr(node, "orelse", []))
+                    for h in getattr(node, "handlers", []):
+                        visit(h.body)
+
+        visit(ast.parse(path.read_text("utf-8")).body)
+        edges.discard(name)
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph.get(m, ()))
+        return seen
+
+    cycles = sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a in reaches(b))
+    assert not cycles, "import cycles: " + ", ".join(cycles)

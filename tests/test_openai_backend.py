@@ -207,7 +207,7 @@ def fake():
 
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch):
-    monkeypatch.setattr(ob, "MODELS_BACKOFF_S", 0.01)
+    monkeypatch.setattr(ob.transport, "MODELS_BACKOFF_S", 0.01)
 
 
 def run(backend: OpenAIBackend, request: GenerationRequest,

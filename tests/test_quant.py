@@ -70,8 +70,8 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
     """The AVX2 code (an older or smaller CPU) and the portable C code, built here for those
     CPUs, against the same float64 references: this machine only runs its own best path."""
     path = tmp_path / f"kernels-{march}.so"
-    q8kernel._build(x86_gcc, path, openmp=True, march=march)
-    kernel = q8kernel._open(path, openmp=True)
+    q8kernel.compile_library(x86_gcc, path, openmp=True, march=march)
+    kernel = q8kernel.open_library(path, openmp=True)
     assert kernel.isa == {"haswell": "avx2", "x86-64": "generic"}[march]
     torch.manual_seed(10)
     w = Q8Weight.quantize(torch.randn(40, 70))
@@ -220,7 +220,7 @@ def test_save_load_round_trip_and_corrupt_file(tmp_path: Path):
 
 def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
     from inference import quant
-    from inference.fast_llama import build_runner
+    from inference.runner import build_runner
     from inference.types import Progress
 
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
@@ -244,7 +244,9 @@ def test_build_runner_reuses_the_disk_cache(tiny_ckpt, tmp_path, monkeypatch):
 def test_unknown_quantization_is_refused(tiny_ckpt):
     from inference.engine import LocalBackend
 
-    with pytest.raises(ValueError, match="auto, none, int8 or int4"):
+    from inference.runner import RunnerError
+
+    with pytest.raises(RunnerError, match="auto, none, int8 or int4"):
         LocalBackend.from_checkpoint(tiny_ckpt, quantize="int3")
 
 
@@ -256,13 +258,16 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     activations (the fallback where ours cannot build) only about 94.7 %. int4 (groups of 32,
     int8 output layer) measures 99.2 %: this model's decoder was Q4_1, which int4 round-trips.
     """
+    from conftest import skip_unless_ci
     from inference import quality
-    from inference.fast_llama import build_runner
+    from inference.runner import build_runner
 
+    if q8kernel.load_kernel() is None:  # the fallback's own figures are checked below
+        skip_unless_ci("chatui's kernels do not build on this machine")
     int8 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int8", precision="auto"))
     assert int8.tokens > 700
-    assert int8.top1_agreement >= (0.97 if q8kernel.load_kernel() else 0.94)
+    assert int8.top1_agreement >= 0.97
     assert int8.perplexity_increase <= 0.02
     int4 = quality.measure(default_ckpt.model, default_ckpt.tokenizer,
                            build_runner(default_ckpt, quantize="int4", precision="auto"))
@@ -271,8 +276,7 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     # unquantized "auto": fp32 with chatui's kernels (exact), else bf16 + fp32 residual
     auto = build_runner(default_ckpt, precision="auto")
     exact = quality.measure(default_ckpt.model, default_ckpt.tokenizer, auto)
-    if q8kernel.load_kernel() is not None:
-        assert auto.dtype == torch.float32 and exact.top1_agreement >= 0.999
+    assert auto.dtype == torch.float32 and exact.top1_agreement >= 0.999
     monkeypatch.setattr(q8kernel, "load_kernel", lambda: None)
     fallback = build_runner(default_ckpt, precision="auto")
     assert fallback.dtype == torch.bfloat16 and fallback.fast.rdtype == torch.float32

@@ -12,7 +12,8 @@ from textual.strip import Strip
 from rich.segment import Segment
 
 from chatui import gcpolicy
-from chatui.widgets import strip_cycles
+from chatui.textual_compat import strips as strip_cycles
+from chatui.textual_compat.testing import VirtualTerminal, render_screen
 from chatui.widgets.token_view import LineWrapper, TokenUnit, wrap_units
 from inference.settings import SamplingParams
 from inference.types import Token
@@ -91,19 +92,61 @@ def test_strip_divide_and_crop_extend_leave_no_cycle():
         gc.enable()
 
 
+class _Cycle:
+    """An object that references itself: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
 def test_gc_policy_freezes_per_stream_and_releases():
+    """A cycle alive when a stream starts is frozen with everything else; once it is garbage
+    no pass frees it (not even the one when the stream ends) until :func:`gcpolicy.release`."""
+    import weakref
+
+    assert gc.isenabled()
     gc.unfreeze()
-    gcpolicy.stream_started()
-    gcpolicy.stream_started()  # compare columns nest
-    assert gcpolicy.streaming() and gc.get_freeze_count() > 0
-    gcpolicy.stream_ended()
-    assert gcpolicy.streaming()
-    gcpolicy.stream_ended()
-    assert not gcpolicy.streaming()
-    frozen = gc.get_freeze_count()
-    gcpolicy.release()
-    assert gc.get_freeze_count() <= frozen + 1000
-    gc.unfreeze()
+    cycle = _Cycle()
+    alive = weakref.ref(cycle)
+    try:
+        gcpolicy.stream_started()
+        gcpolicy.stream_started()  # compare columns nest
+        assert gcpolicy.streaming() and gc.get_freeze_count() > 0
+        del cycle  # frozen while alive, then garbage in a reference cycle
+        gcpolicy.stream_ended()
+        assert gcpolicy.streaming()
+        gcpolicy.stream_ended()
+        assert not gcpolicy.streaming()
+        gc.collect()
+        assert alive() is not None  # frozen: the collector's passes skip it
+        frozen = gc.get_freeze_count()
+        gcpolicy.release()
+        assert alive() is None  # unfrozen and collected
+        assert 0 < gc.get_freeze_count() < frozen  # what survived is frozen again
+    finally:
+        gc.unfreeze()
+
+
+async def test_the_streaming_loop_holds_the_gc_policy():
+    """The screen's streaming loop (not a widget) holds the policy while a reply streams and
+    lets go when it ends."""
+    import asyncio
+
+    from test_app import loaded, send_nowait, tap
+
+    app = make_app(lambda r, row: "word " * 300, delay_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        assert not gcpolicy.streaming()
+        await send_nowait(app, "go")
+        for _ in range(2000):  # up to 10 s on a loaded machine
+            if app.chat.generating and gcpolicy.streaming():
+                break
+            await asyncio.sleep(0.005)
+        assert app.chat.generating and gcpolicy.streaming()
+        await tap(app, "escape")
+        await settle(pilot, app)
+        assert not gcpolicy.streaming()
 
 
 async def test_long_reply_redraw_renders_only_visible_lines():
@@ -148,7 +191,7 @@ async def test_wide_characters_keep_the_layout(token_view):
         await pilot.pause(0.2)
         view = replies(app)[0]
         assert view.markdown.source == WIDE
-        strips = app.screen._compositor.render_strips()  # the whole screen, as drawn
+        strips = render_screen(app)  # the whole screen, as drawn
         assert len(strips) == 40
         for strip in strips:
             assert strip.cell_length == 100  # no line pushed wider by a double-width glyph
@@ -173,13 +216,18 @@ async def test_streaming_reply_grows_in_steps(token_view):
                    settings=SamplingParams(max_new_tokens=3000))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "go", wait=False)
-        while not replies(app):
+        for _ in range(3000):  # bounded: a reply that never appears fails below
+            if replies(app):
+                break
             await asyncio.sleep(0.01)
+        assert replies(app), "no reply appeared"
         view = replies(app)[0]
         shown = view.token_view if token_view else view.query_one("ReplyMarkdown")
         log = app.chat.log_view
         steps, heights, scrolls = set(), set(), set()
+        deadline = asyncio.get_running_loop().time() + 60
         while app.chat.generating:
+            assert asyncio.get_running_loop().time() < deadline, "the reply never ended"
             steps.add(shown.step)
             if shown.size.height:
                 heights.add(shown.size.height)
@@ -203,65 +251,13 @@ async def test_streaming_reply_grows_in_steps(token_view):
         assert log.scroll_y == log.max_scroll_y  # still following the end
 
 
-class VirtualTerminal:
-    """The screen a terminal shows, built from the updates the app writes to it (the full and
-    the partial ones, as Textual turns them into escape sequences)."""
-
-    def __init__(self, app, size: tuple[int, int]) -> None:
-        from textual._compositor import ChopsUpdate, LayoutUpdate
-
-        width, height = size
-        self.rows = [[(" ", None)] * width for _ in range(height)]
-        display = app._display
-
-        def _display(screen, update) -> None:  # type: ignore[no-untyped-def]
-            if isinstance(update, LayoutUpdate):
-                for y, line in enumerate(update.strips, update.region.y):
-                    x = update.region.x
-                    for strip in line:
-                        self.put(x, y, strip)
-                        x += strip.cell_length
-            elif isinstance(update, ChopsUpdate):
-                for y, x1, x2 in update.spans:
-                    for end, (x, strip) in zip(update.chop_ends[y], update.chops[y].items()):
-                        if strip is None or x > x2 or end <= x1:
-                            continue
-                        if not (x2 > x >= x1 and end <= x2):
-                            strip = strip.crop(0, min(end, x2) - x)
-                        self.put(x, y, strip)
-            display(screen, update)
-
-        app._display = _display
-
-    def put(self, x: int, y: int, strip: Strip) -> None:
-        row = self.rows[y]
-        for text, style, control in strip:
-            if control:
-                continue
-            for ch in text:
-                row[x] = (ch, style)
-                if cell_len(ch) == 2:
-                    row[x + 1] = ("", style)
-                x += cell_len(ch)
-
-    @staticmethod
-    def of(strips: list[Strip], size: tuple[int, int]) -> list[list[tuple[str, object]]]:
-        screen = VirtualTerminal.__new__(VirtualTerminal)
-        screen.rows = [[(" ", None)] * size[0] for _ in range(size[1])]
-        for y, strip in enumerate(strips):
-            screen.put(0, y, strip)
-        return screen.rows
-
-
 def _fresh_render(app) -> list[Strip]:
     """The screen rendered anew, every cached line thrown away."""
     from chatui.widgets.token_view import TokenView
 
-    for widget in app.screen.walk_children(with_self=True):
-        widget._styles_cache.clear()
-        if isinstance(widget, TokenView):
-            widget._strips.clear()
-    return app.screen._compositor.render_strips()
+    for widget in app.screen.walk_children(TokenView):
+        widget._strips.clear()
+    return render_screen(app, fresh=True)
 
 
 @pytest.mark.parametrize("token_view", [False, True])

@@ -50,6 +50,82 @@ async def test_load_failure_is_one_sentence():
     await w.aclose()
 
 
+async def test_a_user_error_at_load_logs_no_traceback_and_a_bug_does(caplog):
+    """A wrong --quantize is the user's: one sentence, no ``ERROR ... Traceback`` on stderr
+    before it (issue 14); a real bug keeps its logged traceback."""
+    import logging
+
+    from inference.runner import RunnerError
+
+    def wrong_choice(progress):
+        raise RunnerError("--quantize int8 needs the fast runner, which cannot run this model "
+                          "(gpt2); use --quantize none.")
+
+    def bug(progress):
+        return {}["missing"]
+
+    with caplog.at_level(logging.INFO, logger="inference.worker"):
+        w = InferenceWorker(wrong_choice)
+        assert await w.load().collect() == [Failed(
+            "--quantize int8 needs the fast runner, which cannot run this model (gpt2); use "
+            "--quantize none.")]
+        await w.aclose()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "Traceback" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="inference.worker"):
+        w = InferenceWorker(bug)
+        [failed] = await w.load().collect()
+        await w.aclose()
+    assert isinstance(failed, Failed) and "KeyError" in failed.message
+    assert any(r.levelno == logging.ERROR and "Traceback" in r.getMessage()
+               for r in caplog.records)
+
+
+def _leak_stop_iteration(backend):
+    return next(iter(()))
+
+
+async def test_a_call_that_leaks_stop_iteration_fails_instead_of_hanging():
+    """asyncio refuses StopIteration as a future's exception; the call must still end."""
+    from inference.worker import WorkerError
+
+    w = InferenceWorker(lambda p: ScriptedBackend())
+    await w.load().collect()
+    try:
+        await asyncio.wait_for(w.call(_leak_stop_iteration), 10)
+    except WorkerError as exc:
+        assert "StopIteration" in str(exc)
+    else:
+        raise AssertionError("no error")
+    assert await asyncio.wait_for(w.count_tokens((Message("user", "hi"),)), 10) > 0
+    await w.aclose()
+
+
+async def test_an_isolated_call_that_leaks_stop_iteration_fails_instead_of_hanging():
+    from inference.scripted import ScriptedFactory
+    from inference.worker import WorkerError
+
+    w = InferenceWorker(ScriptedFactory(), isolate=True)
+    await w.load().collect()
+    try:
+        await asyncio.wait_for(w.call(_leak_stop_iteration), 60)
+    except WorkerError as exc:
+        assert "StopIteration" in str(exc)
+    else:
+        raise AssertionError("no error")
+    await w.aclose()
+
+
+def test_the_executor_refuses_an_unknown_job_kind():
+    import pytest
+
+    from inference.worker.executor import Executor, WorkerError
+
+    with pytest.raises(WorkerError, match="unknown job kind 'train'"):
+        Executor(lambda p: ScriptedBackend()).run("train", (), threading.Event(), print)
+
+
 async def test_errors_come_back_as_events_and_the_worker_stays_usable():
     w = InferenceWorker(lambda p: Exploding())
     await w.load().collect()
@@ -224,7 +300,7 @@ def test_engine_process_sender_groups_a_fast_stream_and_sends_a_lone_event_at_on
     """The child's sender wakes the UI process at most once per SEND_INTERVAL_S."""
     import time as _time
 
-    from inference.worker import SEND_INTERVAL_S, _Sender
+    from inference.worker.process_host import SEND_INTERVAL_S, _Sender
 
     class Conn:
         def __init__(self):

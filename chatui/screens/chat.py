@@ -1,18 +1,22 @@
 """The chat screen: the conversation, the prompt box, the token inspector and the status bar.
 
-Data flows one way: the prompt posts :class:`PromptSubmitted`; the screen updates the
-conversation, sends a request to the inference worker and feeds the streamed tokens to the
-reply's view. Slash commands map to ``cmd_<name>`` methods; key bindings and the command
-palette call the same methods.
+The screen draws and routes. Its state (conversation, settings, armed comparison, running
+job) is one :class:`~chatui.state.ChatState`; slash commands are the handlers of the
+registry (:mod:`chatui.commands`, :mod:`chatui.chat_commands`), to which the screen is the
+narrow command context; compare mode is a composed :class:`CompareFlow`. Every generation,
+a single reply or the columns of a comparison, streams through one loop
+(:meth:`ChatScreen._stream`) that applies the engine's events through a
+:class:`~chatui.recorder.ReplyRecorder` and hands its deltas to the widget showing them.
+The app talks down by calls (``model_ready``, ``show_conversation``) and hears back by messages
+(``ResponseStarted``/``Complete``/``Failed``); it lends the screen its services (worker, config,
+persistence) as :class:`~chatui.chat_commands.AppServices`, so the screen never imports it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from textual import on
 from textual.app import ComposeResult
@@ -25,135 +29,119 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static, TextArea
 from textual.worker import Worker
 
-from inference.settings import SamplingParams, SettingsError, parse_assignments
-from inference.types import (
-    AssistantPrefix,
-    Failed,
-    GenerationRequest,
-    Message,
-    ModelInfo,
-    RowDone,
-    Started,
-    Token,
-    TokenBatch,
-)
-from inference.worker import GenerationStream, describe_error
+from inference.settings import SamplingParams
+from inference.types import AssistantPrefix, GenerationRequest, ModelInfo
+from inference.worker import describe_error
 
 from .. import commands, gcpolicy
-from ..conversation import Conversation, Entry, Reply
+from ..chat_commands import AppServices
+from ..conversation import Conversation, Entry
 from ..messages import (
     AlternativeChosen,
     PromptSubmitted,
+    ReplyChosen,
     ResponseComplete,
     ResponseFailed,
     ResponseStarted,
     TokenSelected,
 )
+from ..recorder import ContextReported, ReplyRecorder, branch
+from ..state import ChatState, Job, speed_label, status_label
+from ..widgets.compare import CompareView
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
 from ..widgets.prompt import PromptInput
 from ..widgets.reply import ReplyView
 from ..widgets.settled import ConversationLog
-from ..widgets.status import CONTEXT_WARN, LoadingPanel, StatusBar
-from ..widgets.text import code_blocks, shorten
+from ..widgets.status import LoadingPanel, StatusBar
 from ..widgets.token_view import TokenView
 from .compare_flow import CompareFlow, pick_bindings
-
-if TYPE_CHECKING:
-    from ..app import ChatApp
+from .context_meter import ContextMeter
 
 log = logging.getLogger(__name__)
 
 
-def settings_label(s: SamplingParams) -> str:
-    """The settings in force, short: the main four, then anything else that is not default."""
-    parts = [f"temp {s.temperature:g}", f"top_p {s.top_p:g}", f"top_k {s.top_k}",
-             f"max {s.max_new_tokens}"]
-    base = SamplingParams()
-    for name in ("min_p", "repetition_penalty", "seed", "stop"):
-        value = getattr(s, name)
-        if value != getattr(base, name):
-            value = ",".join(value) if name == "stop" else value
-            parts.append(f"{name} {value}")
-    return " · ".join(parts)
-
-
-@dataclass
-class _Job:
-    """One reply being generated."""
-
-    entry: Entry
-    view: ReplyView
-    base_tokens: int
-    """Tokens the reply already had (``/continue``, continue-from-alternative)."""
-    base_text: str
-    prompt_text: str = ""
-    """The prompt to give back to the box if the reply fails before its first token."""
-    stream: GenerationStream | None = None
-
-
-class ChatScreen(CompareFlow, Screen[None]):
-    """The main screen. The app hands it the worker and the config (attributes down).
-
-    Compare mode (``/compare``, ``/pick``) lives in :class:`CompareFlow`."""
+class ChatScreen(Screen[None]):
+    """The main screen. The app hands it its services and the config (attributes down)."""
 
     BINDINGS = [
         Binding("escape", "stop", "Stop", id="chat.stop", tooltip="Stop the reply (keeps it)"),
-        Binding("ctrl+t", "logprobs", "Tokens", id="chat.tokens",
+        Binding("ctrl+t", "command('/logprobs')", "Tokens", id="chat.tokens",
                 tooltip="Token view: probabilities per token"),
-        Binding("ctrl+r", "retry", "Retry", id="chat.retry", tooltip="Regenerate the last reply"),
-        Binding("ctrl+g", "edit", "Edit", id="chat.edit", tooltip="Edit the last prompt"),
-        Binding("ctrl+o", "continue", "Continue", id="chat.continue",
+        Binding("ctrl+r", "command('/retry')", "Retry", id="chat.retry",
+                tooltip="Regenerate the last reply"),
+        Binding("ctrl+g", "command('/edit')", "Edit", id="chat.edit",
+                tooltip="Edit the last prompt"),
+        Binding("ctrl+o", "command('/continue')", "Continue", id="chat.continue",
                 tooltip="Continue a stopped or cut-off reply"),
-        Binding("f2", "copy_reply", "Copy", id="chat.copy", tooltip="Copy the last reply"),
-        Binding("f3", "copy_code", "Copy code", id="chat.copy_code", show=False,
+        Binding("f2", "command('/copy')", "Copy", id="chat.copy",
+                tooltip="Copy the last reply"),
+        Binding("f3", "command('/copy code')", "Copy code", id="chat.copy_code", show=False,
                 tooltip="Copy the last code block"),
-        Binding("r", "raw", "Raw", id="chat.raw", show=False,
+        Binding("r", "command('/raw')", "Raw", id="chat.raw", show=False,
                 tooltip="Raw token view (special tokens)"),
-        Binding("ctrl+s", "save", "Save", id="chat.save", show=False,
+        Binding("ctrl+s", "command('/save')", "Save", id="chat.save", show=False,
                 tooltip="Save the conversation now"),
-        Binding("f1", "help", "Help", id="chat.help", tooltip="Commands and keys"),
+        Binding("f1", "command('/help')", "Help", id="chat.help", tooltip="Commands and keys"),
         *pick_bindings(),
     ]
+    """Keys run the same registry handlers as the slash commands (``action_command``)."""
 
     generating: reactive[bool] = reactive(False)
+    """Drawn from ``state.job`` (set by the streaming loop only)."""
     _blink = True
     """Whether the prompt's cursor blinks when no reply streams."""
     token_mode: reactive[bool] = reactive(False, init=False)
     raw: reactive[bool] = reactive(False, init=False)
 
-    def __init__(self, *, settings: SamplingParams | None = None,
-                 overrides: Mapping[str, Any] | None = None, top_logprobs: int = 5,
+    def __init__(self, services: AppServices, *, settings: SamplingParams | None = None,
+                 overrides: dict[str, Any] | None = None, top_logprobs: int = 5,
                  system_prompt: str = "", token_mode: bool = False,
                  stable_timings: bool = False) -> None:
         super().__init__()
-        self.conversation = Conversation(system_prompt=system_prompt)
-        self._overrides = dict(overrides or {})
-        self.settings = self._with_overrides(settings or SamplingParams())
-        self._settings_from_user = settings is not None
-        self.top_logprobs = top_logprobs
+        self.services = services
+        self.state = ChatState(conversation=Conversation(system_prompt=system_prompt),
+                               settings_from_user=settings is not None,
+                               overrides=dict(overrides or {}), top_logprobs=top_logprobs)
+        self.state.settings = self.state.with_overrides(settings or SamplingParams())
         self.stable_timings = stable_timings
-        self.info: ModelInfo | None = None
-        self.load_error = ""
-        self._job: _Job | None = None
+        self.compare = CompareFlow(self)
+        self.meter = ContextMeter(lambda: self.status, self.notify)
         self._gen_worker: Worker | None = None
-        self._views: dict[str, tuple[Entry, ReplyView]] = {}
-        self._widgets_of: dict[int, list] = {}
+        self._widgets: dict[int, tuple[Entry, list[Widget]]] = {}
+        """The one index of what is drawn: each entry's widgets, by ``id(entry)``."""
         self._counter = 0
-        self._waiting_for_model = False
-        self._warned_context = False
         self.set_reactive(ChatScreen.token_mode, token_mode)
 
-    def _with_overrides(self, base: SamplingParams) -> SamplingParams:
-        try:
-            return base.with_values(**self._overrides) if self._overrides else base
-        except SettingsError as exc:
-            log.warning("ignoring settings overrides: %s", exc)
-            return base
+    # ---- the state, as the tests and the app read it ----
 
     @property
-    def chat_app(self) -> ChatApp:
-        return self.app  # type: ignore[return-value]
+    def conversation(self) -> Conversation:
+        return self.state.conversation
+
+    @property
+    def settings(self) -> SamplingParams:
+        return self.state.settings
+
+    @property
+    def info(self) -> ModelInfo | None:
+        return self.state.info
+
+    @property
+    def load_error(self) -> str:
+        return self.state.load_error
+
+    @property
+    def top_logprobs(self) -> int:
+        return self.state.top_logprobs
+
+    @property
+    def compare_armed(self) -> tuple[str, ...]:
+        return self.compare.armed
+
+    @property
+    def can_pick(self) -> bool:
+        return self.compare.can_pick
 
     # ---- typed accessors ----
 
@@ -191,7 +179,7 @@ class ChatScreen(CompareFlow, Screen[None]):
         self.log_view.anchor()
         self.inspector.display = self.token_mode
         self.query_one("#hint").display = False
-        self.status.settings = settings_label(self.settings)
+        self.settings_changed()
         self.prompt.focus()
 
     # ---- model loading (the app calls these) ----
@@ -207,47 +195,48 @@ class ChatScreen(CompareFlow, Screen[None]):
 
     def model_ready(self, info: ModelInfo) -> None:
         """The model loaded: show it and send any message typed while loading."""
-        self.info = info
-        if not self._settings_from_user:
-            self.settings = self._with_overrides(info.default_settings)
+        self.state.model_ready(info)
         weights = f" · {info.quantization}" if info.quantization not in ("", "none") else ""
         self.status.model = f"{info.name} · {info.device} · {info.dtype}{weights}"
         self.status.context_limit = info.context_limit
-        self.status.settings = settings_label(self.settings)
+        self.settings_changed()
         self._loading_done()
         if info.chat_template_warning:
             self.notice(info.chat_template_warning, "warning")
-        if self._waiting_for_model:
-            self._waiting_for_model = False
-            self._answer("")
+        if self.state.waiting_for_model:
+            self.state.waiting_for_model = False
+            self.answer("")
 
     def model_failed(self, message: str) -> None:
         """The model could not be loaded: say so; commands keep working."""
-        self.load_error = message
+        self.state.load_error = message
         self.status.model = "no model"
         self._loading_done()
-        self._waiting_for_model = False
+        self.state.waiting_for_model = False
         self.notice(f"The model could not be loaded: {message}", "error")
         self.app.notify(message, title="Loading failed", severity="error", timeout=10)
 
-    async def show_conversation(self, conversation: Conversation) -> None:
-        """Replace the conversation (``/load``) and draw all of it."""
+    async def show_conversation(self, conversation: Conversation, *,
+                                cleared: bool = False) -> None:
+        """Replace the conversation (``/load``, ``/clear``) and draw all of it."""
         await self.stop_generation()
-        self.conversation = conversation
-        self._views.clear()
-        self._widgets_of.clear()
+        self.state.conversation = conversation
+        self._widgets.clear()
         await self.log_view.remove_children()
         gcpolicy.release()  # the old conversation's widgets are garbage now
         self.inspector.clear()
+        if cleared:
+            self.meter.reset()
+            if self.info is not None:
+                await self.services.worker.reset()
+            return
         for entry in conversation.entries:
             if entry.role == "user":
                 self._mount_user(entry)
-            elif entry.is_comparison:
-                self._mount_compare(entry)
-            elif entry.reply is not None:
-                self._mount_reply(entry, entry.reply)
+            elif entry.replies:
+                self._mount_view(entry)
         if self.info is not None:
-            await self.chat_app.worker.reset()
+            await self.services.worker.reset()
             await self._update_context()
         self.log_view.scroll_end(animate=False)
         self.log_view.anchor()
@@ -265,34 +254,57 @@ class ChatScreen(CompareFlow, Screen[None]):
         self._counter += 1
         return f"{kind}-{self._counter}"
 
-    def _new_reply_entry(self) -> Entry:
-        return self.conversation.add_assistant([self.settings])
+    def _index(self, entry: Entry, widget: Widget) -> None:
+        self._widgets.setdefault(id(entry), (entry, []))[1].append(widget)
 
     def _mount_user(self, entry: Entry) -> None:
         widget = UserMessage(entry.text, id=self._next_id("user"))
-        self._widgets_of.setdefault(id(entry), []).append(widget)
+        self._index(entry, widget)
         self.log_view.mount(widget)
 
-    def _mount_reply(self, entry: Entry, reply: Reply) -> ReplyView:
+    def _mount_view(self, entry: Entry) -> ReplyView | CompareView:
+        """Draw an assistant entry: one reply, or the columns of a comparison (whose
+        ``mounting`` can be awaited for the mount to finish)."""
+        if entry.is_comparison:
+            ids = [self._next_id("reply") for _ in entry.replies]
+            group = CompareView(entry, view_ids=ids, stable_timings=self.stable_timings,
+                                token_mode=self.token_mode, raw=self.raw,
+                                id=self._next_id("compare"))
+            for reply_view in group.views:  # listed first: removed before the group itself
+                self._index(entry, reply_view)
+            self._index(entry, group)
+            group.mounting = self.log_view.mount(group)
+            return group
+        reply = entry.reply
+        assert reply is not None
         view = ReplyView(reply, stable_timings=self.stable_timings, token_mode=self.token_mode,
                          id=self._next_id("reply"))
         view.raw = self.raw
         view.type_into = self._type_into_prompt
-        self._views[view.id or ""] = (entry, view)
-        self._widgets_of.setdefault(id(entry), []).append(view)
+        self._index(entry, view)
         self.log_view.mount(view)
         return view
 
-    def _view_of(self, entry: Entry) -> ReplyView | None:
-        for widget in self._widgets_of.get(id(entry), []):
-            if isinstance(widget, ReplyView):
-                return widget
+    def _view_of(self, entry: Entry) -> ReplyView | CompareView | None:
+        """The widget showing an assistant entry (the group, for a comparison)."""
+        widgets = self._widgets.get(id(entry), (entry, []))[1]
+        return next((w for w in reversed(widgets) if isinstance(w, (ReplyView, CompareView))),
+                    None)
+
+    def _reply_views(self) -> list[ReplyView]:
+        return [w for _, widgets in self._widgets.values() for w in widgets
+                if isinstance(w, ReplyView)]
+
+    def _find_view(self, view_id: str) -> tuple[Entry, ReplyView] | None:
+        for entry, widgets in self._widgets.values():
+            for w in widgets:
+                if isinstance(w, ReplyView) and w.id == view_id:
+                    return entry, w
         return None
 
-    async def _remove_entry(self, entry: Entry) -> None:
-        self.conversation.entries.remove(entry)
-        for widget in self._widgets_of.pop(id(entry), []):
-            self._views.pop(widget.id or "", None)
+    async def remove_entry(self, entry: Entry) -> None:
+        self.state.conversation.entries.remove(entry)
+        for widget in self._widgets.pop(id(entry), (entry, []))[1]:
             await widget.remove()
 
     # ---- sending ----
@@ -307,164 +319,135 @@ class ChatScreen(CompareFlow, Screen[None]):
 
     async def send(self, text: str) -> None:
         """Send a user message and stream the reply."""
-        if self.load_error:
+        state = self.state
+        if state.load_error:
             self.prompt.set_text(text)
             self.notice("No model is loaded, so nothing can be sent "
-                        f"({self.load_error}). Restart chatui with another --ckpt.", "error")
+                        f"({state.load_error}). Restart chatui with another --ckpt.", "error")
             return
-        if self.generating or self._waiting_for_model:
+        if self.generating or state.waiting_for_model:
             self.prompt.set_text(text)
             self.app.notify("A reply is still being generated: press Esc to stop it first.",
                             severity="warning")
             return
-        entry = self.conversation.add_user(text)
+        entry = state.conversation.add_user(text)
         self._mount_user(entry)
         self.log_view.anchor()
-        if self.info is None:
-            self._waiting_for_model = True
+        if state.info is None:
+            state.waiting_for_model = True
             self.notice("The model is still loading; your message will be sent when it is "
                         "ready.")
             return
-        self._answer(text)
+        self.answer(text)
 
-    def _messages_before(self, entry: Entry) -> tuple[Message, ...]:
-        out: list[Message] = []
-        if self.conversation.system_prompt:
-            out.append(Message("system", self.conversation.system_prompt))
-        for e in self.conversation.entries:
-            if e is entry:
-                break
-            out.append(Message(e.role, e.content))
-        return tuple(out)
+    def answer(self, prompt_text: str, again: Entry | None = None) -> None:
+        """Answer the last user message: as a comparison when one is armed (or when
+        ``again``, the reply being retried, was one), else as a single reply."""
+        rows = self.compare.rows_for_answer(again)
+        entry = self.state.conversation.add_assistant(list(rows or (self.state.settings,)))
+        self.start_reply(entry, prompt_text=prompt_text)
 
-    def _start_reply(self, entry: Entry, *, prompt_text: str = "",
-                     prefix: AssistantPrefix | None = None) -> None:
-        """Generate (or continue) ``entry``'s reply in a worker on the app's loop."""
-        reply = entry.reply
-        assert reply is not None
-        view = self._view_of(entry) or self._mount_reply(entry, reply)
+    def start_reply(self, entry: Entry, *, prompt_text: str = "",
+                    prefix: AssistantPrefix | None = None) -> None:
+        """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
+        worker on the app's loop."""
+        view = self._view_of(entry) or self._mount_view(entry)
         request = GenerationRequest(
-            messages=self._messages_before(entry), settings=(reply.settings,),
-            top_logprobs=self.top_logprobs, prefix=prefix)
-        job = _Job(entry, view, base_tokens=len(reply.tokens), base_text=reply.text,
-                   prompt_text=prompt_text)
-        self._job = job
+            messages=self.state.messages_before(entry),
+            settings=tuple(r.settings for r in entry.replies),
+            top_logprobs=self.state.top_logprobs, prefix=prefix)
+        job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
+        self.state.job = job
         self.generating = True
         self.log_view.anchor()
-        self.post_message(ResponseStarted(self.conversation.entries.index(entry)))
-        self._gen_worker = self.run_worker(self._generate(job, request), group="generate",
+        self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
+        self._gen_worker = self.run_worker(self._stream(job, request), group="generate",
                                            exit_on_error=False)
 
-    async def _generate(self, job: _Job, request: GenerationRequest) -> None:
-        reply = job.entry.reply
-        assert reply is not None
-        reply.finish_reason = None
-        reply.usage = None
-        reply.error = ""
-        view = job.view
-        view.begin()
-        offset = job.base_tokens
+    async def _stream(self, job: Job, request: GenerationRequest) -> None:
+        """The one loop that applies engine events to replies (through the recorder) and
+        shows the deltas. The GC policy is held for as long as it streams."""
+        recorder, view = job.recorder, job.view
+        recorder.begin()
+        if isinstance(view, CompareView) and view.mounting is not None:
+            await view.mounting
+            view.mounting = None
+        gcpolicy.stream_started()
         try:
-            job.stream = stream = self.chat_app.worker.generate(request)
-            async for events in stream:
-                for ev in events:
-                    if isinstance(ev, TokenBatch):
-                        if ev.row != 0:
-                            continue
-                        tokens = _reindex(ev.tokens, offset)
-                        reply.tokens.extend(tokens)
-                        reply.text += "".join(t.text for t in tokens if not t.special)
-                        await view.add_tokens(tokens)
-                    elif isinstance(ev, Started):
-                        self._on_started(ev, job)
-                    elif isinstance(ev, RowDone):
-                        reply.finish_reason = ev.finish_reason
-                        reply.usage = ev.usage
-                        if ev.text and ev.text != reply.text[len(job.base_text):]:
-                            reply.text = (ev.text if job.base_text and
-                                          ev.text.startswith(job.base_text)
-                                          else job.base_text + ev.text)
-                    elif isinstance(ev, Failed):
-                        reply.finish_reason = "error"
-                        reply.error = ev.message
-        except Exception as exc:  # noqa: BLE001 - shown in the reply, logged in full
-            log.exception("generation failed")
-            reply.finish_reason = "error"
-            reply.error = describe_error(exc)
+            view.begin()
+            try:
+                job.stream = stream = self.services.worker.generate(request)
+                async for events in stream:
+                    for ev in events:
+                        delta = recorder.apply(ev)
+                        if isinstance(delta, ContextReported):
+                            self._context_reported(delta, job)
+                        elif delta is not None:
+                            await view.show(delta)
+            except Exception as exc:  # noqa: BLE001 - shown in the reply, logged in full
+                log.exception("generation failed")
+                recorder.fail(describe_error(exc))
+            finally:
+                if recorder.finish() and job.stream is not None:
+                    job.stream.cancel()
+                self.state.job = None
+                self.generating = False
+            await view.end()
         finally:
-            if job.stream is not None and reply.finish_reason is None:
-                job.stream.cancel()
-                reply.finish_reason = "cancelled"
-            job.entry.text = reply.text
-            self._job = None
-            self.generating = False
-        await view.end()
-        await self._after_reply(job)
+            gcpolicy.stream_ended()
+        await self._after(job)
 
-    def _on_started(self, ev: Started, job: _Job) -> None:
-        self._show_context(ev, job.view, job.entry, "reply", notify=True)
-
-    def _show_context(self, ev: Started, before: Widget, entry: Entry, what: str, *,
-                      notify: bool) -> None:
-        """Update the context meter; when the oldest turns were left out, say so above
-        ``before`` (the reply or comparison they were left out of)."""
-        limit = ev.context_limit or (self.info.context_limit if self.info else 0)
-        self.status.context_limit = limit
-        self.status.context_used = ev.prompt_tokens
-        if ev.dropped_messages > 0:
-            text = (f"The conversation no longer fits the model's context ({limit} tokens): "
-                    f"the oldest {ev.dropped_messages} message(s) were left out of this {what}. "
-                    "Use /clear to start afresh.")
+    def _context_reported(self, delta: ContextReported, job: Job) -> None:
+        """Update the context meter; when the oldest turns were left out, say so above the
+        reply or comparison they were left out of."""
+        single = not job.entry.is_comparison
+        text = self.meter.reported(delta, self.info.context_limit if self.info else 0,
+                                   "reply" if single else "comparison")
+        if text:
             notice = Notice(text, kind="warning")
-            self.log_view.mount(notice, before=before)
-            self._widgets_of.setdefault(id(entry), []).append(notice)
-            if notify:
+            self.log_view.mount(notice, before=job.view)  # type: ignore[arg-type]
+            self._index(job.entry, notice)
+            if single:
                 self.app.notify(text, title="Context full", severity="warning", timeout=8)
 
-    async def _after_reply(self, job: _Job) -> None:
-        reply = job.entry.reply
-        assert reply is not None
-        index = (self.conversation.entries.index(job.entry)
-                 if job.entry in self.conversation.entries else -1)
-        if reply.finish_reason == "error":
-            if not reply.tokens[job.base_tokens:] and job.prompt_text and index >= 1:
+    async def _after(self, job: Job) -> None:
+        entry, recorder = job.entry, job.recorder
+        replies = entry.replies
+        single = len(replies) == 1
+        entries = self.state.conversation.entries
+        index = entries.index(entry) if entry in entries else -1
+        failed = recorder.failed_rows
+        if failed and len(failed) == len(replies):
+            error = replies[0].error
+            if not recorder.produced and job.prompt_text and index >= 1:
                 # nothing came back: give the prompt back, as if it had not been sent
-                user = self.conversation.entries[index - 1]
-                await self._remove_entry(job.entry)
-                await self._remove_entry(user)
+                user = entries[index - 1]
+                await self.remove_entry(entry)
+                await self.remove_entry(user)
                 if not self.prompt.text:
                     self.prompt.set_text(job.prompt_text)
-            self.notice(f"The reply failed: {reply.error}", "error")
-            self.post_message(ResponseFailed(index, reply.error))
+            what = "reply" if single else "comparison"
+            self.notice(f"The {what} failed: {error}", "error")
+            self.post_message(ResponseFailed(index, error))
         else:
-            self.post_message(ResponseComplete(index, reply.finish_reason or "stop"))
-        if reply.usage is not None and not self.stable_timings:
-            self.status.speed = f"{reply.usage.decode_tokens_per_s:.1f} tok/s"
-        elif self.stable_timings and reply.usage is not None:
-            self.status.speed = "– tok/s"
+            for i in failed:
+                self.notice(f"Column {i + 1} failed: {replies[i].error}", "error")
+            reasons = [r.finish_reason for r in replies]
+            reason = (reasons[0] or "stop") if single else (
+                "cancelled" if "cancelled" in reasons else "stop")
+            self.post_message(ResponseComplete(index, reason))
+        speed = speed_label(replies, stable=self.stable_timings)
+        if speed is not None:
+            self.status.speed = speed
         await self._update_context()
 
     async def _update_context(self) -> None:
-        """Recount the conversation's tokens for the meter; warn once when it gets full."""
-        if self.info is None:
-            return
-        try:
-            used = await self.chat_app.worker.count_tokens(self.conversation.messages())
-        except Exception as exc:  # noqa: BLE001 - the meter is a hint, never fatal
-            log.warning("count_tokens failed: %s", exc)
-            return
-        self.status.context_used = used
-        share = self.status.context_share
-        if share >= CONTEXT_WARN and not self._warned_context:
-            self._warned_context = True
-            self.app.notify(f"The context is {share:.0%} full; the oldest turns will be left "
-                            "out soon. /clear starts afresh.", title="Context", severity="warning")
-        elif share < CONTEXT_WARN:
-            self._warned_context = False
+        if self.info is not None:
+            await self.meter.recount(self.services.worker, self.state.conversation.messages())
 
     async def stop_generation(self) -> None:
         """Cancel the reply in progress (if any) and wait until it has ended."""
-        job = self._job
+        job = self.state.job
         if job is not None and job.stream is not None:
             job.stream.cancel()
         if self._gen_worker is not None:
@@ -474,7 +457,7 @@ class ChatScreen(CompareFlow, Screen[None]):
 
     @on(TokenSelected)
     def _token_selected(self, event: TokenSelected) -> None:
-        found = self._views.get(event.view_id)
+        found = self._find_view(event.view_id)
         if found is None:
             return
         view = found[1]
@@ -483,8 +466,7 @@ class ChatScreen(CompareFlow, Screen[None]):
             return
         unit = units[event.unit]
         tokens = view.reply.tokens[unit.start:unit.end + 1]
-        self.inspector.show(event.view_id, tokens, event.unit, len(units))
-        self.inspector._position = unit.start
+        self.inspector.show(event.view_id, tokens, event.unit, len(units), position=unit.start)
 
     def _type_into_prompt(self, text: str, submit: bool) -> None:
         """Text typed in a token view (which takes none) goes to the prompt."""
@@ -500,11 +482,11 @@ class ChatScreen(CompareFlow, Screen[None]):
 
     async def continue_from_alternative(self, view_id: str, position: int, rank: int) -> None:
         """Regenerate a reply from token ``position`` with alternative ``rank`` (1-based)."""
-        found = self._views.get(view_id)
+        found = self._find_view(view_id)
         if found is None:
             return
         entry, view = found
-        if entry is not self.conversation.last_assistant:
+        if entry is not self.state.conversation.last_assistant:
             self.notice("Continuing from an alternative works on the last reply only.", "error")
             return
         if entry.is_comparison:
@@ -522,37 +504,54 @@ class ChatScreen(CompareFlow, Screen[None]):
             self.notice(f"This token has {len(token.top)} alternatives; there is no "
                         f"number {rank}.", "error")
             return
-        alt = token.top[rank - 1]
-        chosen = Token(index=position, id=alt.id, text=alt.text, logprob=alt.logprob,
-                       entropy=token.entropy, top=token.top)
-        kept = reply.tokens[:position] + [chosen]
-        text = "".join(t.text for t in kept if not t.special)
-        ids = tuple(t.id for t in kept)
-        prefix = AssistantPrefix(text, None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
-        reply.tokens[:] = kept
-        reply.text = text
-        reply.finish_reason = None
-        reply.usage = None
-        reply.settings = self.settings
+        prefix = branch(reply, position, rank)
+        reply.settings = self.state.settings
         await view.rebuild()
-        self._start_reply(entry, prefix=prefix)
+        self.start_reply(entry, prefix=prefix)
+
+    # ---- compare mode (the flow's host) ----
+
+    def config_dir(self) -> Path:
+        return self.services.config.resolved_config_dir()
+
+    def open_compare_screen(self, columns: Sequence[str], base: SamplingParams,
+                            done: Callable[[tuple[tuple[str, ...], str] | None], None]) -> None:
+        from .compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base), done)
+
+    def chosen_changed(self, entry: Entry) -> None:
+        view = self._view_of(entry)
+        if isinstance(view, CompareView):
+            view.refresh_chosen()
+        self.app.notify(f"Continuing with column {entry.chosen + 1}.", timeout=3)
+        self.prompt.focus()
+        self.post_message(ReplyChosen(self.state.conversation.entries.index(entry)))
+
+    def on_compare_view_picked(self, event: CompareView.Picked) -> None:
+        self.compare.pick_column(event.view.entry, event.column)
+
+    async def action_pick_next(self) -> None:
+        self.compare.pick_next()
 
     # ---- view switches ----
 
     def watch_token_mode(self, on: bool) -> None:
-        for _, view in self._views.values():
+        for view in self._reply_views():
             view.token_mode = on
         self.inspector.display = on
         if on:
-            last = self.conversation.last_assistant
+            last = self.state.conversation.last_assistant
             view = self._view_of(last) if last else None
+            if isinstance(view, CompareView):
+                view = view.views[0]
             if view is not None:
                 view.token_view.focus()
         else:
             self.prompt.focus()
 
     def watch_raw(self, on: bool) -> None:
-        for _, view in self._views.values():
+        for view in self._reply_views():
             view.raw = on
 
     def watch_generating(self, on: bool) -> None:
@@ -565,15 +564,15 @@ class ChatScreen(CompareFlow, Screen[None]):
             prompt.cursor_blink = self._blink
         self.refresh_bindings()
 
-    # ---- commands ----
+    # ---- the command context (see chatui.chat_commands.CommandContext) ----
 
     def _argument_candidates(self) -> dict[str, list[str]]:
         return {
-            "theme": sorted(self.app.available_themes),
+            "theme": self.theme_names(),
             "set": ["temperature ", "top_p ", "top_k ", "min_p ", "repetition_penalty ",
                     "seed ", "max_tokens "],
             "copy": ["code"],
-            "compare": ["off", *self._preset_names()],
+            "compare": ["off", *self.compare.preset_names()],
             "pick": [str(n) for n in range(1, 7)],
         }
 
@@ -584,197 +583,63 @@ class ChatScreen(CompareFlow, Screen[None]):
         except commands.CommandError as exc:
             self.notice(str(exc), "error")
             return
-        handler: Callable | None = getattr(self, f"cmd_{cmd.name}", None)
-        if handler is None:
-            handler = getattr(self.app, f"cmd_{cmd.name}", None)
-        if handler is None:
-            self.notice(f"/{cmd.name} is not available in this version.", "error")
-            return
         try:
-            await handler(cmd.arg)
+            await cmd.spec.handler(self, cmd.arg)
         except Exception as exc:  # noqa: BLE001 - one failed command must not end the chat
             log.exception("command /%s failed", cmd.name)
             self.notice(f"/{cmd.name} failed: {describe_error(exc)}", "error")
 
-    async def cmd_help(self, arg: str = "") -> None:
+    def open_help(self) -> None:
         from .help import HelpScreen
 
         self.app.push_screen(HelpScreen())
 
-    async def cmd_exit(self, arg: str = "") -> None:
+    async def quit(self) -> None:
         await self.app.action_quit()
 
-    async def cmd_clear(self, arg: str = "") -> None:
-        await self.stop_generation()
-        system = self.conversation.system_prompt
-        self.conversation = Conversation(system_prompt=system)
-        self._views.clear()
-        self._widgets_of.clear()
-        await self.log_view.remove_children()
-        gcpolicy.release()  # the old conversation's widgets are garbage now
-        self.inspector.clear()
-        self.status.context_used = 0
-        self.status.speed = ""
-        if self.info is not None:
-            await self.chat_app.worker.reset()
-        self.notice("Conversation cleared.")
+    def settings_changed(self) -> None:
+        self.status.settings = status_label(self.state)
 
-    async def cmd_system(self, arg: str = "") -> None:
-        if not arg:
-            current = self.conversation.system_prompt or "(none)"
-            self.notice(f"System prompt: {current}")
-            return
-        self.conversation.system_prompt = arg
-        self.notice(f"System prompt set: {shorten(arg, 200)}")
-
-    async def cmd_set(self, arg: str) -> None:
-        try:
-            if "=" in arg:
-                new = parse_assignments(arg, self.settings)
-            else:
-                name, _, value = arg.partition(" ")
-                if not value.strip():
-                    raise SettingsError(f"/set needs a value, e.g. /set {name} 0.7")
-                new = self.settings.with_values(**{name: value.strip()})
-        except SettingsError as exc:
-            self.notice(str(exc), "error")
-            return
-        self.settings = new
-        self._settings_from_user = True
-        self.status.settings = settings_label(new)
-        self.notice(f"Settings: {new.describe()}")
-
-    async def cmd_settings(self, arg: str = "") -> None:
-        default = self.info.default_settings if self.info else SamplingParams()
-        self.notice(f"Settings in force: {self.settings.describe()}\n"
-                    f"Model defaults: {default.describe()}\n"
-                    f"Top alternatives per token: {self.top_logprobs}")
-
-    async def cmd_retry(self, arg: str = "") -> None:
-        await self.stop_generation()
-        last = self.conversation.entries[-1] if self.conversation.entries else None
-        if last is None or last.role != "assistant":
-            self.notice("There is no reply to retry.", "error")
-            return
-        await self._remove_entry(last)
-        self._answer("", again=last)
-
-    async def cmd_edit(self, arg: str = "") -> None:
-        await self.stop_generation()
-        user = self.conversation.last_user
-        if user is None:
-            self.notice("There is no prompt to edit.", "error")
-            return
-        index = self.conversation.entries.index(user)
-        for entry in list(self.conversation.entries[index:]):
-            await self._remove_entry(entry)
-        self.prompt.set_text(user.text)
+    def put_prompt(self, text: str) -> None:
+        self.prompt.set_text(text)
         self.prompt.focus()
 
-    async def cmd_continue(self, arg: str = "") -> None:
-        if self.generating:
-            self.notice("A reply is still being generated.", "error")
-            return
-        last = self.conversation.entries[-1] if self.conversation.entries else None
-        reply = last.reply if last is not None else None
-        if reply is None or last is None:
-            self.notice("There is no reply to continue.", "error")
-            return
-        if last.is_comparison:
-            self.notice("A comparison cannot be continued; /retry it with a larger "
-                        "max_tokens (/set max_tokens N), or /pick a column and send a message.",
-                        "error")
-            return
-        if reply.finish_reason not in ("length", "cancelled"):
-            self.notice("The last reply finished on its own; only a stopped or cut-off reply "
-                        "can be continued.", "error")
-            return
-        ids = tuple(t.id for t in reply.tokens)
-        prefix = AssistantPrefix(reply.text, None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
-        reply.settings = self.settings  # e.g. a larger max_tokens set after a cut-off
-        self._start_reply(last, prefix=prefix)
-
-    async def cmd_logprobs(self, arg: str = "") -> None:
+    def toggle_token_mode(self) -> None:
         self.token_mode = not self.token_mode
 
-    async def cmd_raw(self, arg: str = "") -> None:
+    def toggle_raw(self) -> bool:
         self.raw = not self.raw
-        self.notice("Raw token view " + ("on: special tokens and exact spellings are shown."
-                                         if self.raw else "off."))
+        return self.raw
 
-    async def cmd_theme(self, arg: str = "") -> None:
-        names = sorted(self.app.available_themes)
-        if not arg:
-            self.notice(f"Theme: {self.app.theme}. Available: {', '.join(names)}")
-            return
-        if arg not in names:
-            close = difflib.get_close_matches(arg, names, n=1, cutoff=0.4)
-            hint = f" Did you mean {close[0]}?" if close else ""
-            self.notice(f"Unknown theme {arg!r}.{hint} Available: {', '.join(names)}", "error")
-            return
-        self.app.theme = arg
+    def theme_names(self) -> list[str]:
+        return sorted(self.app.available_themes)
 
-    async def cmd_copy(self, arg: str = "") -> None:
-        last = self.conversation.last_assistant
-        if last is None or not last.content:
-            self.notice("There is no reply to copy yet.", "error")
-            return
-        text = last.content
-        what = "the last reply"
-        if arg.strip().lower() == "code":
-            blocks = code_blocks(text)
-            if not blocks:
-                self.notice("The last reply has no code block.", "error")
-                return
-            text, what = blocks[-1], "the last code block"
-        try:
-            self.app.copy_to_clipboard(text)
-        except Exception as exc:  # noqa: BLE001 - no clipboard is not an error worth dying for
-            log.warning("copy failed: %s", exc)
-            self.notice("Could not reach a clipboard; select the text with the mouse "
-                        "(Shift+drag in most terminals) instead.", "error")
-            return
-        self.app.notify(f"Copied {what} ({len(text)} characters).")
+    def current_theme(self) -> str:
+        return self.app.theme
 
-    # ---- key actions (same as the commands) ----
+    def set_theme(self, name: str) -> None:
+        self.app.theme = name
+
+    def copy_to_clipboard(self, text: str) -> None:
+        self.app.copy_to_clipboard(text)
+
+    # ---- key actions ----
 
     async def action_stop(self) -> None:
-        if self.generating and self._job is not None and self._job.stream is not None:
-            self._job.stream.cancel()
+        job = self.state.job
+        if self.generating and job is not None and job.stream is not None:
+            job.stream.cancel()
         elif isinstance(self.focused, TokenView):
             self.prompt.focus()
 
-    async def action_logprobs(self) -> None:
-        await self.cmd_logprobs()
-
-    async def action_retry(self) -> None:
-        await self.cmd_retry()
-
-    async def action_edit(self) -> None:
-        await self.cmd_edit()
-
-    async def action_continue(self) -> None:
-        await self.cmd_continue()
-
-    async def action_copy_reply(self) -> None:
-        await self.cmd_copy()
-
-    async def action_copy_code(self) -> None:
-        await self.cmd_copy("code")
-
-    async def action_raw(self) -> None:
-        await self.cmd_raw()
-
-    async def action_save(self) -> None:
-        await self.run_command("/save")
-
-    async def action_help(self) -> None:
-        await self.cmd_help()
+    async def action_command(self, text: str) -> None:
+        """A key bound to a slash command runs it."""
+        await self.run_command(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
             return True if self.generating or isinstance(self.focused, TokenView) else None
-        if action == "raw":
+        if action == "command" and parameters == ("/raw",):
             return isinstance(self.focused, TokenView) or None
         if action == "pick_next":
             return self.can_pick  # hidden unless the last reply is a comparison
@@ -789,27 +654,5 @@ class ChatScreen(CompareFlow, Screen[None]):
         if not text.startswith("/") or "\n" in text:
             hint.display = False
             return
-        word = text[1:].split(" ", 1)[0].lower()
-        if " " in text:
-            spec = commands.BY_NAME.get(commands.ALIASES.get(word, word))
-            rows = [spec] if spec else []
-        else:
-            rows = [c for c in commands.COMMANDS if c.name.startswith(word)]
-        if not rows:
-            near = commands.nearest(word)
-            hint.update(Content(f"unknown command /{word}" +
-                                (f" — did you mean /{near}?" if near else "")))
-        else:
-            hint.update(Content("   ".join(
-                f"/{c.name}{' ' + c.args if c.args else ''} — {c.help}" if len(rows) == 1
-                else f"/{c.name}" for c in rows[:12]) + ("   (Tab completes)" if rows else "")))
+        hint.update(Content(commands.hint_text(text)))
         hint.display = True
-
-
-def _reindex(tokens: tuple[Token, ...], offset: int) -> list[Token]:
-    """Tokens with positions counted from the start of the whole reply, not the request."""
-    if offset == 0:
-        return list(tokens)
-    return [dataclasses.replace(
-        t, index=t.index + offset,
-        glyph_start=None if t.glyph_start is None else t.glyph_start + offset) for t in tokens]

@@ -1,11 +1,10 @@
 """chatui's widgets: prompt box, message views, token view, inspector, status bar.
 
-Importing the package applies two patches to Textual: :mod:`.strip_cycles` (strips without
-self-references), which keeps the garbage collector's pauses short while replies stream, and
-:mod:`.partial_updates` (a frame renders and repaints only what changed).
+Importing the package applies chatui's patches to Textual's compositor and strips (where
+:mod:`chatui.textual_compat` allows): a frame renders and repaints only what changed, and drawn
+lines leave no reference cycles for the garbage collector while replies stream.
 """
 
-from . import partial_updates, strip_cycles
+from .. import textual_compat
 
-strip_cycles.apply()
-partial_updates.apply()
+textual_compat.apply()

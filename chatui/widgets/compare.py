@@ -5,9 +5,10 @@ the per-reply statistics) under a header with the column's number, the settings 
 between columns, a "deterministic" mark for greedy rows and the finish state. The group marks
 the first token position where the columns diverge, in every column.
 
-Attributes down, messages up: the chat screen appends tokens to the replies and calls
-:meth:`CompareView.add_tokens`; it sets :attr:`CompareView.chosen`; a click on a column's
-header posts :class:`CompareView.Picked`.
+Attributes down, messages up: the chat screen's streaming loop hands each delta of the
+:class:`~chatui.recorder.ReplyRecorder` to :meth:`CompareView.show`; the screen calls
+:meth:`CompareView.refresh_chosen` after ``entry.chosen`` (the one owner of the choice)
+changed; a click on a column's header posts :class:`CompareView.Picked`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from textual.app import ComposeResult
 from textual.containers import HorizontalScroll, Vertical
 from textual.content import Content
 from textual.message import Message
-from textual.reactive import reactive
 from textual.widgets import Static
 
 from inference.settings import SamplingParams
 from inference.types import Token
 
 from ..conversation import Entry, Reply
+from ..recorder import Delta, RowEnded, TokensAdded
 from .reply import ReplyView
 from .text import show_token
 
@@ -99,13 +100,13 @@ class CompareColumn(Vertical):
     CompareColumn > ReplyView > .reply-header { display: none; }
     """
 
-    def __init__(self, index: int, reply: Reply, label: str, view: ReplyView) -> None:
+    def __init__(self, entry: Entry, index: int, label: str, view: ReplyView) -> None:
         super().__init__(classes="compare-column")
+        self.entry = entry
         self.index = index
-        self.reply = reply
+        self.reply = entry.replies[index]
         self.label = label
         self.view = view
-        self.chosen = False
         self.divergence: int | None = None
 
     def compose(self) -> ComposeResult:
@@ -117,6 +118,11 @@ class CompareColumn(Vertical):
     def on_mount(self) -> None:
         self.refresh_header()
         self.refresh_divergence()
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the conversation continues with this column (``entry.chosen``)."""
+        return self.entry.chosen == self.index
 
     def refresh_header(self) -> None:
         """Redraw the header (number, settings, chosen mark) and the meta line."""
@@ -186,9 +192,6 @@ class CompareView(Vertical):
         view: CompareView
         column: int
 
-    chosen: reactive[int] = reactive(0, init=False)
-    """The column the conversation continues with."""
-
     def __init__(self, entry: Entry, *, view_ids: Sequence[str], stable_timings: bool = False,
                  token_mode: bool = False, raw: bool = False, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -200,16 +203,18 @@ class CompareView(Vertical):
                              token_mode=token_mode, id=vid)
             view.raw = raw
             views.append(view)
-        self.columns = [CompareColumn(i, r, labels[i], views[i])
-                        for i, r in enumerate(entry.replies)]
+        self.columns = [CompareColumn(entry, i, labels[i], views[i])
+                        for i in range(len(entry.replies))]
         self._agreed = 0
         self._ended: set[int] = set()
         self.mounting: Awaitable[None] | None = None
         """Set by whoever mounts this view, so a worker can wait for the columns to exist."""
         self.divergence: int | None = None
-        self.set_reactive(CompareView.chosen, entry.chosen)
-        for c in self.columns:
-            c.chosen = c.index == entry.chosen
+
+    @property
+    def chosen(self) -> int:
+        """The column the conversation continues with (``entry.chosen``; read-only here)."""
+        return self.entry.chosen
 
     @property
     def views(self) -> list[ReplyView]:
@@ -251,10 +256,13 @@ class CompareView(Vertical):
             c.view.begin()
             c.refresh_header()
 
-    async def add_tokens(self, column: int, tokens: Sequence[Token]) -> None:
-        """Show tokens just appended to column ``column``'s reply."""
-        await self.columns[column].view.add_tokens(tokens)
-        self.update_divergence()
+    async def show(self, delta: Delta) -> None:
+        """Show one delta of the streaming loop in its column."""
+        if isinstance(delta, TokensAdded):
+            await self.columns[delta.row].view.add(delta)
+            self.update_divergence()
+        elif isinstance(delta, RowEnded):
+            await self.end_column(delta.row)
 
     async def end_column(self, column: int) -> None:
         """Column ``column`` finished (its row left the batch)."""
@@ -288,9 +296,9 @@ class CompareView(Vertical):
 
     # ---- picking ----
 
-    def watch_chosen(self, chosen: int) -> None:
+    def refresh_chosen(self) -> None:
+        """Show ``entry.chosen`` (after it changed)."""
         for c in self.columns:
-            c.chosen = c.index == chosen
             c.refresh_header()
         self._refresh_group_header()
 

@@ -96,27 +96,29 @@ class TokenInspector(VerticalScroll):
         super().__init__(id=id)
         self.view_id = ""
         self.token_index = -1
+        self.position = -1
+        """Position of the shown unit's first token in its reply (-1: nothing shown)."""
 
     def compose(self):
         yield Static(heat_legend(), classes="legend")
         yield Static(EMPTY_HINT, classes="detail")
 
-    def show(self, view_id: str, tokens: list[Token], unit_index: int, total: int) -> None:
-        """Show the unit made of ``tokens`` (unit ``unit_index`` of ``total``) of a reply."""
+    def show(self, view_id: str, tokens: list[Token], unit_index: int, total: int,
+             position: int) -> None:
+        """Show the unit made of ``tokens`` (unit ``unit_index`` of ``total``, its first
+        token at ``position`` in the reply) of a reply."""
         self.view_id = view_id
         self.token_index = tokens[0].index if tokens else -1
+        self.position = position
         self.query_one(".detail", Static).update(describe_tokens(tokens, unit_index, total))
 
     def clear(self) -> None:
         """Show nothing selected."""
         self.view_id = ""
-        self._position = -1
+        self.position = -1
         self.query_one(".detail", Static).update(EMPTY_HINT)
 
     def on_click(self, event: events.Click) -> None:
         alt = event.style.meta.get("alt")
         if alt is not None and self.view_id:
-            self.post_message(AlternativeChosen(self.view_id, self._position, int(alt)))
-
-    _position = -1
-    """Position of the shown unit's first token in its reply (set by the screen)."""
+            self.post_message(AlternativeChosen(self.view_id, self.position, int(alt)))

@@ -95,18 +95,18 @@ class PromptInput(TextArea):
         self.set_text(self.prompt_history[self._history_pos])
         return True
 
-    async def _on_key(self, event: events.Key) -> None:
+    def on_key(self, event: events.Key) -> None:
+        """Up on the first line and Down on the last recall the prompt history. A public
+        handler: Textual calls it before TextArea's own key handling, which
+        ``prevent_default`` skips."""
         row, _ = self.cursor_location
         if event.key == "up" and row == 0 and self._recall(-1):
             event.prevent_default()
             event.stop()
-            return
-        if (event.key == "down" and row == self.document.line_count - 1
+        elif (event.key == "down" and row == self.document.line_count - 1
                 and self._history_pos is not None and self._recall(1)):
             event.prevent_default()
             event.stop()
-            return
-        await super()._on_key(event)
 
     @property
     def suggestion_text(self) -> str:

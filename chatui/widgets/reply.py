@@ -1,8 +1,10 @@
 """A view of one assistant reply: streamed Markdown, the token view, and its statistics.
 
-The same widget serves one reply in the chat and (later) one column of a comparison: the
-parent hands it a :class:`~chatui.conversation.Reply`, appends tokens to ``reply.tokens`` and
-calls :meth:`ReplyView.add_tokens`; the view never reaches up into its parent.
+The same widget serves one reply in the chat and one column of a comparison: the parent
+hands it a :class:`~chatui.conversation.Reply` (which the screen's
+:class:`~chatui.recorder.ReplyRecorder` alone changes) and shows each
+:class:`~chatui.recorder.TokensAdded` delta with :meth:`ReplyView.add`; the view never reaches
+up into its parent. The process-wide GC policy is the streaming loop's business, not a view's.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
 
 from inference.types import Token
 
-from .. import gcpolicy
 from ..conversation import Reply
+from ..recorder import Delta, TokensAdded
+from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
+                              forget_arrangement)
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
@@ -228,7 +231,7 @@ class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
         last = self.children[-1] if self.children and self.step else None
         if last is not self._filling:
             self._hand_fill_to(last)
-            self._clear_arrangement_cache()
+            forget_arrangement(self)
             self.refresh(layout=True)
 
 
@@ -265,7 +268,6 @@ class ReplyView(SettledSize, Vertical):
         self._last_write = 0.0
         self._clock: Timer | None = None
         """The frame clock while streaming (see FRAME_S)."""
-        self._gc_held = False
         self._stats = RunningStats()
         self._shown: tuple[str | None, str | None] = (None, None)
         """The finish label and statistics line on screen."""
@@ -307,9 +309,6 @@ class ReplyView(SettledSize, Vertical):
     def begin(self) -> None:
         """Start (or resume, for /continue) streaming into this view."""
         self._stream = Markdown.get_stream(self.markdown)
-        if not self._gc_held:
-            self._gc_held = True
-            gcpolicy.stream_started()
         self._first_token_at = None
         self._streamed = 0
         if self._clock is None:
@@ -329,13 +328,14 @@ class ReplyView(SettledSize, Vertical):
         self.query_one(ReplyMarkdown).set_step(step)
         self.token_view.set_step(step)
 
-    async def add_tokens(self, tokens: Sequence[Token]) -> None:
-        """Take tokens that were just appended to ``reply.tokens``; they reach the screen on
-        the next frame of the streaming clock (or at once when the view is not streaming)."""
+    async def add(self, delta: TokensAdded) -> None:
+        """Show tokens the recorder just added to the reply; they reach the screen on the
+        next frame of the streaming clock (or at once when the view is not streaming)."""
         if self._first_token_at is None:
             self._first_token_at = time.perf_counter()
-        self._streamed += len(tokens)
-        text = "".join(t.text for t in tokens if not t.special)
+        self._streamed += len(delta.tokens)
+        self.token_view.append(delta.tokens)
+        text = delta.text
         if text:
             self._pending.append(text)
             self._fence.feed(text)
@@ -343,6 +343,12 @@ class ReplyView(SettledSize, Vertical):
             self.token_view.sync(redraw=self._clock is None)
         if self._clock is None:  # not streaming (a caller outside begin/end): show it now
             await self._frame(force=True)
+
+    async def show(self, delta: Delta) -> None:
+        """Show one delta of the streaming loop (a single reply is row 0 of its generation;
+        its end is shown by :meth:`end`, after the loop)."""
+        if isinstance(delta, TokensAdded):
+            await self.add(delta)
 
     async def _frame(self, force: bool = False) -> None:
         """One frame of a streaming reply: what changed since the last one goes to the screen
@@ -383,18 +389,11 @@ class ReplyView(SettledSize, Vertical):
             self.refresh_stats()
         finally:
             self._set_step(0)  # exactly as tall as the reply again
-            self._release_gc()
-
-    def _release_gc(self) -> None:
-        if self._gc_held:
-            self._gc_held = False
-            gcpolicy.stream_ended()
 
     def on_unmount(self) -> None:
         if self._clock is not None:
             self._clock.stop()
             self._clock = None
-        self._release_gc()
 
     async def rebuild(self) -> None:
         """Show ``reply`` afresh (its tokens were replaced, e.g. continue-from-alternative)."""
@@ -402,8 +401,7 @@ class ReplyView(SettledSize, Vertical):
         self._stats = RunningStats()
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
-        self.token_view.tokens = self.reply.tokens
-        self.token_view.reset()
+        self.token_view.set_tokens(self.reply.tokens)
         self.refresh_stats()
 
     # ---- stats ----

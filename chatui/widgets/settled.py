@@ -1,5 +1,9 @@
 """Mixins that spare a streaming reply layouts of the whole screen (textual 8.2.8).
 
+Their parts that override Textual's private size bookkeeping live in
+:mod:`chatui.textual_compat.widget_hooks` and are applied only where that package allows; the
+rest is public API.
+
 - :class:`SettledSize`, :class:`KeepHeight`: no second layout after a layout resized a widget,
   none for a paragraph whose new text is as tall as the old;
 - :class:`GrowsInSteps`, :class:`FillsRoom`: a streaming reply takes room several lines at a
@@ -21,21 +25,18 @@ from textual.geometry import Region, Size
 from textual.visual import VisualType
 from textual.widget import Widget
 
+from ..textual_compat import NoLayoutOnResize, RepaintsNewRowsOnly, forget_measured_size
+
 W = TypeVar("W", bound=Widget)
 
 
-class SettledSize:
+class SettledSize(NoLayoutOnResize):
     """Mixin for a widget that never scrolls: a layout that resizes it is the only one.
 
     Nor does one that is not mounted yet ask for a layout when its content is set (a Markdown
     block gets its text while it is built): the mount lays it out, and the request, kept until
     the widget was mounted, made Textual lay the screen out a second time for nothing (each
     new block of a streaming reply cost two layouts)."""
-
-    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
-                      layout: bool = True) -> bool:
-        return super()._size_updated(  # type: ignore[misc]
-            size, virtual_size, container_size, layout=False)
 
     def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
                 recompose: bool = False) -> Widget:
@@ -67,38 +68,21 @@ def round_up(height: int, step: int) -> int:
     return -(-height // step) * step if step > 0 else height
 
 
-class GrowsInSteps:
+class GrowsInSteps(RepaintsNewRowsOnly):
     """Mixin for a widget of auto height that streams: while ``step`` > 0 its height is rounded
     up to a multiple of ``step`` lines.
 
     A reply that grows one line at a time moves everything below it and, followed to the end,
     scrolls the conversation by one line: each new line was a layout and a repaint of the whole
     screen. Grown in steps, the lines of a step are written into room already there (a repaint
-    of those lines), and the conversation scrolls once per step."""
+    of those lines), and the conversation scrolls once per step. A change of height repaints
+    only the rows between the two heights (:class:`RepaintsNewRowsOnly`)."""
 
     step: int = 0
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         height = super().get_content_height(container, viewport, width)  # type: ignore[misc]
         return round_up(height, self.step)
-
-    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
-                      layout: bool = True) -> bool:
-        # Textual repaints a widget in full when its size changes. A widget that only grew
-        # or shrank keeps its lines (they do not depend on its height; a new width still
-        # repaints everything): only the rows between the two heights are new.
-        widget: Widget = self  # type: ignore[assignment]
-        old = widget._size
-        if not (old.width == size.width and old.height and size.height):
-            return super()._size_updated(  # type: ignore[misc]
-                size, virtual_size, container_size, layout=layout)
-        widget._size = size
-        changed = super()._size_updated(  # type: ignore[misc]
-            size, virtual_size, container_size, layout=layout)
-        if old.height != size.height:
-            top, bottom = sorted((old.height, size.height))
-            widget._set_dirty(Region(0, top, size.width, bottom - top))
-        return changed or old != size
 
     def set_step(self, step: int) -> None:
         """Grow in steps of ``step`` lines (0: exactly as tall as the content)."""
@@ -163,7 +147,7 @@ class FillsRoom:
             self.fill = fill
             widget: Widget = self  # type: ignore[assignment]
             if not layout:
-                widget._layout_updates += 1  # its cached size is stale
+                forget_measured_size(widget)
             elif widget.region:  # a block not laid out yet fills in the layout that places it
                 widget.refresh(layout=True)
 

@@ -238,9 +238,10 @@ def wrap_units(units: Sequence[TokenUnit], width: int) -> LineWrapper:
 class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
     """A reply's tokens on the heat scale, with a keyboard and mouse token cursor.
 
-    The parent sets ``tokens`` (the reply's list, shared) and calls :meth:`sync` when it grew;
-    the view posts :class:`TokenSelected` when the cursor moves and :class:`AlternativeChosen`
-    for the digit keys.
+    The view keeps its own list of the tokens it shows (never the reply's list): the parent
+    hands it tokens with :meth:`append` (or all of them anew with :meth:`set_tokens`) and calls
+    :meth:`sync` to turn what was appended into units; the view posts :class:`TokenSelected`
+    when the cursor moves and :class:`AlternativeChosen` for the digit keys.
     """
 
     DEFAULT_CSS = """
@@ -263,10 +264,11 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
     cursor: reactive[int | None] = reactive(None, init=False, always_update=True)
     """Selected unit index, or None."""
 
-    def __init__(self, tokens: list[Token], *, raw: bool = False, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(self, tokens: Sequence[Token] = (), *, raw: bool = False,
+                 id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.tokens = tokens
+        self.tokens: list[Token] = list(tokens)
+        """The tokens shown (this view's own list)."""
         self.raw = raw
         self.units: list[TokenUnit] = []
         self._builder = UnitBuilder(raw)
@@ -287,6 +289,15 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         """The id of the reply view this belongs to (sent in messages)."""
 
     # ---- data in ----
+
+    def append(self, tokens: Sequence[Token]) -> None:
+        """Take tokens appended to the reply; :meth:`sync` turns them into units."""
+        self.tokens.extend(tokens)
+
+    def set_tokens(self, tokens: Sequence[Token]) -> None:
+        """Show ``tokens`` instead of what was shown (a reply whose tokens were replaced)."""
+        self.tokens = list(tokens)
+        self.reset()
 
     def sync(self, redraw: bool = True) -> None:
         """Take the tokens appended to ``tokens`` since the last call.

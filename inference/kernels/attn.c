@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "chatui_kernels.h"
 #include "fastmath.h"
 
 static void rope(float *x, const float *c, const float *s, int half) {

@@ -7,20 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *sp, int N, float *y,
-               int threads, int mode, const float *aux, float eps);
-void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,
-                 int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                 const uint8_t *mask, float *out, int threads);
-
-/* One layer's tensors (biases may be NULL). Mirrored by inference/q8kernel.py's Layer. */
-typedef struct {
-    const float *ln1, *ln2;
-    const int8_t *wqkv; const uint16_t *sqkv; const float *bqkv;
-    const int8_t *wo; const uint16_t *so; const float *bo;
-    const int8_t *wgu; const uint16_t *sgu; const float *bgu;
-    const int8_t *wd; const uint16_t *sd; const float *bd;
-} layer_t;
+#include "chatui_kernels.h"
 
 static void add_bias(float *y, const float *b, int M, int N) {
     if (!b) return;

@@ -5,6 +5,8 @@
  * The sum runs in a different order from torch's, so results differ in the last bits only.
  */
 #include <stddef.h>
+
+#include "chatui_kernels.h"
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include "chatui_kernels.h"
 #include "fastmath.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>

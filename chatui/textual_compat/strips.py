@@ -5,10 +5,13 @@ over exactly the strip's cells, return the strip itself and also store it in the
 cache: every such strip becomes a reference cycle that only Python's cyclic garbage collector
 can free. The compositor does this for almost every line of every frame, so while a reply
 streamed about 60 cyclic objects per token reached the collector's oldest generation and made
-its full passes long (100-300 ms with the GIL held; textual 8.2.8).
+its full passes long (100-300 ms with the GIL held; textual 8.2.8). A Textual bug, reported in
+``docs/upstream/strip-self-cycles.md``.
 
 :func:`apply` wraps both methods to return ``self`` before the cache is touched. Results are
 the same objects as before (the cached value *was* ``self``); only the self-reference goes.
+Without the patch (another Textual release, ``CHATUI_TEXTUAL_PATCHES=off``) the strips are the
+same and the collector frees them, in longer pauses (see :mod:`chatui.gcpolicy`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from textual.strip import Strip
 _PATCHED = "_chatui_no_self_cache"
 
 
-def apply() -> None:
-    """Patch :class:`textual.strip.Strip` once (idempotent)."""
+def apply() -> bool:
+    """Patch :class:`textual.strip.Strip` once (idempotent); whether it is patched.
+
+    Only call it where :mod:`.gate` allows: it relies on the two methods caching their result
+    in the strip, as textual 8.2.8 does."""
     if getattr(Strip, _PATCHED, False):
-        return
+        return True
     divide = Strip.divide
     crop_extend = Strip.crop_extend
 
@@ -44,3 +50,4 @@ def apply() -> None:
     Strip.divide = divide_no_self_cache  # type: ignore[method-assign]
     Strip.crop_extend = crop_extend_no_self_cache  # type: ignore[method-assign]
     setattr(Strip, _PATCHED, True)
+    return True

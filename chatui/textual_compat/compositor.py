@@ -1,5 +1,5 @@
-"""Two patches to Textual's compositor, so that a streaming reply's frames repaint only what
-changed (textual 8.2.8).
+"""Two patches to Textual's private compositor, so that a streaming reply's frames repaint only
+what changed (written against textual 8.2.8; applied only where :mod:`.gate` allows).
 
 **Rows.** For a partial update Textual's compositor takes the box around the changed regions (``crop``)
 and asks every visible widget whose *clip* (the container that clips it, for most widgets the
@@ -21,25 +21,42 @@ a streaming reply mounts a new paragraph, every earlier block on screen "changes
 repainted, though none moved. :func:`apply` leaves those out of the repaint when nothing but
 that number changed and the widgets that were there before still paint in the same order
 relative to each other (then no overlap between them can look different); any other change
-repaints as before.
+repaints as before. Textual's own reflow repaints these widgets for nothing but is not wrong.
+
+Without the patches (another Textual release, ``CHATUI_TEXTUAL_PATCHES=off``) each frame
+renders the whole width of every widget that touches the changed rows, and a new paragraph
+repaints the blocks above it: the same screen, more work.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from textual._compositor import Compositor, CompositorMap, MapGeometry, ReflowResult
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+try:
+    from textual._compositor import Compositor
+except ImportError:  # a release that moved it: nothing to patch
+    Compositor = None  # type: ignore[assignment, misc]
+
+if TYPE_CHECKING:
+    from textual._compositor import CompositorMap, MapGeometry, ReflowResult
+
 _PATCHED = "_chatui_partial_updates"
+_REPLACES = ("_get_renders", "reflow")
 
 
-def apply() -> None:
-    """Patch :class:`textual._compositor.Compositor` once (idempotent)."""
+def apply() -> bool:
+    """Patch :class:`textual._compositor.Compositor` once (idempotent); whether it is patched.
+
+    Only call it where :mod:`.gate` allows: it checks that the names it replaces exist, not
+    that they still mean what they meant in the releases it was tested on."""
+    if Compositor is None or not all(hasattr(Compositor, name) for name in _REPLACES):
+        return False
     if getattr(Compositor, _PATCHED, False):
-        return
+        return True
     get_renders = Compositor._get_renders
 
     def get_renders_in_rows(self: Compositor, crop: Region | None = None
@@ -87,6 +104,7 @@ def apply() -> None:
     Compositor._get_renders = get_renders_in_rows  # type: ignore[method-assign]
     Compositor.reflow = reflow_without_reorders  # type: ignore[method-assign]
     setattr(Compositor, _PATCHED, True)
+    return True
 
 
 def _same_but_order(old: MapGeometry, new: MapGeometry) -> bool:

@@ -1,0 +1,336 @@
+"""What each slash command does: one handler per command, each taking a narrow
+:class:`CommandContext` (what the chat offers commands) and the argument text.
+
+The registry (:data:`chatui.commands.COMMANDS`) pairs every command's name, synopsis and help
+with its handler here; the prompt's completion, the command palette and ``/help`` all read that
+table. No Textual import: the context does the drawing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+
+from inference.settings import SamplingParams, SettingsError, parse_assignments
+from inference.types import AssistantPrefix
+
+from .conversation import Conversation, Entry, ModelRef
+from .recorder import prefix_of
+
+if TYPE_CHECKING:
+    from inference.worker import InferenceWorker
+
+    from .config import AppConfig
+    from .screens.compare_flow import CompareFlow
+    from .state import ChatState
+
+log = logging.getLogger(__name__)
+
+
+class AppServices(Protocol):
+    """What the app lends the chat: the worker, the config and persistence."""
+
+    worker: InferenceWorker
+    config: AppConfig
+
+    @property
+    def model_ref(self) -> ModelRef | None: ...
+
+    def save_conversation(self) -> None: ...
+
+    def flush_autosaves(self) -> None: ...
+
+
+class CommandContext(Protocol):
+    """What a command may do (the chat screen provides it)."""
+
+    state: ChatState
+    services: AppServices
+    compare: CompareFlow
+
+    def notice(self, text: str, kind: str = "info") -> object: ...
+
+    def notify(self, text: str, **kwargs: Any) -> None: ...
+
+    def open_help(self) -> None: ...
+
+    async def quit(self) -> None: ...
+
+    async def stop_generation(self) -> None: ...
+
+    async def show_conversation(self, conversation: Conversation, *,
+                                cleared: bool = False) -> None: ...
+
+    async def remove_entry(self, entry: Entry) -> None: ...
+
+    def settings_changed(self) -> None: ...
+
+    def answer(self, prompt_text: str, again: Entry | None = None) -> None: ...
+
+    def start_reply(self, entry: Entry, *, prompt_text: str = "",
+                    prefix: AssistantPrefix | None = None) -> None: ...
+
+    def put_prompt(self, text: str) -> None: ...
+
+    def toggle_token_mode(self) -> None: ...
+
+    def toggle_raw(self) -> bool: ...
+
+    def theme_names(self) -> list[str]: ...
+
+    def current_theme(self) -> str: ...
+
+    def set_theme(self, name: str) -> None: ...
+
+    def copy_to_clipboard(self, text: str) -> None: ...
+
+
+Handler = Callable[[CommandContext, str], Awaitable[None]]
+
+
+async def cmd_help(ctx: CommandContext, arg: str = "") -> None:
+    ctx.open_help()
+
+
+async def cmd_exit(ctx: CommandContext, arg: str = "") -> None:
+    await ctx.quit()
+
+
+async def cmd_clear(ctx: CommandContext, arg: str = "") -> None:
+    await ctx.stop_generation()
+    system = ctx.state.conversation.system_prompt
+    await ctx.show_conversation(Conversation(system_prompt=system), cleared=True)
+    ctx.notice("Conversation cleared.")
+
+
+async def cmd_system(ctx: CommandContext, arg: str = "") -> None:
+    from .widgets.text import shorten  # (the widgets package patches Textual on import)
+
+    conv = ctx.state.conversation
+    if not arg:
+        ctx.notice(f"System prompt: {conv.system_prompt or '(none)'}")
+        return
+    conv.system_prompt = arg
+    ctx.notice(f"System prompt set: {shorten(arg, 200)}")
+
+
+async def cmd_set(ctx: CommandContext, arg: str) -> None:
+    state = ctx.state
+    try:
+        if "=" in arg:
+            new = parse_assignments(arg, state.settings)
+        else:
+            name, _, value = arg.partition(" ")
+            if not value.strip():
+                raise SettingsError(f"/set needs a value, e.g. /set {name} 0.7")
+            new = state.settings.with_values(**{name: value.strip()})
+    except SettingsError as exc:
+        ctx.notice(str(exc), "error")
+        return
+    state.settings = new
+    state.settings_from_user = True
+    ctx.settings_changed()
+    ctx.notice(f"Settings: {new.describe()}")
+
+
+async def cmd_settings(ctx: CommandContext, arg: str = "") -> None:
+    state = ctx.state
+    default = state.info.default_settings if state.info else SamplingParams()
+    ctx.notice(f"Settings in force: {state.settings.describe()}\n"
+               f"Model defaults: {default.describe()}\n"
+               f"Top alternatives per token: {state.top_logprobs}")
+
+
+async def cmd_retry(ctx: CommandContext, arg: str = "") -> None:
+    await ctx.stop_generation()
+    entries = ctx.state.conversation.entries
+    last = entries[-1] if entries else None
+    if last is None or last.role != "assistant":
+        ctx.notice("There is no reply to retry.", "error")
+        return
+    await ctx.remove_entry(last)
+    ctx.answer("", again=last)
+
+
+async def cmd_edit(ctx: CommandContext, arg: str = "") -> None:
+    await ctx.stop_generation()
+    conv = ctx.state.conversation
+    user = conv.last_user
+    if user is None:
+        ctx.notice("There is no prompt to edit.", "error")
+        return
+    index = conv.entries.index(user)
+    for entry in list(conv.entries[index:]):
+        await ctx.remove_entry(entry)
+    ctx.put_prompt(user.text)
+
+
+async def cmd_continue(ctx: CommandContext, arg: str = "") -> None:
+    state = ctx.state
+    if state.generating:
+        ctx.notice("A reply is still being generated.", "error")
+        return
+    entries = state.conversation.entries
+    last = entries[-1] if entries else None
+    reply = last.reply if last is not None else None
+    if reply is None or last is None:
+        ctx.notice("There is no reply to continue.", "error")
+        return
+    if last.is_comparison:
+        ctx.notice("A comparison cannot be continued; /retry it with a larger "
+                   "max_tokens (/set max_tokens N), or /pick a column and send a message.",
+                   "error")
+        return
+    if reply.finish_reason not in ("length", "cancelled"):
+        ctx.notice("The last reply finished on its own; only a stopped or cut-off reply "
+                   "can be continued.", "error")
+        return
+    reply.settings = state.settings  # e.g. a larger max_tokens set after a cut-off
+    ctx.start_reply(last, prefix=prefix_of(reply))
+
+
+async def cmd_logprobs(ctx: CommandContext, arg: str = "") -> None:
+    ctx.toggle_token_mode()
+
+
+async def cmd_raw(ctx: CommandContext, arg: str = "") -> None:
+    on = ctx.toggle_raw()
+    ctx.notice("Raw token view " + ("on: special tokens and exact spellings are shown."
+                                    if on else "off."))
+
+
+async def cmd_theme(ctx: CommandContext, arg: str = "") -> None:
+    names = ctx.theme_names()
+    if not arg:
+        ctx.notice(f"Theme: {ctx.current_theme()}. Available: {', '.join(names)}")
+        return
+    if arg not in names:
+        close = difflib.get_close_matches(arg, names, n=1, cutoff=0.4)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        ctx.notice(f"Unknown theme {arg!r}.{hint} Available: {', '.join(names)}", "error")
+        return
+    ctx.set_theme(arg)
+
+
+async def cmd_copy(ctx: CommandContext, arg: str = "") -> None:
+    from .widgets.text import code_blocks
+
+    last = ctx.state.conversation.last_assistant
+    if last is None or not last.content:
+        ctx.notice("There is no reply to copy yet.", "error")
+        return
+    text = last.content
+    what = "the last reply"
+    if arg.strip().lower() == "code":
+        blocks = code_blocks(text)
+        if not blocks:
+            ctx.notice("The last reply has no code block.", "error")
+            return
+        text, what = blocks[-1], "the last code block"
+    try:
+        ctx.copy_to_clipboard(text)
+    except Exception as exc:  # noqa: BLE001 - no clipboard is not an error worth dying for
+        log.warning("copy failed: %s", exc)
+        ctx.notice("Could not reach a clipboard; select the text with the mouse "
+                   "(Shift+drag in most terminals) instead.", "error")
+        return
+    ctx.notify(f"Copied {what} ({len(text)} characters).")
+
+
+# ---- transcripts ----
+
+def _with_model(ctx: CommandContext, conv: Conversation) -> Conversation:
+    ref = ctx.services.model_ref
+    if ref is not None and not conv.model.name:
+        conv.model = ref
+    return conv
+
+
+async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
+    from . import transcript
+
+    conv = ctx.state.conversation
+    if not conv.entries:
+        ctx.notice("There is nothing to save yet.", "error")
+        return
+    _with_model(ctx, conv)
+    try:
+        if arg:
+            path = Path(arg).expanduser()
+            transcript.save_transcript(conv, path)
+        else:
+            ctx.services.flush_autosaves()  # no older autosave may land after this one
+            path = transcript.autosave(conv, ctx.services.config.transcripts_dir())
+    except transcript.TranscriptError as exc:
+        ctx.notice(str(exc), "error")
+        return
+    ctx.notice(f"Saved to {path}")
+
+
+async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
+    from . import transcript
+
+    ctx.services.flush_autosaves()
+    history = ctx.state.history = transcript.list_transcripts(
+        ctx.services.config.transcripts_dir())
+    if not history:
+        ctx.notice("No saved conversations yet.")
+        return
+    lines = ["Saved conversations (/load N opens one):"]
+    for i, s in enumerate(history[:30], 1):
+        when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
+        what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
+        lines.append(f"{i:>3}. {when}  {what}")
+    ctx.notice("\n".join(lines))
+
+
+async def cmd_load(ctx: CommandContext, arg: str) -> None:
+    from . import transcript
+
+    arg = arg.strip()
+    state = ctx.state
+    if arg.isdigit():
+        if not state.history:
+            ctx.services.flush_autosaves()
+            state.history = transcript.list_transcripts(ctx.services.config.transcripts_dir())
+        n = int(arg)
+        if not 1 <= n <= len(state.history):
+            ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
+            return
+        path = state.history[n - 1].path
+    else:
+        path = Path(arg).expanduser()
+    try:
+        conv = transcript.load_transcript(path)
+    except transcript.TranscriptError as exc:
+        ctx.notice(str(exc), "error")
+        return
+    ctx.services.save_conversation()
+    await ctx.show_conversation(conv)
+    ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).")
+
+
+async def cmd_export(ctx: CommandContext, arg: str) -> None:
+    from . import transcript
+
+    path = Path(arg).expanduser()
+    fmt = "messages" if path.suffix == ".json" else "md"
+    try:
+        written = transcript.export_to_file(ctx.state.conversation, fmt, path)
+    except transcript.TranscriptError as exc:
+        ctx.notice(str(exc), "error")
+        return
+    ctx.notice(f"Exported to {written}")
+
+
+# ---- compare mode (the compare flow does the work) ----
+
+async def cmd_compare(ctx: CommandContext, arg: str = "") -> None:
+    ctx.compare.command(arg)
+
+
+async def cmd_pick(ctx: CommandContext, arg: str = "") -> None:
+    ctx.compare.pick(arg)

@@ -1,0 +1,148 @@
+"""The only code that changes replies from engine events: :class:`ReplyRecorder`.
+
+A generation is a comparison of N rows; a single reply is a comparison of one row, so the
+chat and compare mode share this recorder and the screen's one loop over engine events. Each
+event is applied to the replies here, and comes out as an immutable delta that the widgets
+render (they never read the events, nor build a reply's text themselves). UI-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+from inference.types import AssistantPrefix, Failed, RowDone, Started, Token, TokenBatch
+
+from .conversation import Reply, visible_text
+
+
+@dataclass(frozen=True)
+class TokensAdded:
+    """Tokens appended to row ``row``'s reply (positions counted in the whole reply)."""
+
+    row: int
+    tokens: tuple[Token, ...]
+    text: str
+    """The text they add to the reply (built by :func:`visible_text`, once)."""
+
+
+@dataclass(frozen=True)
+class RowEnded:
+    """Row ``row`` left the batch (its finish reason and usage are on its reply)."""
+
+    row: int
+
+
+@dataclass(frozen=True)
+class ContextReported:
+    """The engine said how the prompt fitted the context (once, before the first token)."""
+
+    prompt_tokens: int
+    context_limit: int
+    dropped_messages: int
+
+
+Delta = TokensAdded | RowEnded | ContextReported
+
+
+class ReplyRecorder:
+    """Applies one generation's engine events to its replies (one per row).
+
+    A reply that already has tokens (``/continue``, continue-from-alternative) is continued:
+    new tokens are numbered after the ones it has, and a row's final text (``RowDone.text``,
+    which may be the engine's detokenisation of the new tokens only, or of the whole reply)
+    is put after the text it had.
+    """
+
+    def __init__(self, replies: Sequence[Reply]) -> None:
+        self.replies = list(replies)
+        self._base_tokens = [len(r.tokens) for r in self.replies]
+        self._base_text = [r.text for r in self.replies]
+
+    def begin(self) -> None:
+        """The generation starts: every reply is unfinished again."""
+        for reply in self.replies:
+            reply.finish_reason, reply.usage, reply.error = None, None, ""
+
+    def apply(self, event: object) -> Delta | None:
+        """Apply one engine event; returns what changed, or None (nothing to show)."""
+        if isinstance(event, TokenBatch):
+            if not 0 <= event.row < len(self.replies):
+                return None
+            reply = self.replies[event.row]
+            tokens = _reindex(event.tokens, self._base_tokens[event.row])
+            text = visible_text(tokens)
+            reply.tokens.extend(tokens)
+            reply.text += text
+            return TokensAdded(event.row, tokens, text)
+        if isinstance(event, RowDone):
+            if not 0 <= event.row < len(self.replies):
+                return None
+            reply = self.replies[event.row]
+            reply.finish_reason = event.finish_reason
+            reply.usage = event.usage
+            base = self._base_text[event.row]
+            if event.text and event.text != reply.text[len(base):]:
+                reply.text = (event.text if base and event.text.startswith(base)
+                              else base + event.text)
+            return RowEnded(event.row)
+        if isinstance(event, Started):
+            return ContextReported(event.prompt_tokens, event.context_limit,
+                                   event.dropped_messages)
+        if isinstance(event, Failed):
+            self.fail(event.message)
+        return None
+
+    def fail(self, message: str) -> None:
+        """The generation failed: every row still running ends with ``message``."""
+        for reply in self.replies:
+            if reply.finish_reason is None:
+                reply.finish_reason, reply.error = "error", message
+
+    def finish(self) -> bool:
+        """The generation is over: rows still running were stopped. True if there were any
+        (the caller cancels the stream)."""
+        running = [r for r in self.replies if r.finish_reason is None]
+        for reply in running:
+            reply.finish_reason = "cancelled"
+        return bool(running)
+
+    @property
+    def produced(self) -> bool:
+        """Whether any row got a token in this generation."""
+        return any(len(r.tokens) > base for r, base in zip(self.replies, self._base_tokens))
+
+    @property
+    def failed_rows(self) -> list[int]:
+        return [i for i, r in enumerate(self.replies) if r.finish_reason == "error"]
+
+
+def prefix_of(reply: Reply) -> AssistantPrefix:
+    """What the engine continues ``reply`` from (its token ids when every one is known)."""
+    ids = tuple(t.id for t in reply.tokens)
+    known = None if any(i is None for i in ids) else ids
+    return AssistantPrefix(reply.text, known)  # type: ignore[arg-type]
+
+
+def branch(reply: Reply, position: int, rank: int) -> AssistantPrefix:
+    """Cut ``reply`` after token ``position``, replaced by its alternative ``rank``
+    (1-based, checked by the caller), and return the prefix to continue from."""
+    token = reply.tokens[position]
+    alt = token.top[rank - 1]
+    chosen = Token(index=position, id=alt.id, text=alt.text, logprob=alt.logprob,
+                   entropy=token.entropy, top=token.top)
+    reply.tokens[:] = reply.tokens[:position] + [chosen]
+    reply.text = visible_text(reply.tokens)
+    reply.finish_reason = None
+    reply.usage = None
+    return prefix_of(reply)
+
+
+def _reindex(tokens: tuple[Token, ...], offset: int) -> tuple[Token, ...]:
+    """Tokens with positions counted from the start of the whole reply, not the request."""
+    if offset == 0:
+        return tuple(tokens)
+    return tuple(dataclasses.replace(
+        t, index=t.index + offset,
+        glyph_start=None if t.glyph_start is None else t.glyph_start + offset) for t in tokens)

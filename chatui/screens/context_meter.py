@@ -1,0 +1,58 @@
+"""The context meter: how full the model's context is, in the status bar, with one warning
+when it gets full and a notice when the oldest turns were left out of a reply."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from inference.types import Message
+
+from ..recorder import ContextReported
+from ..widgets.status import CONTEXT_WARN, StatusBar
+
+log = logging.getLogger(__name__)
+
+
+class ContextMeter:
+    """Keeps the status bar's context fields; ``notify`` shows a toast."""
+
+    def __init__(self, status: Callable[[], StatusBar], notify: Callable[..., None]) -> None:
+        self._status = status
+        self._notify = notify
+        self._warned = False
+
+    def reported(self, delta: ContextReported, default_limit: int, what: str) -> str:
+        """The engine placed a prompt: show its size; returns the notice to show when the
+        oldest messages were left out of this ``what`` (reply, comparison), else ""."""
+        status = self._status()
+        limit = delta.context_limit or default_limit
+        status.context_limit = limit
+        status.context_used = delta.prompt_tokens
+        if delta.dropped_messages <= 0:
+            return ""
+        return (f"The conversation no longer fits the model's context ({limit} tokens): "
+                f"the oldest {delta.dropped_messages} message(s) were left out of this {what}. "
+                "Use /clear to start afresh.")
+
+    async def recount(self, worker: Any, messages: tuple[Message, ...]) -> None:
+        """Recount the conversation's tokens; warn once when the context gets full."""
+        try:
+            used = await worker.count_tokens(messages)
+        except Exception as exc:  # noqa: BLE001 - the meter is a hint, never fatal
+            log.warning("count_tokens failed: %s", exc)
+            return
+        status = self._status()
+        status.context_used = used
+        share = status.context_share
+        if share >= CONTEXT_WARN and not self._warned:
+            self._warned = True
+            self._notify(f"The context is {share:.0%} full; the oldest turns will be left "
+                         "out soon. /clear starts afresh.", title="Context", severity="warning")
+        elif share < CONTEXT_WARN:
+            self._warned = False
+
+    def reset(self) -> None:
+        status = self._status()
+        status.context_used = 0
+        status.speed = ""

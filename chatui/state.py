@@ -1,0 +1,140 @@
+"""The chat's state, UI-free: the conversation, the settings, the armed comparison and the
+running job. The chat screen holds one :class:`ChatState` and draws it; every piece of state
+has this one owner (widgets keep only what they show).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inference.settings import SamplingParams, SettingsError
+from inference.types import Message, ModelInfo
+
+from .conversation import Conversation, Entry, Reply
+from .recorder import Delta, ReplyRecorder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COLUMNS = ("temperature=0", "temperature=0.7 top_p=0.9", "temperature=1.2 min_p=0.05")
+"""What the compare screen offers the first time."""
+
+
+@dataclass(frozen=True)
+class ArmedComparison:
+    """Column specs waiting for the next reply (``/compare``), and the preset's name."""
+
+    specs: tuple[str, ...]
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        name = f" {self.name}" if self.name else ""
+        return f"compare{name}: {len(self.specs)} columns on the next prompt"
+
+
+class JobView(Protocol):
+    """What the streaming loop needs of the widget that shows a job (a reply or columns)."""
+
+    def begin(self) -> None: ...
+
+    async def show(self, delta: Delta) -> None: ...
+
+    async def end(self) -> None: ...
+
+
+class Stream(Protocol):
+    def cancel(self) -> None: ...
+
+
+@dataclass
+class Job:
+    """One generation running: the entry it fills, its recorder and the widget showing it."""
+
+    entry: Entry
+    view: JobView
+    recorder: ReplyRecorder
+    prompt_text: str = ""
+    """The prompt to give back to the box if the reply fails before its first token."""
+    stream: Stream | None = None
+
+
+@dataclass
+class ChatState:
+    """Everything the chat screen shows, and nothing it draws."""
+
+    conversation: Conversation = field(default_factory=Conversation)
+    settings: SamplingParams = field(default_factory=SamplingParams)
+    settings_from_user: bool = False
+    """True once the user gave settings (flag or /set): the model's defaults do not apply."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Settings given on the command line on top of the model's defaults."""
+    top_logprobs: int = 5
+    info: ModelInfo | None = None
+    load_error: str = ""
+    waiting_for_model: bool = False
+    """A message was sent while the model was loading: it goes out when the model is ready."""
+    armed: ArmedComparison | None = None
+    last_columns: tuple[str, ...] = DEFAULT_COLUMNS
+    job: Job | None = None
+    history: list[Any] = field(default_factory=list)
+    """The last ``/history`` listing (``/load N`` opens its N-th)."""
+
+    def with_overrides(self, base: SamplingParams) -> SamplingParams:
+        try:
+            return base.with_values(**self.overrides) if self.overrides else base
+        except SettingsError as exc:
+            log.warning("ignoring settings overrides: %s", exc)
+            return base
+
+    def model_ready(self, info: ModelInfo) -> None:
+        self.info = info
+        if not self.settings_from_user:
+            self.settings = self.with_overrides(info.default_settings)
+
+    @property
+    def generating(self) -> bool:
+        return self.job is not None
+
+    def messages_before(self, entry: Entry) -> tuple[Message, ...]:
+        """The messages a reply to ``entry`` is generated from (system prompt first)."""
+        out: list[Message] = []
+        if self.conversation.system_prompt:
+            out.append(Message("system", self.conversation.system_prompt))
+        for e in self.conversation.entries:
+            if e is entry:
+                break
+            out.append(Message(e.role, e.content))
+        return tuple(out)
+
+
+def settings_label(s: SamplingParams) -> str:
+    """The settings in force, short: the main four, then anything else that is not default."""
+    parts = [f"temp {s.temperature:g}", f"top_p {s.top_p:g}", f"top_k {s.top_k}",
+             f"max {s.max_new_tokens}"]
+    base = SamplingParams()
+    for name in ("min_p", "repetition_penalty", "seed", "stop"):
+        value = getattr(s, name)
+        if value != getattr(base, name):
+            value = ",".join(value) if name == "stop" else value
+            parts.append(f"{name} {value}")
+    return " · ".join(parts)
+
+
+def status_label(state: ChatState) -> str:
+    """The status bar's settings field: the armed comparison, or the settings in force."""
+    return state.armed.label if state.armed is not None else settings_label(state.settings)
+
+
+def speed_label(replies: list[Reply], *, stable: bool) -> str | None:
+    """The status bar's speed after a generation (None: leave it as it is). With ``stable``
+    timings (tests, snapshots) no number is shown."""
+    rates = [r.usage.decode_tokens_per_s for r in replies if r.usage is not None]
+    single = len(replies) == 1
+    if stable and (rates or not single):
+        return "– tok/s"
+    if not rates:
+        return None
+    return (f"{rates[0]:.1f} tok/s" if single
+            else f"{sum(rates):.1f} tok/s ({len(rates)} columns)")

@@ -1,0 +1,51 @@
+"""Every contact chatui has with Textual's private internals, in one place.
+
+chatui streams replies at 10-20 frames a second into a conversation that only grows, and
+Textual's public path pays for that in full: a layout and a repaint of the whole screen per
+new line, a render of every visible widget per frame, a reference cycle per drawn line. The
+modules here patch or override private parts of Textual to avoid that work, and import its
+private names chatui needs:
+
+- :mod:`.compositor`: a frame renders and repaints only the rows that changed (patches
+  ``Compositor._get_renders`` and ``Compositor.reflow``);
+- :mod:`.strips`: strips without self-references, freed without the cyclic collector (patches
+  ``Strip.divide`` and ``Strip.crop_extend``; a Textual bug, see ``docs/upstream/``);
+- :mod:`.widget_hooks`: no second layout after a resize, only new rows repainted (overrides
+  ``Widget._size_updated``, bumps ``Widget._layout_updates``, clears a widget's arrangement
+  cache);
+- :mod:`.app_hooks`: one sentence instead of a traceback after an internal error (overrides
+  ``App._fatal_error``);
+- :mod:`.markdown`: Markdown block classes from ``textual.widgets._markdown``, with a public
+  fallback.
+- :mod:`.testing` (for tests and benchmarks only, not imported by the app): events delivered
+  as the terminal driver does, the updates written to the terminal, the screen rendered anew.
+
+:mod:`.gate` decides once per process whether the patches are on: only on the Textual releases
+they were tested on, unless ``CHATUI_TEXTUAL_PATCHES`` says ``off`` or ``force``. Off, chatui
+takes Textual's public path: the same screens (a test compares them), more work per frame.
+Nothing here may break the import of the UI on another release: private imports fall back to
+public ones.
+"""
+
+from __future__ import annotations
+
+from . import compositor, strips
+from .app_hooks import ReportsFatalErrors
+from .gate import ENABLED, ENV_VAR, TESTED_VERSIONS, patches_enabled, textual_version
+from .markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
+from .widget_hooks import (NoLayoutOnResize, RepaintsNewRowsOnly, forget_arrangement,
+                           forget_measured_size)
+
+__all__ = [
+    "ENABLED", "ENV_VAR", "TESTED_VERSIONS", "MarkdownHeader", "MarkdownParagraph",
+    "MarkdownStream", "NoLayoutOnResize", "RepaintsNewRowsOnly", "ReportsFatalErrors", "apply",
+    "forget_arrangement", "forget_measured_size", "patches_enabled", "textual_version",
+]
+
+
+def apply() -> bool:
+    """Patch Textual's compositor and strips where the gate allows (idempotent); whether they
+    are patched. The widget and app hooks are decided when their classes are built."""
+    if not ENABLED:
+        return False
+    return strips.apply() & compositor.apply()

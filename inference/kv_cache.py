@@ -1,0 +1,97 @@
+"""The fast runner's KV cache: every layer's keys and values in preallocated tensors.
+
+It has the cache operations the engine uses on a transformers ``DynamicCache`` (crop,
+batch_repeat_interleave, batch_select_indices, deepcopy, get_seq_length), so the engine treats
+both runners' caches alike. Its own module so the model (``fast_llama``) and the compiled step
+(``decode_graph``) both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+CACHE_BLOCK = 256
+"""KV cache capacity grows in multiples of this many positions."""
+
+
+class StaticKVCache:
+    """Keys and values of every layer in preallocated tensors, one [B, KV, C, D] per layer.
+
+    ``length`` positions are valid; the capacity C grows in blocks (a copy) only when a
+    prompt outgrows it, so decoding writes in place. Layers are separate tensors (not views of
+    one) so a compiled step can update each in place as its own input.
+    """
+
+    def __init__(self, n_layers: int, n_kv: int, head_dim: int, *, dtype: torch.dtype,
+                 device: torch.device, batch: int = 1, capacity: int = CACHE_BLOCK) -> None:
+        shape = (batch, n_kv, capacity, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[2]
+
+    @property
+    def batch(self) -> int:
+        return self.k[0].shape[0]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def reserve(self, needed: int, batch: int) -> None:
+        """Make room for ``needed`` positions of ``batch`` rows (an empty cache takes any batch
+        size; a filled one keeps its valid positions)."""
+        if batch != self.batch:
+            if self.length:
+                raise ValueError(f"cache holds {self.batch} rows, got {batch}")
+            self._replace(lambda t: t.new_zeros((batch, *t.shape[1:])))
+        if needed <= self.capacity:
+            return
+        cap = max(needed, 2 * self.capacity)
+        cap = -(-cap // CACHE_BLOCK) * CACHE_BLOCK
+        self._replace(lambda t: self._moved(t, self.batch, cap, None))
+
+    def _replace(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.k = [fn(t) for t in self.k]
+        self.v = [fn(t) for t in self.v]
+
+    def _moved(self, t: torch.Tensor, batch: int, cap: int,
+               fill: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
+        _, kv, _, d = t.shape
+        new = torch.zeros((batch, kv, cap, d), dtype=t.dtype, device=t.device)
+        used = t[:, :, : self.length]
+        new[:, :, : self.length] = fill(used) if fill else used
+        return new
+
+    def crop(self, max_length: int) -> None:
+        """transformers' semantics: negative = drop that many positions, else keep that many."""
+        if max_length < 0:
+            max_length = self.length + max_length
+        self.length = max(0, min(self.length, max_length))
+
+    def batch_repeat_interleave(self, n: int) -> None:
+        """Each row becomes n consecutive rows (one prefill shared by n replies)."""
+        rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731
+        rows, cap = self.batch * n, self.capacity
+        self._replace(lambda t: self._moved(t, rows, cap, rep))
+
+    def batch_select_indices(self, idx: torch.Tensor) -> None:
+        """Keep only the rows in idx (finished rows leave the batch)."""
+        sel = lambda t: t.index_select(0, idx.to(t.device))  # noqa: E731
+        cap = self.capacity
+        self._replace(lambda t: self._moved(t, len(idx), cap, sel))
+
+    def __deepcopy__(self, memo: dict) -> StaticKVCache:
+        new = object.__new__(StaticKVCache)
+        new.k = [t.clone() for t in self.k]
+        new.v = [t.clone() for t in self.v]
+        new.length = self.length
+        return new
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * sum(t.numel() * t.element_size() for t in self.k)

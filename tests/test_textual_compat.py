@@ -1,0 +1,296 @@
+"""chatui.textual_compat: the patches to Textual's internals change how much work a frame costs,
+never what the screen shows; they are applied only on the Textual releases they were tested on
+and switch off with ``CHATUI_TEXTUAL_PATCHES=off``; the UI imports and runs without them.
+
+The screen comparisons run the same pilot scenario in fresh interpreters (the patch decision is
+taken once per process, when the widget classes are built): patches forced on, switched off,
+and on a Textual that says it is another release.
+
+Run as a script (``python tests/test_textual_compat.py screens|crash``) it plays one scenario
+and prints what it saw as JSON; the tests below do that in subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import textual
+from textual.widgets import Markdown
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+UNTESTED = "8.99.0"
+"""A release the patches were not tested on (the scenarios pretend it is installed)."""
+
+TEXT = "\n\n".join([
+    "# A heading",
+    " ".join(f"p0w{i}" for i in range(90)),
+    "- one item\n- a second item, " + " ".join(f"li{i}" for i in range(30)) + "\n- three",
+    "```python\n" + "\n".join(f"x{i} = {i} * 2  # line {i}" for i in range(12)) + "\n```",
+    "| name | 值 |\n|---|---|\n| café | 日本語 |\n| b | 😀 |",
+    *(" ".join(f"p{p}w{i}" for i in range(40 + 17 * p)) for p in range(1, 6)),
+])
+"""A reply of many Markdown blocks, long enough to scroll."""
+
+
+# ---- the scenarios (run in a subprocess) ----
+
+def _state() -> dict[str, bool]:
+    """Which patches this process applied."""
+    from textual._compositor import Compositor
+    from textual.app import App
+    from textual.strip import Strip
+    from textual.widget import Widget
+
+    from chatui import textual_compat
+    from chatui.app import ChatApp
+    from chatui.widgets.settled import ConversationLog
+    from chatui.widgets.token_view import TokenView
+
+    return {
+        "enabled": textual_compat.ENABLED,
+        "compositor": bool(getattr(Compositor, "_chatui_partial_updates", False)),
+        "strips": bool(getattr(Strip, "_chatui_no_self_cache", False)),
+        "settled": ConversationLog._size_updated is not Widget._size_updated,
+        "steps": TokenView._size_updated is not Widget._size_updated,
+        "fatal_error": ChatApp._fatal_error is not App._fatal_error,
+    }
+
+
+def _rows(rows: list[list[tuple[str, object]]]) -> dict[str, list[str]]:
+    """A screen's rows: their text, and each cell's character and style."""
+    return {"text": ["".join(ch for ch, _ in row) for row in rows],
+            "cells": [repr([(ch, str(style)) for ch, style in row]) for row in rows]}
+
+
+async def _screens(token_view: bool) -> list:
+    """What the terminal shows (built from the updates the app wrote to it, partial ones
+    included) and the exported screenshot, at each step of a chat."""
+    import re
+
+    from inference.settings import SamplingParams
+    from test_app import SIZE, make_app, send
+    from chatui.textual_compat.testing import VirtualTerminal
+
+    app = make_app(lambda request, row: TEXT, delay_s=0.001, token_view=token_view,
+                   settings=SamplingParams(max_new_tokens=5000))
+    terminal = VirtualTerminal(app, SIZE)
+    shots: list = []
+
+    async def shoot(pilot) -> None:
+        await pilot.pause(0.2)
+        svg = re.sub(r"terminal-\d+", "terminal", app.export_screenshot(title="compat"))
+        shots.append({"terminal": _rows(terminal.rows), "svg": svg})
+
+    async with app.run_test(size=SIZE) as pilot:
+        app.chat.prompt.cursor_blink = False
+        await send(pilot, app, "go")
+        await shoot(pilot)
+        app.chat.log_view.scroll_to(y=7, animate=False)  # partial updates elsewhere
+        await shoot(pilot)
+        await send(pilot, app, "again")  # a second reply below the first
+        await shoot(pilot)
+    return shots
+
+
+def _run_screens() -> dict:
+    import asyncio
+
+    state = _state()
+    return {"state": state, "markdown": asyncio.run(_screens(False)),
+            "tokens": asyncio.run(_screens(True))}
+
+
+def _run_crash(log_file: Path) -> dict:
+    """An exception nobody catches, in a running app: what the user sees on the terminal."""
+    import logging
+
+    from test_app import make_app
+
+    logging.basicConfig(filename=log_file)  # as the CLI does: logs never go to the terminal
+
+    app = make_app()
+
+    def boom() -> None:
+        raise RuntimeError("scripted failure")
+
+    async def auto_pilot(pilot) -> None:
+        pilot.app.call_later(boom)
+
+    app.run(headless=True, size=(80, 24), auto_pilot=auto_pilot)
+    return {"state": _state(), "return_code": app.return_code}
+
+
+def _scenario(name: str, *, patches: str | None = None, version: str | None = None,
+              tmp: Path) -> tuple[dict, str]:
+    """Run scenario ``name`` in a fresh interpreter: (what it printed, its stderr)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CHATUI_TEXTUAL_PATCHES", "CHATUI_UPDATE_SNAPSHOTS")}
+    if patches is not None:
+        env["CHATUI_TEXTUAL_PATCHES"] = patches
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
+    env["CHATUI_CONFIG_DIR"] = str(tmp / "config")
+    env["CHATUI_DATA_DIR"] = str(tmp / "data")
+    out = tmp / f"{name}-{patches}-{version}.json"
+    args = [sys.executable, __file__, name, str(out)] + ([version] if version else [])
+    done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert out.exists(), f"scenario {name} failed:\n{done.stdout}\n{done.stderr}"
+    return json.loads(out.read_text("utf-8")), done.stderr
+
+
+# ---- the tests ----
+
+ON = {"enabled": True, "compositor": True, "strips": True, "settled": True, "steps": True,
+      "fatal_error": True}
+OFF = {name: False for name in ON}
+
+
+@pytest.fixture(scope="module")
+def screens(tmp_path_factory) -> dict[str, dict]:
+    tmp = tmp_path_factory.mktemp("compat")
+    # "force" rather than the default: on a release not tested yet, this compares the patches
+    # against Textual's own path, which is what to check before adding it to TESTED_VERSIONS
+    return {"on": _scenario("screens", patches="force", tmp=tmp)[0],
+            "off": _scenario("screens", patches="off", tmp=tmp)[0],
+            "untested": _scenario("screens", version=UNTESTED, tmp=tmp)[0]}
+
+
+def test_the_switch_and_the_version_gate_decide_what_is_patched(screens):
+    assert screens["on"]["state"] == ON
+    assert screens["off"]["state"] == OFF
+    assert screens["untested"]["state"] == OFF
+
+
+@pytest.mark.parametrize("view", ["markdown", "tokens"])
+@pytest.mark.parametrize("other", ["off", "untested"])
+def test_screens_are_the_same_without_the_patches(screens, view, other):
+    """A reply streamed through the patched compositor and size hooks leaves the terminal and
+    the screenshot exactly as Textual's own path does, at every step (streamed, scrolled, a
+    second reply)."""
+    patched, plain = screens["on"][view], screens[other][view]
+    assert len(patched) == len(plain) == 3
+    for step, (a, b) in enumerate(zip(patched, plain)):
+        assert a["terminal"] == b["terminal"], f"the terminal differs at step {step}"
+        assert a["svg"] == b["svg"], f"the screenshot differs at step {step}"
+    assert any("p5w" in row for row in patched[0]["terminal"]["text"])  # the reply's end is shown
+
+
+@pytest.mark.parametrize(("patches", "version", "sentence"), [
+    ("force", None, True), ("off", None, False), (None, UNTESTED, False)])
+def test_an_internal_error_ends_the_app_with_one_sentence_where_patched(
+        tmp_path, patches, version, sentence):
+    seen, stderr = _scenario("crash", patches=patches, version=version, tmp=tmp_path)
+    assert seen["return_code"] == 1
+    assert ("chatui stopped after an internal error: scripted failure" in stderr) is sentence
+    assert ("Traceback" in stderr) is not sentence  # Textual's own report otherwise
+    if sentence:  # the details went to the log
+        log = next(tmp_path.glob("crash-*.log")).read_text("utf-8")
+        assert "internal error" in log and "RuntimeError: scripted failure" in log
+
+
+@pytest.mark.parametrize(("version", "setting", "enabled"), [
+    ("8.2.8", None, True), ("8.2.8", "", True), ("8.2.8", "off", False),
+    ("8.2.8", "OFF ", False), ("8.2.8", "0", False), ("8.2.9", None, False),
+    ("9.0.0", None, False), ("", None, False), ("9.0.0", "force", True),
+    ("8.2.8", "on", True)])
+def test_patches_enabled(version, setting, enabled):
+    from chatui.textual_compat.gate import patches_enabled
+
+    assert patches_enabled(version, setting) is enabled
+
+
+def test_the_gate_reads_the_installed_version_and_the_environment(monkeypatch):
+    from chatui.textual_compat import gate
+
+    monkeypatch.setattr(textual, "__version__", UNTESTED, raising=False)
+    assert gate.textual_version() == UNTESTED
+    assert not gate.decide({})
+    assert gate.decide({gate.ENV_VAR: "force"})
+    monkeypatch.setattr(textual, "__version__", "8.2.8", raising=False)
+    assert gate.decide({})
+    assert not gate.decide({gate.ENV_VAR: "off"})
+
+
+def test_tested_versions_match_the_pin_and_the_installed_textual():
+    """pyproject.toml's pin and TESTED_VERSIONS move together, and the suite runs on a tested
+    release (else the patched path above would be forced, not the one users get)."""
+    import re
+    import tomllib
+
+    from packaging.specifiers import SpecifierSet
+
+    from chatui.textual_compat.gate import TESTED_VERSIONS, textual_version
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    (pin,) = [d for d in deps["dependencies"] if re.match(r"textual\b", d)]
+    spec = SpecifierSet(pin.removeprefix("textual"))
+    assert all(version in spec for version in TESTED_VERSIONS)
+    assert textual_version() in spec
+    assert textual_version() in TESTED_VERSIONS
+
+
+def test_markdown_blocks_from_the_public_table_are_the_private_classes():
+    """The fallback for a release that moves ``textual.widgets._markdown`` finds the same
+    classes through ``Markdown.BLOCKS``."""
+    from chatui.textual_compat.markdown import (MarkdownHeader, MarkdownParagraph,
+                                                blocks_from_table)
+
+    assert blocks_from_table(Markdown.BLOCKS) == (MarkdownParagraph, MarkdownHeader)
+    assert MarkdownHeader.__name__ == "MarkdownHeader"
+
+
+def test_the_markdown_fallback_is_taken_when_the_private_module_is_gone(monkeypatch):
+    import importlib
+
+    import chatui.textual_compat.markdown as compat_markdown
+
+    private = compat_markdown.MarkdownParagraph, compat_markdown.MarkdownHeader
+    monkeypatch.setitem(sys.modules, "textual.widgets._markdown", None)  # import fails
+    try:
+        fallback = importlib.reload(compat_markdown)
+        assert (fallback.MarkdownParagraph, fallback.MarkdownHeader) == private
+    finally:
+        monkeypatch.undo()
+        importlib.reload(compat_markdown)
+
+
+def _reproduction(note: str) -> str:
+    """The first Python block of an upstream note in docs/upstream/."""
+    text = (ROOT / "docs" / "upstream" / note).read_text("utf-8")
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _counts(output: str) -> list[int]:
+    return [int(line.rsplit(":", 1)[1]) for line in output.strip().splitlines()]
+
+
+def test_the_strip_bug_written_up_for_upstream_reproduces_and_the_patch_fixes_it():
+    """The note's reproduction, pure Textual in a fresh interpreter, still shows the cycles on
+    the installed Textual (else the patch can go); with chatui's patch it shows none."""
+    code = _reproduction("strip-self-cycles.md")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(prelude: str) -> list[int]:
+        done = subprocess.run([sys.executable, "-c", prelude + code], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=True)
+        return _counts(done.stdout)
+
+    divide, crop_extend, control = run("")
+    assert divide > 0 and crop_extend > 0 and control == 0
+    patched = "from chatui.textual_compat import strips\nassert strips.apply()\n"
+    assert run(patched) == [0, 0, 0]
+
+
+if __name__ == "__main__":
+    scenario, out = sys.argv[1], Path(sys.argv[2])
+    if len(sys.argv) > 3:  # pretend another Textual release is installed
+        textual.__version__ = sys.argv[3]  # type: ignore[attr-defined]
+    result = _run_screens() if scenario == "screens" else _run_crash(out.with_suffix(".log"))
+    out.write_text(json.dumps(result), "utf-8")
