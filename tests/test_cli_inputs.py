@@ -15,12 +15,13 @@ import pytest
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def chatui(*args: str, timeout: float = 120, cwd: Path | None = None
-           ) -> subprocess.CompletedProcess:
+def chatui(*args: str, timeout: float = 120, cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m chatui ARGS`` with no terminal: a command that opened the chat instead
     of refusing would fail on the timeout rather than hang the suite."""
     return subprocess.run([sys.executable, "-m", "chatui", *args], capture_output=True,
-                          text=True, timeout=timeout, env=ENV, stdin=subprocess.DEVNULL, cwd=cwd)
+                          text=True, timeout=timeout, env={**ENV, **(env or {})},
+                          stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 def refused(r: subprocess.CompletedProcess, words: str) -> bool:
@@ -88,6 +89,17 @@ def test_input_file_with_a_byte_order_mark_reads_its_first_line(tmp_path: Path):
 ])
 def test_the_chat_refuses_before_its_window_opens(args, words):
     assert refused(chatui(*args, timeout=60), words)
+
+
+def test_the_chat_refuses_a_checkpoint_that_cannot_load(tmp_path: Path):
+    not_a_model = tmp_path / "notes.txt"
+    not_a_model.write_text("hello")
+    assert refused(chatui("--ckpt", str(not_a_model), timeout=60), "is a file, not a checkpoint")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    assert refused(chatui("--ckpt", str(tmp_path / "broken"), timeout=60), "not valid JSON")
+    assert refused(chatui("--ckpt", "nobody/no-such-model", timeout=60),
+                   "is not in the Hugging Face cache")
 
 
 def test_the_theme_error_lists_the_themes():
@@ -223,3 +235,16 @@ def test_outputs_that_would_lose_work_or_input_are_refused_first(tmp_path: Path)
     before = saved.read_bytes()
     r = chatui("export", str(saved), "--output", str(saved))
     assert refused(r, "is the input file itself") and saved.read_bytes() == before
+
+
+def test_build_kernels_prints_the_libraries(kernel):
+    r = chatui("build-kernels", timeout=300)
+    assert r.returncode == 0, r.stderr
+    paths = [Path(x) for x in r.stdout.split()]
+    assert paths and all(p.is_file() and p.suffix == ".so" for p in paths)
+
+
+def test_build_kernels_failing_is_one_sentence(tmp_path: Path):
+    r = chatui("build-kernels", "--force", timeout=120,
+               env={"CC": "/bin/false", "CHATUI_CACHE_DIR": str(tmp_path)})
+    assert refused(r, "kernels"), r.stderr

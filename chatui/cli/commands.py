@@ -393,6 +393,21 @@ def export(
     print(f"wrote {written}", file=sys.stderr)
 
 
+@app.command("build-kernels")
+def build_kernels(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if built already.")] = False,
+) -> None:
+    """Build chatui's C kernels ahead of time (otherwise the first model load builds them)."""
+    from inference.kernel_build import KernelBuildError, build_all
+
+    try:
+        paths = build_all(force=force)
+    except KernelBuildError as exc:
+        fail(exc)
+    for path in paths:
+        print(path)
+
+
 def main() -> None:
     """Console-script entry point."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
