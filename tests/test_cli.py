@@ -90,7 +90,7 @@ def test_compare_json_tags_columns(tiny_model_dir: Path):
                "--json")
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in r.stdout.splitlines()]
-    assert {x["row"] for x in lines} == {0, 1}
+    assert {x["column"] for x in lines} == {0, 1} and not any("row" in x for x in lines)
     assert sum(1 for x in lines if x["type"] == "done") == 2
 
 

@@ -1,0 +1,415 @@
+"""The ``chatui`` commands: the chat TUI (no command), and headless generate / batch / compare /
+bench / export. Their shared flags live in :mod:`chatui.cli.options`, defined once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from inference.settings import parse_assignments
+from inference.types import Failed, GenerationRequest, Message, RowDone, Token, TokenBatch
+from inference.worker import InferenceWorker
+
+from .. import __version__
+from ..backends import make_factory
+from ..textfile import TextFileError, read_text_file
+from .headless import check_local_spec, load, run, settings, stream
+from .options import (ModelOptions, PromptOptions, SamplingOptions, ServerOptions, SystemPrompt,
+                      TopLogprobs, UserError, backend_options, check_top_logprobs, fail,
+                      with_options)
+from .output import done_json, print_bench, print_bench_compare, print_compare_table, token_json
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="A terminal chat app for local LLM checkpoints, with live per-token "
+                       "logprobs. With no command, opens the chat; the chat's options go before "
+                       "a command's name only when there is no command.")
+
+
+# ---- the chat (no command) ----
+
+
+def theme_names() -> list[str]:
+    """The themes the app can show: chatui's own and Textual's built-in ones."""
+    from textual.theme import BUILTIN_THEMES
+
+    from themes import THEMES
+
+    return sorted({t.name for t in THEMES} | set(BUILTIN_THEMES))
+
+
+@app.callback(invoke_without_command=True)
+@with_options
+def main_command(
+    ctx: typer.Context,
+    checkpoint: ModelOptions, server: ServerOptions, sampling: SamplingOptions,
+    theme: Annotated[Optional[str], typer.Option(
+        "--theme", help="Colour theme (remembered); chatui-dark, chatui-light or one of "
+                        "Textual's.")] = None,
+    load_path: Annotated[Optional[Path], typer.Option(
+        "--load", help="Resume a saved transcript.")] = None,
+    system: Annotated[Optional[str], typer.Option(
+        "--system", help="System prompt for a new conversation (not with --load: a saved "
+                         "conversation keeps its own).")] = None,
+    top_logprobs: TopLogprobs = None,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    """Open the chat (the default command)."""
+    if version:
+        print(f"chatui {__version__}")
+        raise typer.Exit()
+    if ctx.invoked_subcommand is not None:
+        given = _given_flags(ctx)
+        if given:
+            fail(f"{', '.join(given)} before the command name would be ignored; put options "
+                 f"after it (chatui {ctx.invoked_subcommand} {given[0]} ...)")
+        return
+    try:
+        opts = backend_options(checkpoint, server)
+        alternatives = check_top_logprobs(top_logprobs, 5)
+        check_local_spec(opts)
+        if theme is not None and theme not in theme_names():
+            raise UserError(f"unknown theme {theme!r}; choose one of: "
+                            f"{', '.join(theme_names())}")
+        if load_path is not None:
+            if system is not None:
+                raise UserError("--system applies to a new conversation; a conversation opened "
+                                "with --load keeps its own system prompt (/system changes it)")
+            _check_transcript(load_path)
+        factory = make_factory(opts)
+    except (UserError, ValueError) as exc:
+        fail(exc)
+    from ..app import run_chat
+    from ..config import AppConfig
+
+    config = AppConfig(theme=theme, load_path=load_path, system_prompt=system or "",
+                       settings_overrides=sampling.overrides(), top_logprobs=alternatives)
+    raise typer.Exit(run_chat(factory, config))
+
+
+def _given_flags(ctx: typer.Context) -> list[str]:
+    """The flags typed on the command line (not left at their defaults)."""
+    given = []
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.append(max(param.opts, key=len))
+    return given
+
+
+def _check_transcript(path: Path) -> None:
+    """Refuse a transcript that does not load, before the window opens."""
+    from ..transcript import TranscriptError, load_transcript
+
+    if not path.exists():
+        raise UserError(f"no such transcript: {path}")
+    try:
+        load_transcript(path)
+    except TranscriptError as exc:
+        raise UserError(str(exc)) from None
+
+
+# ---- headless commands ----
+
+
+@app.command()
+@with_options
+def generate(
+    message: PromptOptions, sampling: SamplingOptions, checkpoint: ModelOptions, server: ServerOptions,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    show_logprobs: Annotated[bool, typer.Option(
+        "--show-logprobs", help="Print each token with its logprob.")] = False,
+    top_logprobs: TopLogprobs = None,
+) -> None:
+    """Stream one reply to a prompt."""
+
+    async def go() -> None:
+        if as_json and show_logprobs:
+            raise UserError("give --json or --show-logprobs, not both (--json lines carry the "
+                            "logprobs)")
+        alternatives = check_top_logprobs(
+            top_logprobs, 5, unused=None if as_json or show_logprobs else
+            "--top-logprobs shows only with --json or --show-logprobs; add one of them")
+        opts = backend_options(checkpoint, server)
+        text = message.text()
+        worker = await load(opts)
+        try:
+            system = (Message("system", message.system),) if message.system else ()
+            req = GenerationRequest(system + (Message("user", text),),
+                                    (settings(worker, sampling.overrides()),), alternatives)
+            await stream(worker, req, as_json=as_json, show_logprobs=show_logprobs,
+                         tag_columns=False)
+        finally:
+            await worker.aclose()
+
+    run(go())
+
+
+@app.command()
+@with_options
+def batch(
+    input_file: Annotated[Path, typer.Option(
+        "--input-file", help="One prompt per line (UTF-8); blank lines are skipped but "
+                             "counted, so a reply's index is its line's.")],
+    sampling: SamplingOptions, checkpoint: ModelOptions, server: ServerOptions,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", help="Write JSON lines here (default: stdout).")] = None,
+    system: SystemPrompt = None,
+    top_logprobs: TopLogprobs = None,
+) -> None:
+    """Answer every line of a file as one batch; JSON lines in input order, each with its
+    line's 0-based index and 1-based line number."""
+
+    async def go() -> None:
+        alternatives = check_top_logprobs(top_logprobs, 0)
+        opts = backend_options(checkpoint, server)
+        try:
+            lines = read_text_file(input_file, "the input file").splitlines()
+        except TextFileError as exc:
+            raise UserError(str(exc)) from None
+        prompts = [(i, ln) for i, ln in enumerate(lines) if ln.strip()]
+        if not prompts:
+            raise UserError(f"{input_file} has no prompts (one per line)")
+        if output is not None:
+            _check_output_file(output, input_file)
+        worker = await load(opts)
+        try:
+            replies = await _answer_all(worker, [p for _, p in prompts], system,
+                                        sampling.overrides(), alternatives)
+        finally:
+            await worker.aclose()
+        out_lines = []
+        for (index, text), (done, tokens) in zip(prompts, replies):
+            rec = {"index": index, "line": index + 1, "prompt": text, "text": done.text,
+                   **done_json(done, None)}
+            rec.pop("type")
+            if alternatives:
+                rec["tokens"] = [token_json(t) for t in tokens]
+            out_lines.append(json.dumps(rec, ensure_ascii=False))
+        data = "\n".join(out_lines) + "\n"
+        if output is None:
+            sys.stdout.write(data)
+            return
+        try:
+            output.write_text(data, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {output}: {exc.strerror}") from None
+        print(f"wrote {len(prompts)} replies to {output}", file=sys.stderr)
+
+    run(go())
+
+
+def _check_output_file(output: Path, source: Path) -> None:
+    """Refuse an output the command could not write, or one that is its own input, before
+    any work that would then be lost."""
+    if output.is_dir():
+        raise UserError(f"--output {output} is a folder; give a file name")
+    if not output.parent.is_dir():
+        raise UserError(f"cannot write {output}: the folder {output.parent} does not exist")
+    if output.exists() and output.resolve() == source.resolve():
+        raise UserError(f"--output {output} is the input file itself; writing it would "
+                        "destroy the input")
+
+
+async def _answer_all(worker: InferenceWorker, prompts: list[str], system: str | None,
+                      given: dict[str, Any], top_logprobs: int
+                      ) -> list[tuple[RowDone, list[Token]]]:
+    """Every prompt answered in one batch; (done, tokens) in input order."""
+    s = settings(worker, given)
+    sys_msg = (Message("system", system),) if system else ()
+    reqs = [GenerationRequest(sys_msg + (Message("user", p),), (s,), top_logprobs)
+            for p in prompts]
+    tokens: dict[int, list[Token]] = {i: [] for i in range(len(prompts))}
+    done: dict[int, RowDone] = {}
+    async for group in worker.generate_batch(reqs):
+        for ev in group:
+            if isinstance(ev, TokenBatch):
+                tokens[ev.row].extend(ev.tokens)
+            elif isinstance(ev, RowDone):
+                done[ev.row] = ev
+            elif isinstance(ev, Failed):
+                raise UserError(ev.message)
+    return [(done[i], tokens[i]) for i in range(len(prompts))]
+
+
+@app.command()
+@with_options
+def compare(
+    message: PromptOptions, sampling: SamplingOptions, checkpoint: ModelOptions, server: ServerOptions,
+    setting: Annotated[Optional[list[str]], typer.Option(
+        "--setting", help='One column\'s settings on top of the sampling flags, e.g. '
+                          '"temperature=1.0,top_p=0.9" (repeat, up to 6).')] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines tagged by column.")] = False,
+    top_logprobs: TopLogprobs = None,
+) -> None:
+    """Answer one prompt with several sampling settings in one batched decode."""
+
+    async def go() -> None:
+        specs = setting or []
+        if not 1 <= len(specs) <= 6:
+            raise UserError("give between 1 and 6 --setting values")
+        for spec in specs:
+            parse_assignments(spec)  # validate before loading
+        alternatives = check_top_logprobs(
+            top_logprobs, 5, unused=None if as_json else
+            "--top-logprobs shows only with --json (the table has no alternatives); add --json")
+        opts = backend_options(checkpoint, server)
+        text = message.text()
+        worker = await load(opts)
+        try:
+            base = settings(worker, sampling.overrides())
+            rows = tuple(parse_assignments(spec, base) for spec in specs)
+            system = (Message("system", message.system),) if message.system else ()
+            req = GenerationRequest(system + (Message("user", text),), rows, alternatives)
+            done = await stream(worker, req, as_json=as_json, show_logprobs=False,
+                                tag_columns=True)
+        finally:
+            await worker.aclose()
+        if not as_json:
+            print_compare_table(rows, done, base)
+
+    run(go())
+
+
+@app.command()
+@with_options
+def bench(
+    checkpoint: ModelOptions, server: ServerOptions,
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", help="Prompt length.")] = 128,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens to decode.")] = 128,
+    batch_size: Annotated[int, typer.Option("--batch", help="Rows decoded together.")] = 1,
+    top_logprobs: TopLogprobs = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Runs; the best is reported.")] = 1,
+    vs_hf: Annotated[bool, typer.Option("--vs-hf", help="Also time transformers' generate on the "
+                                                        "same model and prompt.")] = False,
+    compare_mode: Annotated[bool, typer.Option(
+        "--compare", help="Compare mode: aggregate tokens/s of N = 1, 2, 4 settings decoded as "
+                          "one batch against N sequential runs.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Measure decode and prefill speed, time to first token, bandwidth and peak memory of the
+    local engine (--backend local only: a server's engine is measured by its own tools)."""
+
+    async def go() -> None:
+        if server.backend != "local":
+            raise UserError(f"bench measures chatui's own engine, so it runs with --backend "
+                            f"local only (got {server.backend}); measure a server with its "
+                            "own benchmark")
+        if prompt_tokens < 8 or new_tokens < 2 or not 1 <= batch_size <= 64:
+            raise UserError("--prompt-tokens must be >= 8, --new-tokens >= 2, --batch 1-64")
+        if repeats < 1:
+            raise UserError(f"--repeats must be at least 1; got {repeats}")
+        if compare_mode and (batch_size != 1 or vs_hf):
+            raise UserError("--compare runs its own batches of 1, 2 and 4 settings; leave out "
+                            "--batch and --vs-hf")
+        alternatives = check_top_logprobs(top_logprobs, 5)
+        opts = backend_options(checkpoint, server)
+        worker = await load(opts, quiet=as_json)
+        try:
+            limit = worker.info.context_limit if worker.info else 0
+            if limit and prompt_tokens + new_tokens > limit:
+                raise UserError(
+                    f"--prompt-tokens {prompt_tokens} plus --new-tokens {new_tokens} exceed the "
+                    f"model's context of {limit} tokens; use at most "
+                    f"{max(limit - new_tokens, 0)} prompt tokens")
+            result = await _bench_call(worker, compare_mode, prompt_tokens=prompt_tokens,
+                                       new_tokens=new_tokens, batch=batch_size,
+                                       top_logprobs=alternatives, vs_hf=vs_hf, repeats=repeats)
+        finally:
+            await worker.aclose()
+        d = result.to_dict()
+        if as_json:
+            print(json.dumps(d))
+        elif compare_mode:
+            print_bench_compare(d)
+        else:
+            print_bench(d)
+
+    run(go())
+
+
+async def _bench_call(worker: InferenceWorker, compare_mode: bool, *, prompt_tokens: int,
+                      new_tokens: int, batch: int, top_logprobs: int, vs_hf: bool,
+                      repeats: int) -> Any:
+    """Run the benchmark where the backend lives; an error that inference.bench raises for
+    the user (a class named ``...Error`` defined there) becomes one sentence."""
+    from functools import partial
+
+    from inference import bench as bench_module
+
+    if compare_mode:
+        fn = partial(bench_module.run_compare_bench, prompt_tokens=prompt_tokens,
+                     new_tokens=new_tokens, top_logprobs=top_logprobs, repeats=repeats)
+    else:
+        fn = partial(bench_module.run_bench, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
+                     batch=batch, top_logprobs=top_logprobs, vs_hf=vs_hf, repeats=repeats)
+    try:
+        return await worker.call(fn)
+    except Exception as exc:
+        kind = type(exc)
+        if kind.__module__.startswith(bench_module.__name__) and kind.__name__.endswith("Error"):
+            raise UserError(str(exc)) from None
+        raise
+
+
+@app.command()
+def export(
+    transcript: Annotated[Path, typer.Argument(help="A saved transcript (.json).")],
+    fmt: Annotated[str, typer.Option("--format", help="md or messages.")] = "md",
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", help="Output file, or a folder to write it into under the conversation's "
+                         "name (default: stdout).")] = None,
+) -> None:
+    """Export a transcript as Markdown or as plain role/content messages JSON."""
+    from ..transcript import (TranscriptError, export_markdown, export_messages, export_to_file,
+                              load_transcript)
+
+    if fmt not in ("md", "messages"):
+        fail(f"unknown format {fmt!r}; choose md or messages")
+    try:
+        conv = load_transcript(transcript)
+    except TranscriptError as exc:
+        fail(exc)
+    if output is not None and not output.is_dir():
+        try:
+            _check_output_file(output, transcript)
+        except UserError as exc:
+            fail(exc)
+    if output is None:
+        if fmt == "md":
+            sys.stdout.write(export_markdown(conv))
+        else:
+            sys.stdout.write(json.dumps(export_messages(conv), ensure_ascii=False, indent=2) + "\n")
+        return
+    try:
+        written = export_to_file(conv, fmt, output)
+    except (TranscriptError, OSError) as exc:
+        fail(exc)
+    print(f"wrote {written}", file=sys.stderr)
+
+
+@app.command("build-kernels")
+def build_kernels(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if built already.")] = False,
+) -> None:
+    """Build chatui's C kernels ahead of time (otherwise the first model load builds them)."""
+    from inference.kernel_build import KernelBuildError, build_all
+
+    try:
+        paths = build_all(force=force)
+    except KernelBuildError as exc:
+        fail(exc)
+    for path in paths:
+        print(path)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
