@@ -25,6 +25,17 @@ def skip_unless_ci(message: str) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(autouse=True)
+def _private_user_dirs(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's own settings and conversations: every test (and every
+    subprocess it starts, which inherits the environment) gets fresh config and data folders.
+    Found by using chatui after a test run: the user's /history listed a dozen "go" chats that
+    tests had autosaved there."""
+    root = tmp_path_factory.mktemp("user")
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(root / "data"))
+
+
 @pytest.fixture
 def kernel():
     """chatui's CPU kernels (``inference.q8kernel``); they build on every x86-64 machine with a

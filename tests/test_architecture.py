@@ -211,10 +211,6 @@ def test_no_import_cycles():
     assert not found, f"modules that import each other back:\n{report}"
 
 
-@pytest.mark.xfail(strict=False, reason="main still has modules that import each other back "
-                                        "from inside functions (app <-> screens and others), "
-                                        "which the issue 13 work removes; the lead makes this "
-                                        "strict once they are gone")
 def test_no_import_cycles_even_through_imports_inside_functions():
     found = cycles(import_graph(ROOT, PACKAGES, deferred=True))
     report = "\n".join(" -> ".join(c) for c in found)

@@ -47,8 +47,8 @@ def test_round_trip_of_every_field():
                 records.logprob_at(i), records.id_at(i)) == \
             (t.text, t.raw, t.special, t.logprob, t.id)
     # what a transcript writes of each token is unchanged
-    assert [transcript._token_json(t) for t in records] == \
-        [transcript._token_json(t) for t in tokens]
+    assert [transcript.schema._token_json(t) for t in records] == \
+        [transcript.schema._token_json(t) for t in tokens]
 
 
 def test_out_of_range_raises_index_error():
