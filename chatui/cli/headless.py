@@ -33,10 +33,9 @@ def check_local_spec(opts: BackendOptions) -> None:
     model loads, so it must refuse these first; the headless commands run the same check
     before they load.
 
-    With none of the three given (the default model on the default device) there is nothing
-    typed to check, and the UI process stays free of torch: importing it for the check costs
-    about 1.3 s and 180 MB of RSS here, kept for the app's lifetime (the model itself loads in
-    the engine's process).
+    The UI process stays free of torch (importing it costs about 1.3 s and 180 MB of RSS here,
+    kept for the app's lifetime; the model itself loads in the engine's process): the check
+    needs it only for a GPU ``--device``.
     """
     if opts.backend != "local":
         return

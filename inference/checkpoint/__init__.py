@@ -30,14 +30,26 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ..chat import GENERIC_CHAT_TEMPLATE  # noqa: E402
-from .device import DeviceChoice, resolve_device  # noqa: E402
+from .device import DeviceChoice, check_dtype, resolve_device  # noqa: E402
 from .errors import CheckpointError  # noqa: E402
 from .gguf import (CONVERSION_VERSION, DEFAULT_GGUF, DEFAULT_PACKAGE, DEFAULT_PIP,  # noqa: E402
                    default_gguf_path, default_model_path, gguf_cache_dir)
-from .loading import (DEFAULT_CONTEXT_LIMIT, END_OF_TURN_TOKENS, LoadedCheckpoint,  # noqa: E402
-                      collect_eos_token_ids, context_limit_of, load_checkpoint)
 from .safety import read_config, weights_hash  # noqa: E402
 from .spec import resolve_spec  # noqa: E402
+
+#: Names that need torch and transformers, imported on first use (PEP 562): importing this
+#: package, and :func:`check_spec` on the CPU, never loads torch (the chat's UI process runs
+#: it before its window opens).
+_LOADING = ("DEFAULT_CONTEXT_LIMIT", "END_OF_TURN_TOKENS", "LoadedCheckpoint",
+            "collect_eos_token_ids", "context_limit_of", "load_checkpoint")
+
+
+def __getattr__(name: str):
+    if name in _LOADING:
+        from . import loading
+
+        return getattr(loading, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_spec(ckpt: str | None, device: str | None = None, dtype: str | None = None) -> None:
@@ -45,12 +57,16 @@ def check_spec(ckpt: str | None, device: str | None = None, dtype: str | None = 
     the device exists here, the dtype is known, the spec names an existing GGUF file, checkpoint
     directory (with a readable config.json) or cached hub model. Nothing is loaded or
     converted, so a spec that passes may still fail later (corrupt weights, a missing
-    tokenizer); one that fails would fail the same way in ``load_checkpoint``.
+    tokenizer); one that fails would fail the same way in ``load_checkpoint``. torch is
+    imported only for a device other than the CPU.
 
     Raises:
         CheckpointError: one sentence saying what is wrong and what to do.
     """
-    resolve_device(device, dtype)
+    if device is None or device.strip().lower() in ("", "cpu"):
+        check_dtype(dtype)
+    else:
+        resolve_device(device, dtype)
     resolved = resolve_spec(ckpt, None, convert=False)
     if resolved.load_dir.is_dir():
         read_config(resolved.load_dir)

@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 
 from ..backend import ProgressCallback
 from ..paths import models_dir
@@ -118,6 +117,7 @@ def _convert_gguf_into(gguf: Path, out: Path, progress: ProgressCallback | None)
             raise CheckpointError(
                 f"Reading GGUF files needs the {pip_name!r} package; install it with "
                 f"`pip install {pip_name}`.")
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name
