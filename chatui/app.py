@@ -30,6 +30,7 @@ from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
 from .messages import ReplyChosen, ResponseComplete, ResponseFailed, ResponseStarted
+from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .textual_compat import ReportsFatalErrors
 
@@ -98,10 +99,10 @@ class ChatApp(ReportsFatalErrors, App[int]):
                                     system_prompt=self.config.system_prompt,
                                     token_mode=self.config.token_view,
                                     stable_timings=self.config.stable_timings))
-        self.run_worker(self._load(), group="load", exit_on_error=False)
+        run_reported(self, self._load(), what="Loading the model", group="load")
         if self.config.load_path is not None:
-            self.run_worker(self._open(str(self.config.load_path), shown), group="open",
-                            exit_on_error=False)
+            run_reported(self, self._open(str(self.config.load_path), shown),
+                         what=f"Opening {self.config.load_path}", group="open")
 
     async def _open(self, path: str, shown: Awaitable[Any]) -> None:
         """Open the transcript given on the command line, as ``/load PATH`` would, once the
@@ -196,7 +197,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
     def _autosave_failed(self, exc: Exception) -> None:
         if not self._autosave_warned:
             self._autosave_warned = True
-            self.notify(f"Autosave failed: {exc}", severity="error", timeout=10)
+            self.notify(f"Autosave failed: {exc}", severity="error", timeout=10, markup=False)
 
     def _report_autosave_failure(self, exc: Exception) -> None:
         """Called on the autosaver's thread."""

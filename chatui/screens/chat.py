@@ -46,6 +46,7 @@ from ..messages import (
     TokenSelected,
 )
 from ..recorder import ContextReported, ReplyRecorder, branch
+from ..reporting import reported_callback, run_reported
 from ..state import ChatState, Job, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.inspector import TokenInspector
@@ -214,7 +215,8 @@ class ChatScreen(Screen[None]):
         self._loading_done()
         self.state.waiting_for_model = False
         self.notice(f"The model could not be loaded: {message}", "error")
-        self.app.notify(message, title="Loading failed", severity="error", timeout=10)
+        self.app.notify(message, title="Loading failed", severity="error", timeout=10,
+                        markup=False)
 
     async def show_conversation(self, conversation: Conversation, *,
                                 cleared: bool = False) -> None:
@@ -361,21 +363,21 @@ class ChatScreen(Screen[None]):
         self.generating = True
         self.log_view.anchor()
         self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
-        self._gen_worker = self.run_worker(self._stream(job, request), group="generate",
-                                           exit_on_error=False)
+        self._gen_worker = run_reported(self, self._stream(job, request),
+                                        what="The reply", group="generate")
 
     async def _stream(self, job: Job, request: GenerationRequest) -> None:
         """The one loop that applies engine events to replies (through the recorder) and
         shows the deltas. The GC policy is held for as long as it streams."""
         recorder, view = job.recorder, job.view
         recorder.begin()
-        if isinstance(view, CompareView) and view.mounting is not None:
-            await view.mounting
-            view.mounting = None
         gcpolicy.stream_started()
         try:
-            view.begin()
             try:
+                if isinstance(view, CompareView) and view.mounting is not None:
+                    await view.mounting
+                    view.mounting = None
+                view.begin()
                 job.stream = stream = self.services.worker.generate(request)
                 async for events in stream:
                     for ev in events:
@@ -518,7 +520,8 @@ class ChatScreen(Screen[None]):
                             done: Callable[[tuple[tuple[str, ...], str] | None], None]) -> None:
         from .compare import CompareScreen
 
-        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base), done)
+        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base),
+                             reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:
         view = self._view_of(entry)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from inference.types import Message
 
 from ..recorder import ContextReported
+from ..reporting import sentence
 from ..widgets.status import CONTEXT_WARN, StatusBar
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ class ContextMeter:
         self._status = status
         self._notify = notify
         self._warned = False
+        self._count_failed = False
 
     def reported(self, delta: ContextReported, default_limit: int, what: str) -> str:
         """The engine placed a prompt: show its size; returns the notice to show when the
@@ -40,8 +42,13 @@ class ContextMeter:
         try:
             used = await worker.count_tokens(messages)
         except Exception as exc:  # noqa: BLE001 - the meter is a hint, never fatal
-            log.warning("count_tokens failed: %s", exc)
+            log.error("counting the context's tokens failed", exc_info=exc)
+            if not self._count_failed:  # once: it would fail again after every reply
+                self._count_failed = True
+                self._notify(sentence("Counting the context's tokens", exc), title="Error",
+                             severity="error", markup=False)
             return
+        self._count_failed = False
         status = self._status()
         status.context_used = used
         share = status.context_share
