@@ -573,8 +573,10 @@ class ChatScreen(Screen[None]):
         return {
             "theme": self.theme_names(),
             "set": ["temperature ", "top_p ", "top_k ", "min_p ", "repetition_penalty ",
-                    "seed ", "max_tokens "],
+                    "seed ", "max_tokens ", "stop "],
             "copy": ["code"],
+            "export": ["md ", "messages "],
+            "history": ["delete "],
             "compare": ["off", *self.compare.preset_names()],
             "pick": [str(n) for n in range(1, 7)],
         }
