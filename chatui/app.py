@@ -14,6 +14,7 @@ import logging
 import sys
 from typing import Any, Awaitable, Iterable
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -29,7 +30,8 @@ from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
-from .messages import ReplyChosen, ResponseComplete, ResponseFailed, ResponseStarted
+from .messages import (InputReady, ReplyChosen, ResponseComplete, ResponseFailed,
+                       ResponseStarted)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .textual_compat import ReportsFatalErrors
@@ -70,6 +72,48 @@ class ChatApp(ReportsFatalErrors, App[int]):
         self._remember_theme = False
         self.theme = self._initial_theme()
         self.autosaver = Autosaver(self._report_autosave_failure)
+        self._held = []
+
+    # ---- no keystroke is lost ----
+
+    _held: list[events.Event] | None
+    """Keys and pastes that arrived before the chat screen could take them, in order (None
+    once it can: they were handed to the prompt box)."""
+
+    async def on_event(self, event: events.Event) -> None:
+        """Hold the keys a fast typist (or a paste) sends before the prompt box exists, and
+        give a key that arrives while nothing has the focus to the prompt box (Textual would
+        hand it to the screen, which drops it): measured with tmux, a message typed within a
+        second of starting chatui was lost in every run."""
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
+            if self._held is not None:
+                self._held.append(event)
+                return
+            self._focus_prompt_if_nothing_is()
+        await super().on_event(event)
+
+    def _focus_prompt_if_nothing_is(self) -> None:
+        if self.focused is not None:
+            return
+        screen = self.screen
+        if isinstance(screen, ChatScreen) and screen.is_mounted:
+            screen.set_focus(screen.prompt)
+
+    async def on_input_ready(self, event: InputReady) -> None:
+        """The prompt box exists: give it the held keys, in order, before any later key
+        (this runs in the app's queue, where later keys wait)."""
+        held, self._held = self._held or [], None
+        chat = self.chat
+        chat.set_focus(chat.prompt)
+        for early in held:
+            if isinstance(early, events.Key) and early.key == "ctrl+j":
+                # typed before the terminal left line mode, Enter arrives as a line feed
+                early = events.Key("enter", "\r")
+            elif isinstance(early, events.Key):
+                early = events.Key(early.key, early.character)
+            else:
+                early = events.Paste(early.text)  # type: ignore[attr-defined]
+            await super().on_event(early)
 
     def _initial_theme(self) -> str:
         wanted = self.config.theme or load_remembered(

@@ -64,3 +64,8 @@ class ReplyChosen(Message):
     """The user chose another column of a comparison to continue with (the app saves)."""
 
     entry_index: int
+
+
+@dataclass
+class InputReady(Message):
+    """The chat screen is mounted and its prompt box can take keys (posted once)."""

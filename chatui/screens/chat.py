@@ -38,6 +38,7 @@ from ..chat_commands import AppServices
 from ..conversation import Conversation, Entry
 from ..messages import (
     AlternativeChosen,
+    InputReady,
     PromptSubmitted,
     ReplyChosen,
     ResponseComplete,
@@ -182,6 +183,7 @@ class ChatScreen(Screen[None]):
         self.query_one("#hint").display = False
         self.settings_changed()
         self.prompt.focus()
+        self.post_message(InputReady())  # the app hands over keys typed before now
 
     # ---- model loading (the app calls these) ----
 
