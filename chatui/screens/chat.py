@@ -48,7 +48,7 @@ from ..messages import (
 )
 from ..recorder import ContextReported, ReplyRecorder, branch
 from ..reporting import reported_callback, run_reported
-from ..state import ChatState, Job, speed_label, status_label
+from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
@@ -199,8 +199,7 @@ class ChatScreen(Screen[None]):
     def model_ready(self, info: ModelInfo) -> None:
         """The model loaded: show it and send any message typed while loading."""
         self.state.model_ready(info)
-        weights = f" · {info.quantization}" if info.quantization not in ("", "none") else ""
-        self.status.model = f"{info.name} · {info.device} · {info.dtype}{weights}"
+        self.status.model = model_label(info)
         self.status.context_limit = info.context_limit
         self.settings_changed()
         self._loading_done()

@@ -1,0 +1,48 @@
+"""Issue 14, section 5: the status line at 70 and 120 columns, the precision label, the
+context toast's tense, and quitting when the autosave fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatui.state import model_label
+from chatui.textual_compat.testing import render_screen
+from inference.scripted import ScriptedBackend
+from inference.settings import SamplingParams
+from inference.types import ModelInfo
+from test_app import config_dir, loaded, make_app, send  # noqa: F401
+
+
+def top_line(app) -> str:
+    return render_screen(app, fresh=True)[0].text
+
+
+def long_named(context_limit: int) -> ScriptedBackend:
+    b = ScriptedBackend(lambda r, row: "ok", context_limit=context_limit)
+    b.info = ModelInfo(name="SmolLM2-135M-Instruct", backend="local", device="cpu",
+                       dtype="float32", context_limit=context_limit, quantization="int8")
+    return b
+
+
+@pytest.mark.parametrize("size", [(70, 24), (120, 36)])
+async def test_the_context_count_and_the_settings_always_show(size):
+    app = make_app(backend=long_named(8192),
+                   settings=SamplingParams(temperature=0.7, max_new_tokens=512, top_p=0.9))
+    async with app.run_test(size=size) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.pause(0.1)
+        line = top_line(app)
+        assert "ctx" in line and "/8.2k" in line, line
+        if size[0] >= 120:
+            for part in ("temp 0.7", "top_p 0.9", "max 512"):
+                assert part in line, line
+            assert "int8 weights" in line, line
+
+
+def test_the_precision_says_what_is_quantized():
+    info = ModelInfo(name="m", backend="local", device="cpu", dtype="float32",
+                     context_limit=10, quantization="int8")
+    assert model_label(info) == "m · cpu · int8 weights, fp32 compute"
+    plain = ModelInfo(name="m", backend="local", device="cpu", dtype="bfloat16",
+                      context_limit=10)
+    assert model_label(plain) == "m · cpu · bf16"
