@@ -10,6 +10,7 @@ in the app with a sentence (and logged to a file), never as a traceback on the t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from typing import Any, Awaitable, Iterable
@@ -22,7 +23,7 @@ from textual.theme import Theme
 
 from inference.backend import BackendFactory
 from inference.types import Failed, Progress
-from inference.worker import InferenceWorker
+from inference.worker import InferenceWorker, describe_error
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
 from . import chat_commands
@@ -30,8 +31,8 @@ from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
-from .messages import (InputReady, ReplyChosen, ResponseComplete, ResponseFailed,
-                       ResponseStarted)
+from .messages import (AutosaveFailed, InputReady, ReplyChosen, ResponseComplete,
+                       ResponseFailed, ResponseStarted)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .textual_compat import ReportsFatalErrors
@@ -199,14 +200,27 @@ class ChatApp(ReportsFatalErrors, App[int]):
                     timeout=4)
 
     async def action_quit(self) -> None:
-        """Stop any reply, keep the conversation, close the worker and exit."""
+        """Stop any reply, keep the conversation, close the worker and exit; if the last save
+        failed or did not finish, say so on the terminal (quitting once waited 10 s
+        silently, the save's error report blocked behind the wait, and exited as if saved)."""
         try:
             await self.chat.stop_generation()
         except LookupError:
             pass
+        self._autosave_error = None
         self.save_conversation()
-        self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+        if self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say why we wait
+            self.notify("Saving the conversation before quitting…", timeout=SAVE_ON_EXIT_S)
+        saved = await asyncio.to_thread(self.autosaver.flush, SAVE_ON_EXIT_S)
         self.worker.close()
+        error = self._autosave_error
+        if error is not None or not saved:
+            why = describe_error(error) if error is not None else (
+                f"the save did not finish within {SAVE_ON_EXIT_S:.0f} s")
+            self.exit(return_code=2,
+                      message=f"chatui quit, but the conversation could not be saved ({why}). "
+                      f"Details are in {self.config.resolved_log_file()}.")
+            return
         self.exit(0)
 
     _model_ref: ModelRef | None = None
@@ -243,12 +257,17 @@ class ChatApp(ReportsFatalErrors, App[int]):
             self._autosave_warned = True
             self.notify(f"Autosave failed: {exc}", severity="error", timeout=10, markup=False)
 
+    _autosave_error: Exception | None = None
+    """What the last failed autosave raised (reset when quitting saves once more)."""
+
     def _report_autosave_failure(self, exc: Exception) -> None:
-        """Called on the autosaver's thread."""
-        try:
-            self.call_from_thread(self._autosave_failed, exc)
-        except RuntimeError:  # the app has stopped
-            pass
+        """Called on the autosaver's thread; never blocks it (``call_from_thread`` did, until
+        the loop ran, while the loop waited for the autosaver on quit: a 10 s deadlock)."""
+        self._autosave_error = exc
+        self.post_message(AutosaveFailed(exc))
+
+    def on_autosave_failed(self, event: AutosaveFailed) -> None:
+        self._autosave_failed(event.error)
 
     def on_response_started(self, event: ResponseStarted) -> None:
         self.save_conversation()  # the user's message is kept even if the reply never ends

@@ -69,3 +69,10 @@ class ReplyChosen(Message):
 @dataclass
 class InputReady(Message):
     """The chat screen is mounted and its prompt box can take keys (posted once)."""
+
+
+@dataclass
+class AutosaveFailed(Message):
+    """An autosave could not be written (posted from the autosaver's thread)."""
+
+    error: Exception

@@ -46,3 +46,40 @@ def test_the_precision_says_what_is_quantized():
     plain = ModelInfo(name="m", backend="local", device="cpu", dtype="bfloat16",
                       context_limit=10)
     assert model_label(plain) == "m · cpu · bf16"
+
+
+async def test_the_context_toast_says_turns_are_left_out_when_they_already_are():
+    from chatui.screens.context_meter import context_warning
+
+    assert "soon" in context_warning(850, 1000)
+    assert "soon" not in context_warning(1040, 1000)
+    assert "left out of every reply now" in context_warning(1040, 1000)
+    app = make_app(context_limit=40)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, " ".join(["word"] * 30))
+        await pilot.pause(0.1)
+        toasts = [n.message for n in app._notifications if n.title == "Context"]
+        assert toasts and "soon" not in toasts[-1], toasts
+
+
+async def test_quitting_after_a_failed_autosave_says_nothing_was_saved(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(blocker / "data"))
+    app = make_app()
+    said = []
+    real_exit = app.exit
+
+    def exit(*args, **kwargs):
+        said.append(str(kwargs.get("message", "")))
+        real_exit(*args, **kwargs)
+
+    app.exit = exit  # type: ignore[method-assign]
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "keep me")
+        await pilot.pause(0.2)
+        assert any("Autosave failed" in n.message for n in app._notifications)
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.5)
+    assert app.return_code == 2
+    assert "could not be saved" in " ".join(said), said

@@ -33,6 +33,7 @@ class ContextMeter:
         status.context_used = delta.prompt_tokens
         if delta.dropped_messages <= 0:
             return ""
+        self._warned = True  # the notice says it; no toast about "soon" after it
         return (f"The conversation no longer fits the model's context ({limit} tokens): "
                 f"the oldest {delta.dropped_messages} message(s) were left out of this {what}. "
                 "Use /clear to start afresh.")
@@ -54,8 +55,8 @@ class ContextMeter:
         share = status.context_share
         if share >= CONTEXT_WARN and not self._warned:
             self._warned = True
-            self._notify(f"The context is {share:.0%} full; the oldest turns will be left "
-                         "out soon. /clear starts afresh.", title="Context", severity="warning")
+            self._notify(context_warning(used, status.context_limit), title="Context",
+                         severity="warning")
         elif share < CONTEXT_WARN:
             self._warned = False
 
@@ -63,3 +64,15 @@ class ContextMeter:
         status = self._status()
         status.context_used = 0
         status.speed = ""
+
+
+def context_warning(used: int, limit: int) -> str:
+    """The toast when the context gets full, in the right tense: a conversation already
+    longer than the context has its oldest turns left out of every reply now (the toast said
+    "will be left out soon" at 104%)."""
+    if used >= limit:
+        return (f"The conversation ({used} tokens) is longer than the model's context "
+                f"({limit}): its oldest turns are left out of every reply now. /clear starts "
+                "afresh.")
+    return (f"The context is {used / limit:.0%} full; the oldest turns will be left out "
+            "soon. /clear starts afresh.")
