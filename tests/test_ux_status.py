@@ -83,3 +83,27 @@ async def test_quitting_after_a_failed_autosave_says_nothing_was_saved(tmp_path,
         await pilot.pause(0.5)
     assert app.return_code == 2
     assert "could not be saved" in " ".join(said), said
+
+
+async def test_a_long_prefill_says_the_prompt_is_being_read():
+    import threading
+
+    go = threading.Event()
+
+    def slow(request, row):
+        go.wait(10)  # the engine is "reading the prompt" until the test lets it go on
+        return "done reading"
+
+    app = make_app(slow)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "x " * 3000, wait=False)
+        for _ in range(300):
+            if "reading the prompt" in app.chat.status.speed:
+                break
+            await pilot.pause(0.01)
+        assert "reading the prompt (3,0" in app.chat.status.speed
+        go.set()
+        from test_app import settle
+
+        await settle(pilot, app)
+        assert "reading" not in app.chat.status.speed
