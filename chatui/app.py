@@ -66,8 +66,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
                  worker: InferenceWorker | None = None) -> None:
         super().__init__()
         self.config = config or AppConfig()
-        self.worker = worker or InferenceWorker(
-            factory, log_file=self.config.resolved_log_file())  # engine output never hits the screen
+        self._factory = factory
+        self.worker = worker or self._new_worker()
         for theme in THEMES:
             self.register_theme(theme)
         self._remember_theme = False
@@ -115,6 +115,38 @@ class ChatApp(ReportsFatalErrors, App[int]):
             else:
                 early = events.Paste(early.text)  # type: ignore[attr-defined]
             await super().on_event(early)
+
+    def _new_worker(self) -> InferenceWorker:
+        return InferenceWorker(self._factory,
+                               log_file=self.config.resolved_log_file())  # never the screen
+
+    # ---- an engine that died is restarted ----
+
+    _restarting = False
+
+    def _restart_if_dead(self) -> bool:
+        """If the engine's process died, say so once, start a new one behind the loading
+        panel and go on (every message failed with the same sentence before). Whether it
+        is restarting."""
+        why = self.worker.dead
+        if why is None or self._restarting:
+            return self._restarting
+        self._restarting = True
+        log.error("the engine died (%s); restarting it", why)
+        self.notify(f"{why} Restarting the engine; the conversation is kept, and a message "
+                    "sent meanwhile goes out when it is ready.", title="Engine restarted",
+                    severity="warning", timeout=10, markup=False)
+        old, self.worker = self.worker, self._new_worker()
+        old.close()
+        self.chat.model_reloading()
+        run_reported(self, self._reload(), what="Restarting the engine", group="load")
+        return True
+
+    async def _reload(self) -> None:
+        try:
+            await self._load()
+        finally:
+            self._restarting = False
 
     def _initial_theme(self) -> str:
         wanted = self.config.theme or load_remembered(
@@ -274,9 +306,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
 
     def on_response_complete(self, event: ResponseComplete) -> None:
         self.save_conversation()
+        self._restart_if_dead()  # a comparison whose columns partly failed
 
     def on_response_failed(self, event: ResponseFailed) -> None:
         self.save_conversation()
+        self._restart_if_dead()
 
     def on_reply_chosen(self, event: ReplyChosen) -> None:
         self.save_conversation()

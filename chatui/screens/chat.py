@@ -209,6 +209,14 @@ class ChatScreen(Screen[None]):
             self.state.waiting_for_model = False
             self.answer("")
 
+    def model_reloading(self) -> None:
+        """The engine is being restarted: show the loading panel again; messages sent
+        meanwhile wait for it (as while the app starts)."""
+        self.state.info = None
+        self.status.model = "restarting the engine…"
+        if not self.query(LoadingPanel):
+            self.mount(LoadingPanel(id="loading"), before=self.query_one("#hint"))
+
     def model_failed(self, message: str) -> None:
         """The model could not be loaded: say so; commands keep working."""
         self.state.load_error = message
@@ -457,7 +465,8 @@ class ChatScreen(Screen[None]):
         await self._update_context()
 
     async def _update_context(self) -> None:
-        if self.info is not None:
+        if self.info is not None and self.services.worker.dead is None:  # (a dead one is
+            # restarted by the app and said once; a count would only fail again)
             await self.meter.recount(self.services.worker, self.state.conversation.messages())
 
     async def stop_generation(self) -> None:
