@@ -89,3 +89,21 @@ async def test_continue_after_a_failed_reply_does_not_say_it_finished(tmp_path):
         reply.text = ""
         await send(pilot, app, "/continue")
         assert "/retry" in last_notice(app, "error")
+
+
+async def test_the_export_counts_tokens_as_the_chat_does(tmp_path):
+    from chatui.export import reply_stats as export_stats
+    from chatui.widgets.reply import reply_stats as chat_stats
+    from inference.types import Usage
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "count these words please")
+        reply = app.chat.conversation.entries[-1].reply
+        u = reply.usage
+        # as the local engine reports it: the end-of-turn token counted as generated
+        reply.usage = Usage(u.prompt_tokens, len(reply.tokens) + 1, u.cached_tokens,
+                            u.ttft_s, u.decode_tokens_per_s)
+        chat_count = chat_stats(reply, stable_timings=True).split(" tokens")[0]
+        export_count = export_stats(reply).split(" token")[0]
+        assert chat_count.split()[-1] == export_count == str(len(reply.tokens))
