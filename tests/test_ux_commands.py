@@ -107,3 +107,14 @@ async def test_the_export_counts_tokens_as_the_chat_does(tmp_path):
         chat_count = chat_stats(reply, stable_timings=True).split(" tokens")[0]
         export_count = export_stats(reply).split(" token")[0]
         assert chat_count.split()[-1] == export_count == str(len(reply.tokens))
+
+
+async def test_the_palette_offers_every_command():
+    from chatui.commands import COMMANDS
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        titles = [c.title for c in app.get_system_commands(app.chat)]
+        for spec in COMMANDS:
+            assert any(t.startswith(f"/{spec.name}") for t in titles), spec.name
