@@ -101,3 +101,16 @@ async def test_keys_typed_as_the_compare_screen_closes_reach_the_prompt():
         type_now(app, "after compare")
         await pilot.pause(0.1)
         assert app.chat.prompt.text == "after compare"
+
+
+async def test_edit_keeps_a_draft_that_was_in_the_box():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first prompt")
+        app.chat.prompt.text = "a draft I was writing"
+        await pilot.press("ctrl+g")
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "first prompt"
+        app.chat.prompt.move_cursor((0, 0))
+        await pilot.press("up")
+        assert app.chat.prompt.text == "a draft I was writing"

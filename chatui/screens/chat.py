@@ -628,6 +628,9 @@ class ChatScreen(Screen[None]):
         self.status.settings = status_label(self.state)
 
     def put_prompt(self, text: str) -> None:
+        """Put ``text`` in the box (``/edit``, the palette); a draft already there is kept in
+        the prompt history (Up brings it back): it was replaced and lost."""
+        self.prompt.keep_draft()
         self.prompt.set_text(text)
         self.prompt.focus()
 

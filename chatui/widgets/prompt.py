@@ -93,6 +93,18 @@ class PromptInput(TextArea):
             self.notify("  ".join(o.strip() for o in options[:12]), title="Completions",
                         timeout=3)
 
+    def keep_draft(self) -> bool:
+        """Keep what is typed in the box in the prompt history (before the box is given
+        other text); whether there was a draft to keep."""
+        draft = self.text
+        if not draft.strip():
+            return False
+        if draft not in self.prompt_history[-1:]:
+            self.prompt_history.append(draft)
+        self._history_pos = None
+        self.notify("Your draft is kept: Up brings it back.", timeout=4)
+        return True
+
     def set_text(self, text: str) -> None:
         """Replace the text and put the cursor at its end."""
         self.text = text
