@@ -153,6 +153,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
             self.config.resolved_config_dir()).get("theme") or DEFAULT_THEME
         if wanted not in self.available_themes:
             log.warning("unknown theme %r; using %s", wanted, DEFAULT_THEME)
+            self._theme_warning = (f"There is no theme {wanted!r}; using {DEFAULT_THEME}. "
+                                   "/theme lists the themes.")  # shown once mounted
             return DEFAULT_THEME
         return wanted
 
@@ -167,7 +169,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
                 return screen
         raise LookupError("the chat screen is not open")
 
+    _theme_warning = ""
+
     def on_mount(self) -> None:
+        if self._theme_warning:  # --theme nope was ignored silently
+            self.notify(self._theme_warning, severity="warning", timeout=8, markup=False)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._remember_theme = True
         shown = self.push_screen(ChatScreen(self, settings=self.config.settings,

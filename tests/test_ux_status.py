@@ -107,3 +107,10 @@ async def test_a_long_prefill_says_the_prompt_is_being_read():
 
         await settle(pilot, app)
         assert "reading" not in app.chat.status.speed
+
+
+async def test_an_unknown_theme_is_said_not_ignored():
+    app = make_app(theme="nope")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await loaded(pilot, app)
+        assert any("no theme 'nope'" in n.message for n in app._notifications)
