@@ -10,10 +10,12 @@ in the app with a sentence (and logged to a file), never as a traceback on the t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from typing import Any, Awaitable, Iterable
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -21,7 +23,7 @@ from textual.theme import Theme
 
 from inference.backend import BackendFactory
 from inference.types import Failed, Progress
-from inference.worker import InferenceWorker
+from inference.worker import InferenceWorker, describe_error
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
 from . import chat_commands
@@ -29,7 +31,9 @@ from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import ModelRef
-from .messages import ReplyChosen, ResponseComplete, ResponseFailed, ResponseStarted
+from .messages import (AutosaveFailed, InputReady, ReplyChosen, ResponseComplete,
+                       ResponseFailed, ResponseStarted)
+from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .textual_compat import ReportsFatalErrors
 
@@ -62,19 +66,95 @@ class ChatApp(ReportsFatalErrors, App[int]):
                  worker: InferenceWorker | None = None) -> None:
         super().__init__()
         self.config = config or AppConfig()
-        self.worker = worker or InferenceWorker(
-            factory, log_file=self.config.resolved_log_file())  # engine output never hits the screen
+        self._factory = factory
+        self.worker = worker or self._new_worker()
         for theme in THEMES:
             self.register_theme(theme)
         self._remember_theme = False
         self.theme = self._initial_theme()
         self.autosaver = Autosaver(self._report_autosave_failure)
+        self._held = []
+
+    # ---- no keystroke is lost ----
+
+    _held: list[events.Event] | None
+    """Keys and pastes that arrived before the chat screen could take them, in order (None
+    once it can: they were handed to the prompt box)."""
+
+    async def on_event(self, event: events.Event) -> None:
+        """Hold the keys a fast typist (or a paste) sends before the prompt box exists, and
+        give a key that arrives while nothing has the focus to the prompt box (Textual would
+        hand it to the screen, which drops it): measured with tmux, a message typed within a
+        second of starting chatui was lost in every run."""
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
+            if self._held is not None:
+                self._held.append(event)
+                return
+            self._focus_prompt_if_nothing_is()
+        await super().on_event(event)
+
+    def _focus_prompt_if_nothing_is(self) -> None:
+        if self.focused is not None:
+            return
+        screen = self.screen
+        if isinstance(screen, ChatScreen) and screen.is_mounted:
+            screen.set_focus(screen.prompt)
+
+    async def on_input_ready(self, event: InputReady) -> None:
+        """The prompt box exists: give it the held keys, in order, before any later key
+        (this runs in the app's queue, where later keys wait)."""
+        held, self._held = self._held or [], None
+        chat = self.chat
+        chat.set_focus(chat.prompt)
+        for early in held:
+            if isinstance(early, events.Key) and early.key == "ctrl+j":
+                # typed before the terminal left line mode, Enter arrives as a line feed
+                early = events.Key("enter", "\r")
+            elif isinstance(early, events.Key):
+                early = events.Key(early.key, early.character)
+            else:
+                early = events.Paste(early.text)  # type: ignore[attr-defined]
+            await super().on_event(early)
+
+    def _new_worker(self) -> InferenceWorker:
+        return InferenceWorker(self._factory,
+                               log_file=self.config.resolved_log_file())  # never the screen
+
+    # ---- an engine that died is restarted ----
+
+    _restarting = False
+
+    def _restart_if_dead(self) -> bool:
+        """If the engine's process died, say so once, start a new one behind the loading
+        panel and go on (every message failed with the same sentence before). Whether it
+        is restarting."""
+        why = self.worker.dead
+        if why is None or self._restarting:
+            return self._restarting
+        self._restarting = True
+        log.error("the engine died (%s); restarting it", why)
+        self.notify(f"{why} Restarting the engine; the conversation is kept, and a message "
+                    "sent meanwhile goes out when it is ready.", title="Engine restarted",
+                    severity="warning", timeout=10, markup=False)
+        old, self.worker = self.worker, self._new_worker()
+        old.close()
+        self.chat.model_reloading()
+        run_reported(self, self._reload(), what="Restarting the engine", group="load")
+        return True
+
+    async def _reload(self) -> None:
+        try:
+            await self._load()
+        finally:
+            self._restarting = False
 
     def _initial_theme(self) -> str:
         wanted = self.config.theme or load_remembered(
             self.config.resolved_config_dir()).get("theme") or DEFAULT_THEME
         if wanted not in self.available_themes:
             log.warning("unknown theme %r; using %s", wanted, DEFAULT_THEME)
+            self._theme_warning = (f"There is no theme {wanted!r}; using {DEFAULT_THEME}. "
+                                   "/theme lists the themes.")  # shown once mounted
             return DEFAULT_THEME
         return wanted
 
@@ -89,7 +169,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
                 return screen
         raise LookupError("the chat screen is not open")
 
+    _theme_warning = ""
+
     def on_mount(self) -> None:
+        if self._theme_warning:  # --theme nope was ignored silently
+            self.notify(self._theme_warning, severity="warning", timeout=8, markup=False)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._remember_theme = True
         shown = self.push_screen(ChatScreen(self, settings=self.config.settings,
@@ -98,10 +182,10 @@ class ChatApp(ReportsFatalErrors, App[int]):
                                     system_prompt=self.config.system_prompt,
                                     token_mode=self.config.token_view,
                                     stable_timings=self.config.stable_timings))
-        self.run_worker(self._load(), group="load", exit_on_error=False)
+        run_reported(self, self._load(), what="Loading the model", group="load")
         if self.config.load_path is not None:
-            self.run_worker(self._open(str(self.config.load_path), shown), group="open",
-                            exit_on_error=False)
+            run_reported(self, self._open(str(self.config.load_path), shown),
+                         what=f"Opening {self.config.load_path}", group="open")
 
     async def _open(self, path: str, shown: Awaitable[Any]) -> None:
         """Open the transcript given on the command line, as ``/load PATH`` would, once the
@@ -154,14 +238,27 @@ class ChatApp(ReportsFatalErrors, App[int]):
                     timeout=4)
 
     async def action_quit(self) -> None:
-        """Stop any reply, keep the conversation, close the worker and exit."""
+        """Stop any reply, keep the conversation, close the worker and exit; if the last save
+        failed or did not finish, say so on the terminal (quitting once waited 10 s
+        silently, the save's error report blocked behind the wait, and exited as if saved)."""
         try:
             await self.chat.stop_generation()
         except LookupError:
             pass
+        self._autosave_error = None
         self.save_conversation()
-        self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+        if self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say why we wait
+            self.notify("Saving the conversation before quitting…", timeout=SAVE_ON_EXIT_S)
+        saved = await asyncio.to_thread(self.autosaver.flush, SAVE_ON_EXIT_S)
         self.worker.close()
+        error = self._autosave_error
+        if error is not None or not saved:
+            why = describe_error(error) if error is not None else (
+                f"the save did not finish within {SAVE_ON_EXIT_S:.0f} s")
+            self.exit(return_code=2,
+                      message=f"chatui quit, but the conversation could not be saved ({why}). "
+                      f"Details are in {self.config.resolved_log_file()}.")
+            return
         self.exit(0)
 
     _model_ref: ModelRef | None = None
@@ -196,23 +293,30 @@ class ChatApp(ReportsFatalErrors, App[int]):
     def _autosave_failed(self, exc: Exception) -> None:
         if not self._autosave_warned:
             self._autosave_warned = True
-            self.notify(f"Autosave failed: {exc}", severity="error", timeout=10)
+            self.notify(f"Autosave failed: {exc}", severity="error", timeout=10, markup=False)
+
+    _autosave_error: Exception | None = None
+    """What the last failed autosave raised (reset when quitting saves once more)."""
 
     def _report_autosave_failure(self, exc: Exception) -> None:
-        """Called on the autosaver's thread."""
-        try:
-            self.call_from_thread(self._autosave_failed, exc)
-        except RuntimeError:  # the app has stopped
-            pass
+        """Called on the autosaver's thread; never blocks it (``call_from_thread`` did, until
+        the loop ran, while the loop waited for the autosaver on quit: a 10 s deadlock)."""
+        self._autosave_error = exc
+        self.post_message(AutosaveFailed(exc))
+
+    def on_autosave_failed(self, event: AutosaveFailed) -> None:
+        self._autosave_failed(event.error)
 
     def on_response_started(self, event: ResponseStarted) -> None:
         self.save_conversation()  # the user's message is kept even if the reply never ends
 
     def on_response_complete(self, event: ResponseComplete) -> None:
         self.save_conversation()
+        self._restart_if_dead()  # a comparison whose columns partly failed
 
     def on_response_failed(self, event: ResponseFailed) -> None:
         self.save_conversation()
+        self._restart_if_dead()
 
     def on_reply_chosen(self, event: ReplyChosen) -> None:
         self.save_conversation()

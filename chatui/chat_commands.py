@@ -117,16 +117,31 @@ async def cmd_system(ctx: CommandContext, arg: str = "") -> None:
     ctx.notice(f"System prompt set: {shorten(arg, 200)}")
 
 
+CLEARED = ("none", "off", '""', "''")
+"""What ``/set stop VALUE`` takes to mean "no stop strings" (the literal word needs a comma:
+``/set stop none,``)."""
+
+
+def _is_stop(name: str) -> bool:
+    return name.strip().lower() in ("stop", "stops", "stop_strings")
+
+
 async def cmd_set(ctx: CommandContext, arg: str) -> None:
     state = ctx.state
     try:
         if "=" in arg:
             new = parse_assignments(arg, state.settings)
+            named = [a.partition("=") for a in arg.split()]
+            if any(_is_stop(n) and v.strip().lower() in CLEARED for n, _, v in named):
+                new = new.with_values(stop=())
         else:
             name, _, value = arg.partition(" ")
-            if not value.strip():
+            if _is_stop(name) and value.strip().lower() in (*CLEARED, ""):
+                new = state.settings.with_values(stop=())
+            elif not value.strip():
                 raise SettingsError(f"/set needs a value, e.g. /set {name} 0.7")
-            new = state.settings.with_values(**{name: value.strip()})
+            else:
+                new = state.settings.with_values(**{name: value.strip()})
     except SettingsError as exc:
         ctx.notice(str(exc), "error")
         return
@@ -184,9 +199,13 @@ async def cmd_continue(ctx: CommandContext, arg: str = "") -> None:
                    "max_tokens (/set max_tokens N), or /pick a column and send a message.",
                    "error")
         return
-    if reply.finish_reason not in ("length", "cancelled"):
-        ctx.notice("The last reply finished on its own; only a stopped or cut-off reply "
-                   "can be continued.", "error")
+    if reply.finish_reason == "error" and not reply.tokens:
+        ctx.notice(f"The last reply failed before its first token ({reply.error}); /retry "
+                   "generates it again.", "error")
+        return
+    if reply.finish_reason not in ("length", "cancelled", "error"):
+        ctx.notice("The last reply finished on its own; only a stopped, cut-off or failed "
+                   "reply can be continued.", "error")
         return
     reply.settings = state.settings  # e.g. a larger max_tokens set after a cut-off
     ctx.start_reply(last, prefix=prefix_of(reply))
@@ -273,18 +292,64 @@ async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
 async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
     from . import transcript
 
+    word, _, rest = arg.strip().partition(" ")
+    if word.lower() in ("delete", "del", "rm", "remove"):
+        await _delete_saved(ctx, rest.strip())
+        return
+    if word:
+        ctx.notice(f"/history takes no argument but 'delete N'; got {arg.strip()!r}.",
+                   "error")
+        return
     ctx.services.flush_autosaves()
     history = ctx.state.history = transcript.list_transcripts(
         ctx.services.config.transcripts_dir())
     if not history:
         ctx.notice("No saved conversations yet.")
         return
-    lines = ["Saved conversations (/load N opens one):"]
+    lines = ["Saved conversations (/load N opens one, /history delete N removes one):"]
     for i, s in enumerate(history[:30], 1):
         when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
         what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
         lines.append(f"{i:>3}. {when}  {what}")
     ctx.notice("\n".join(lines))
+
+
+TRASH = "deleted"
+"""The folder, inside the transcripts' folder, where ``/history delete`` moves a file: out of
+the list, still on disk (nothing chatui does makes a saved conversation disappear)."""
+
+
+async def _delete_saved(ctx: CommandContext, arg: str) -> None:
+    """``/history delete N``: move the N-th listed conversation out of the history."""
+    from . import transcript
+
+    directory = ctx.services.config.transcripts_dir()
+    if not arg.isdigit():
+        ctx.notice("/history delete needs the number /history shows, e.g. /history delete 2.",
+                   "error")
+        return
+    ctx.services.flush_autosaves()
+    history = ctx.state.history or transcript.list_transcripts(directory)
+    n = int(arg)
+    if not 1 <= n <= len(history):
+        ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
+        return
+    path = Path(history[n - 1].path)
+    if history[n - 1].id and history[n - 1].id == ctx.state.conversation.id:
+        ctx.notice("That is the conversation open now; /clear it first, then delete it.",
+                   "error")
+        return
+    trash = Path(directory if directory is not None else path.parent) / TRASH
+    try:
+        trash.mkdir(parents=True, exist_ok=True)
+        target = trash / path.name
+        path.replace(target)
+    except OSError as exc:
+        ctx.notice(f"Could not delete {path}: {exc.strerror or exc}.", "error")
+        return
+    ctx.state.history = transcript.list_transcripts(directory)
+    ctx.notice(f"Deleted conversation {n} from the history (the file is kept in {trash}; "
+               "/load a file there to bring it back).")
 
 
 async def cmd_load(ctx: CommandContext, arg: str) -> None:
@@ -313,11 +378,33 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
     ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).")
 
 
-async def cmd_export(ctx: CommandContext, arg: str) -> None:
+EXPORT_WORDS = {"md": "md", "markdown": "md", "messages": "messages", "json": "messages"}
+"""The format words ``/export`` takes before its (optional) path."""
+
+
+def export_target(arg: str) -> tuple[str, Path | None]:
+    """``/export [md|messages] [PATH]`` as (format, path): a leading format word picks the
+    format; without one, a ``.json`` path means messages, anything else Markdown. No path:
+    a file named after the conversation in the current folder."""
+    arg = arg.strip()
+    word, _, rest = arg.partition(" ")
+    if word.lower() in EXPORT_WORDS:
+        fmt, raw = EXPORT_WORDS[word.lower()], rest.strip()
+    else:
+        fmt, raw = "", arg
+    path = Path(raw).expanduser() if raw else None
+    if not fmt:
+        fmt = "messages" if path is not None and path.suffix.lower() == ".json" else "md"
+    return fmt, path
+
+
+async def cmd_export(ctx: CommandContext, arg: str = "") -> None:
     from . import transcript
 
-    path = Path(arg).expanduser()
-    fmt = "messages" if path.suffix == ".json" else "md"
+    if not ctx.state.conversation.entries:
+        ctx.notice("There is nothing to export yet.", "error")
+        return
+    fmt, path = export_target(arg)
     try:
         written = transcript.export_to_file(ctx.state.conversation, fmt, path)
     except transcript.TranscriptError as exc:

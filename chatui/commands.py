@@ -40,13 +40,15 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("exit", "Quit; the conversation is kept.", key="Ctrl+Q", handler=run.cmd_exit),
     CommandSpec("system", "Set the system prompt (no text: show it).", args="TEXT",
                 handler=run.cmd_system),
-    CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2.",
+    CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2 "
+                "(/set stop none clears the stop strings).",
                 args="NAME VALUE", needs_arg=True, handler=run.cmd_set),
     CommandSpec("settings", "Show the sampling settings in force.", handler=run.cmd_settings),
     CommandSpec("retry", "Regenerate the last reply.", key="Ctrl+R", handler=run.cmd_retry),
     CommandSpec("edit", "Put the last prompt back in the box and remove its reply.",
                 key="Ctrl+G", handler=run.cmd_edit),
-    CommandSpec("continue", "Continue a reply that was stopped or cut off by the length limit.",
+    CommandSpec("continue", "Continue a reply that was stopped, failed, or was cut off by the "
+                "length limit.",
                 key="Ctrl+O", handler=run.cmd_continue),
     CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T",
                 handler=run.cmd_logprobs),
@@ -60,9 +62,11 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 key="Ctrl+S", handler=run.cmd_save),
     CommandSpec("load", "Load a saved conversation (PATH or number from /history).",
                 args="PATH|N", needs_arg=True, handler=run.cmd_load),
-    CommandSpec("history", "List saved conversations.", handler=run.cmd_history),
-    CommandSpec("export", "Export to Markdown (.md) or messages JSON (.json).", args="PATH",
-                needs_arg=True, handler=run.cmd_export),
+    CommandSpec("history", "List saved conversations (/history delete N removes one).",
+                args="[delete N]", handler=run.cmd_history),
+    CommandSpec("export", "Export to Markdown or messages JSON (by the word, or by a .json "
+                "PATH); no PATH: a file named after the conversation here.",
+                args="[md|messages] [PATH]", handler=run.cmd_export),
     CommandSpec("compare", "Answer the next prompt with 2-6 settings side by side; no "
                 "argument: the compare screen.", args="A | B ...|PRESET|off",
                 handler=run.cmd_compare),

@@ -60,7 +60,9 @@ def reply_stats(reply: Reply) -> str:
     """One small line of numbers about a reply: tokens, speed, first token, perplexity."""
     parts: list[str] = []
     u = reply.usage
-    n = u.completion_tokens if u is not None else len(reply.tokens)
+    # The tokens of the reply, as the chat counts them (the engine's completion count also
+    # holds the end-of-turn token, so the export said 20 where the chat said 19).
+    n = len(reply.tokens) if reply.tokens or u is None else u.completion_tokens
     if n or reply.tokens:
         parts.append(f"{n} token" + ("" if n == 1 else "s"))
     if u is not None:

@@ -64,3 +64,15 @@ class ReplyChosen(Message):
     """The user chose another column of a comparison to continue with (the app saves)."""
 
     entry_index: int
+
+
+@dataclass
+class InputReady(Message):
+    """The chat screen is mounted and its prompt box can take keys (posted once)."""
+
+
+@dataclass
+class AutosaveFailed(Message):
+    """An autosave could not be written (posted from the autosaver's thread)."""
+
+    error: Exception

@@ -109,10 +109,29 @@ class ChatState:
         return tuple(out)
 
 
+def model_label(info: ModelInfo) -> str:
+    """The status bar's model field: name, device and precision. With quantized weights it
+    says what is quantized and what is not ("cpu · float32 · int8" read as a contradiction)."""
+    quant = info.quantization
+    dtype = SHORT_DTYPES.get(info.dtype, info.dtype)
+    if quant in ("", "none"):
+        return f"{info.name} · {info.device} · {dtype}"
+    return f"{info.name} · {info.device} · {quant} weights, {dtype} compute"
+
+
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
 def settings_label(s: SamplingParams) -> str:
-    """The settings in force, short: the main four, then anything else that is not default."""
-    parts = [f"temp {s.temperature:g}", f"top_p {s.top_p:g}", f"top_k {s.top_k}",
-             f"max {s.max_new_tokens}"]
+    """The settings in force, short: temperature and the token limit, then every other
+    sampler that is on (top_p 1 and top_k 0 do nothing, so they are left out: the field
+    was cut off at 120 columns)."""
+    parts = [f"temp {s.temperature:g}"]
+    if s.top_p < 1:
+        parts.append(f"top_p {s.top_p:g}")
+    if s.top_k > 0:
+        parts.append(f"top_k {s.top_k}")
+    parts.append(f"max {s.max_new_tokens}")
     base = SamplingParams()
     for name in ("min_p", "repetition_penalty", "seed", "stop"):
         value = getattr(s, name)

@@ -159,6 +159,6 @@ async def test_status_line_names_the_weights_quantization(tiny_ckpt, tmp_path, m
         await loaded(pilot, app)
         model = app.chat.status.model
         if q8kernel.load_kernel() is not None:
-            assert model.endswith("· cpu · float32 · int8")
+            assert model.endswith("· cpu · int8 weights, fp32 compute")
         else:
-            assert model.endswith("· cpu · bfloat16")
+            assert model.endswith("· cpu · bf16")

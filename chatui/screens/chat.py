@@ -38,6 +38,7 @@ from ..chat_commands import AppServices
 from ..conversation import Conversation, Entry
 from ..messages import (
     AlternativeChosen,
+    InputReady,
     PromptSubmitted,
     ReplyChosen,
     ResponseComplete,
@@ -46,7 +47,8 @@ from ..messages import (
     TokenSelected,
 )
 from ..recorder import ContextReported, ReplyRecorder, branch
-from ..state import ChatState, Job, speed_label, status_label
+from ..reporting import reported_callback, run_reported
+from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
@@ -181,6 +183,7 @@ class ChatScreen(Screen[None]):
         self.query_one("#hint").display = False
         self.settings_changed()
         self.prompt.focus()
+        self.post_message(InputReady())  # the app hands over keys typed before now
 
     # ---- model loading (the app calls these) ----
 
@@ -196,8 +199,7 @@ class ChatScreen(Screen[None]):
     def model_ready(self, info: ModelInfo) -> None:
         """The model loaded: show it and send any message typed while loading."""
         self.state.model_ready(info)
-        weights = f" · {info.quantization}" if info.quantization not in ("", "none") else ""
-        self.status.model = f"{info.name} · {info.device} · {info.dtype}{weights}"
+        self.status.model = model_label(info)
         self.status.context_limit = info.context_limit
         self.settings_changed()
         self._loading_done()
@@ -207,6 +209,14 @@ class ChatScreen(Screen[None]):
             self.state.waiting_for_model = False
             self.answer("")
 
+    def model_reloading(self) -> None:
+        """The engine is being restarted: show the loading panel again; messages sent
+        meanwhile wait for it (as while the app starts)."""
+        self.state.info = None
+        self.status.model = "restarting the engine…"
+        if not self.query(LoadingPanel):
+            self.mount(LoadingPanel(id="loading"), before=self.query_one("#hint"))
+
     def model_failed(self, message: str) -> None:
         """The model could not be loaded: say so; commands keep working."""
         self.state.load_error = message
@@ -214,7 +224,8 @@ class ChatScreen(Screen[None]):
         self._loading_done()
         self.state.waiting_for_model = False
         self.notice(f"The model could not be loaded: {message}", "error")
-        self.app.notify(message, title="Loading failed", severity="error", timeout=10)
+        self.app.notify(message, title="Loading failed", severity="error", timeout=10,
+                        markup=False)
 
     async def show_conversation(self, conversation: Conversation, *,
                                 cleared: bool = False) -> None:
@@ -361,28 +372,33 @@ class ChatScreen(Screen[None]):
         self.generating = True
         self.log_view.anchor()
         self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
-        self._gen_worker = self.run_worker(self._stream(job, request), group="generate",
-                                           exit_on_error=False)
+        self._gen_worker = run_reported(self, self._stream(job, request),
+                                        what="The reply", group="generate")
 
     async def _stream(self, job: Job, request: GenerationRequest) -> None:
         """The one loop that applies engine events to replies (through the recorder) and
         shows the deltas. The GC policy is held for as long as it streams."""
         recorder, view = job.recorder, job.view
         recorder.begin()
-        if isinstance(view, CompareView) and view.mounting is not None:
-            await view.mounting
-            view.mounting = None
         gcpolicy.stream_started()
         try:
-            view.begin()
             try:
+                if isinstance(view, CompareView) and view.mounting is not None:
+                    await view.mounting
+                    view.mounting = None
+                view.begin()
                 job.stream = stream = self.services.worker.generate(request)
+                reading = False
                 async for events in stream:
                     for ev in events:
                         delta = recorder.apply(ev)
                         if isinstance(delta, ContextReported):
                             self._context_reported(delta, job)
+                            reading = self._reading_prompt(delta.prompt_tokens)
                         elif delta is not None:
+                            if reading:
+                                reading = False
+                                self.status.speed = ""
                             await view.show(delta)
             except Exception as exc:  # noqa: BLE001 - shown in the reply, logged in full
                 log.exception("generation failed")
@@ -396,6 +412,13 @@ class ChatScreen(Screen[None]):
         finally:
             gcpolicy.stream_ended()
         await self._after(job)
+
+    def _reading_prompt(self, tokens: int) -> bool:
+        """Say in the status bar that the engine reads the prompt, until the first token (a
+        7.6k-token prompt took 19 s on a CPU with nothing but "generating…" on screen; the
+        engine reports no progress within its prefill, so the size is what can be shown)."""
+        self.status.speed = f"reading the prompt ({tokens:,} tokens)…"
+        return True
 
     def _context_reported(self, delta: ContextReported, job: Job) -> None:
         """Update the context meter; when the oldest turns were left out, say so above the
@@ -442,7 +465,8 @@ class ChatScreen(Screen[None]):
         await self._update_context()
 
     async def _update_context(self) -> None:
-        if self.info is not None:
+        if self.info is not None and self.services.worker.dead is None:  # (a dead one is
+            # restarted by the app and said once; a count would only fail again)
             await self.meter.recount(self.services.worker, self.state.conversation.messages())
 
     async def stop_generation(self) -> None:
@@ -518,7 +542,8 @@ class ChatScreen(Screen[None]):
                             done: Callable[[tuple[tuple[str, ...], str] | None], None]) -> None:
         from .compare import CompareScreen
 
-        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base), done)
+        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base),
+                             reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:
         view = self._view_of(entry)
@@ -570,8 +595,10 @@ class ChatScreen(Screen[None]):
         return {
             "theme": self.theme_names(),
             "set": ["temperature ", "top_p ", "top_k ", "min_p ", "repetition_penalty ",
-                    "seed ", "max_tokens "],
+                    "seed ", "max_tokens ", "stop "],
             "copy": ["code"],
+            "export": ["md ", "messages "],
+            "history": ["delete "],
             "compare": ["off", *self.compare.preset_names()],
             "pick": [str(n) for n in range(1, 7)],
         }
@@ -601,6 +628,9 @@ class ChatScreen(Screen[None]):
         self.status.settings = status_label(self.state)
 
     def put_prompt(self, text: str) -> None:
+        """Put ``text`` in the box (``/edit``, the palette); a draft already there is kept in
+        the prompt history (Up brings it back): it was replaced and lost."""
+        self.prompt.keep_draft()
         self.prompt.set_text(text)
         self.prompt.focus()
 

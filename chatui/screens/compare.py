@@ -48,10 +48,14 @@ class CompareScreen(ModalScreen[Result | None]):
     """
 
     BINDINGS = [
-        Binding("escape", "close", "Close", id="compare.close", tooltip="Close without arming"),
-        Binding("ctrl+enter,ctrl+j", "arm", "Compare", id="compare.arm",
+        Binding("escape", "close", "Close", id="compare.close", tooltip="Close without arming",
+                priority=True),
+        Binding("ctrl+enter,ctrl+j", "arm", "Compare", id="compare.arm", priority=True,
                 tooltip="Compare these columns on the next prompt"),
     ]
+    """Priority bindings: a key that closes the screen runs as it arrives, so the keys typed
+    after it go to the chat's prompt (as a normal binding, it waited in the focused input's
+    queue while the keys after it were handed to the closing screen and lost)."""
 
     DEFAULT_CSS = """
     CompareScreen { align: center middle; }

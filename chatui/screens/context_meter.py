@@ -9,6 +9,7 @@ from typing import Any, Callable
 from inference.types import Message
 
 from ..recorder import ContextReported
+from ..reporting import sentence
 from ..widgets.status import CONTEXT_WARN, StatusBar
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ class ContextMeter:
         self._status = status
         self._notify = notify
         self._warned = False
+        self._count_failed = False
 
     def reported(self, delta: ContextReported, default_limit: int, what: str) -> str:
         """The engine placed a prompt: show its size; returns the notice to show when the
@@ -31,6 +33,7 @@ class ContextMeter:
         status.context_used = delta.prompt_tokens
         if delta.dropped_messages <= 0:
             return ""
+        self._warned = True  # the notice says it; no toast about "soon" after it
         return (f"The conversation no longer fits the model's context ({limit} tokens): "
                 f"the oldest {delta.dropped_messages} message(s) were left out of this {what}. "
                 "Use /clear to start afresh.")
@@ -40,15 +43,20 @@ class ContextMeter:
         try:
             used = await worker.count_tokens(messages)
         except Exception as exc:  # noqa: BLE001 - the meter is a hint, never fatal
-            log.warning("count_tokens failed: %s", exc)
+            log.error("counting the context's tokens failed", exc_info=exc)
+            if not self._count_failed:  # once: it would fail again after every reply
+                self._count_failed = True
+                self._notify(sentence("Counting the context's tokens", exc), title="Error",
+                             severity="error", markup=False)
             return
+        self._count_failed = False
         status = self._status()
         status.context_used = used
         share = status.context_share
         if share >= CONTEXT_WARN and not self._warned:
             self._warned = True
-            self._notify(f"The context is {share:.0%} full; the oldest turns will be left "
-                         "out soon. /clear starts afresh.", title="Context", severity="warning")
+            self._notify(context_warning(used, status.context_limit), title="Context",
+                         severity="warning")
         elif share < CONTEXT_WARN:
             self._warned = False
 
@@ -56,3 +64,15 @@ class ContextMeter:
         status = self._status()
         status.context_used = 0
         status.speed = ""
+
+
+def context_warning(used: int, limit: int) -> str:
+    """The toast when the context gets full, in the right tense: a conversation already
+    longer than the context has its oldest turns left out of every reply now (the toast said
+    "will be left out soon" at 104%)."""
+    if used >= limit:
+        return (f"The conversation ({used} tokens) is longer than the model's context "
+                f"({limit}): its oldest turns are left out of every reply now. /clear starts "
+                "afresh.")
+    return (f"The context is {used / limit:.0%} full; the oldest turns will be left out "
+            "soon. /clear starts afresh.")

@@ -16,6 +16,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+J / Shift+Enter", "new line in the message (pasting multi-line text also works)"),
     ("Up / Down", "recall earlier prompts (on the first / last line of the box)"),
     ("Tab", "complete a /command; otherwise move focus"),
+    ("Ctrl+L", "empty the message box, however long (Ctrl+Z brings the text back)"),
     ("Esc / Ctrl+C", "stop the reply (the partial text is kept, marked as stopped)"),
     ("Ctrl+T", "token view: tokens coloured by probability, with a side panel"),
     ("← → ↑ ↓ Home End", "move the token cursor (in the token view; ↑↓ by 10 tokens)"),
@@ -54,7 +55,9 @@ class HelpScreen(ModalScreen[None]):
         border: round $primary; background: $surface; padding: 0 1; }
     """
 
-    BINDINGS = [Binding("escape,q,f1", "dismiss", "Close", id="help.close")]
+    BINDINGS = [Binding("escape,q,f1", "dismiss", "Close", id="help.close", priority=True)]
+    """A priority binding: the screen closes as the key arrives, so the keys typed right after
+    it reach the chat's prompt (they were lost while the close waited its turn)."""
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():

@@ -1,5 +1,6 @@
 """The prompt box: multi-line, Enter sends, Ctrl+J (or Shift+Enter) inserts a newline,
-Up/Down on the first/last line recall earlier prompts, Tab completes a slash command."""
+Up/Down on the first/last line recall earlier prompts, Tab completes a slash command, Ctrl+L
+empties it."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class PromptInput(TextArea):
         Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", id="prompt.newline",
                 tooltip="Insert a line break"),
         Binding("tab", "complete", "Complete", show=False, priority=True),
+        Binding("ctrl+l", "clear_all", "Clear", id="prompt.clear",
+                tooltip="Empty the box (Ctrl+Z brings the text back)"),
     ]
 
     def __init__(self, *, id: str | None = None, argument_candidates=None) -> None:
@@ -52,6 +55,26 @@ class PromptInput(TextArea):
         self.clear()
         self.post_message(PromptSubmitted(text))
 
+    def action_clear_all(self) -> None:
+        """Empty the box however much it holds (a 60 KB paste once could not be removed
+        without restarting); an edit like any other, so Ctrl+Z undoes it."""
+        if self.text:
+            self.delete(self.document.start, self.document.end,
+                        maintain_selection_offset=False)
+        self._history_pos = None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_all":
+            return True if self.text else None  # in the footer only when there is text
+        return True
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        if bool(self.text) != self._had_text:
+            self._had_text = bool(self.text)
+            self.refresh_bindings()
+
+    _had_text = False
+
     def action_newline(self) -> None:
         self.insert("\n")
 
@@ -69,6 +92,18 @@ class PromptInput(TextArea):
         else:
             self.notify("  ".join(o.strip() for o in options[:12]), title="Completions",
                         timeout=3)
+
+    def keep_draft(self) -> bool:
+        """Keep what is typed in the box in the prompt history (before the box is given
+        other text); whether there was a draft to keep."""
+        draft = self.text
+        if not draft.strip():
+            return False
+        if draft not in self.prompt_history[-1:]:
+            self.prompt_history.append(draft)
+        self._history_pos = None
+        self.notify("Your draft is kept: Up brings it back.", timeout=4)
+        return True
 
     def set_text(self, text: str) -> None:
         """Replace the text and put the cursor at its end."""

@@ -14,14 +14,21 @@ CONTEXT_FULL = 0.95
 """...and to an error here (the oldest turns are about to be dropped)."""
 
 
+NARROW = 130
+"""Below this many columns the context meter drops its bar (the count always shows)."""
+
+
 def context_meter(used: int, limit: int, width: int = 10) -> Content:
-    """``ctx ▰▰▰▱▱ 1.2k/4.1k`` coloured by how full the context is."""
+    """``ctx ▰▰▰▱▱ 1.2k/4.1k`` coloured by how full the context is (``width`` 0: no bar,
+    the count coloured instead)."""
     if limit <= 0:
         return Content(f"ctx {_k(used)}")
     share = min(1.0, used / limit)
     filled = round(share * width)
     style = "$error" if share >= CONTEXT_FULL else "$warning" if share >= CONTEXT_WARN \
         else "$success"
+    if width <= 0:
+        return Content.assemble("ctx ", (f"{_k(used)}/{_k(limit)}", style))
     bar = "▰" * filled + "▱" * (width - filled)
     return Content.assemble("ctx ", (bar, style), f" {_k(used)}/{_k(limit)}")
 
@@ -31,17 +38,21 @@ def _k(n: int) -> str:
 
 
 class StatusBar(Horizontal):
-    """One line: model · device · dtype | settings | context meter | speed.
+    """One line: model · device · precision | settings | context meter | speed.
 
     The screen sets the reactives; each piece redraws itself.
     """
 
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $panel; color: $text; }
-    StatusBar > Static { width: auto; padding: 0 1; }
-    StatusBar > #status-settings { width: 1fr; color: $text-muted; }
-    StatusBar > #status-model { color: $primary; text-style: bold; }
+    StatusBar > Static { width: auto; padding: 0 1; text-wrap: nowrap; }
+    StatusBar > #status-settings { width: 1fr; color: $text-muted; text-overflow: ellipsis; }
+    StatusBar > #status-model { color: $primary; text-style: bold; max-width: 50%;
+        text-overflow: ellipsis; }
+    StatusBar > #status-context, StatusBar > #status-speed { min-width: 8; }
     """
+    """The model and the settings give way (ellipsis) before the context meter and the
+    speed, which always show: at 70 columns the meter was pushed off the line."""
 
     model: reactive[str] = reactive("loading…")
     settings: reactive[str] = reactive("")
@@ -56,14 +67,22 @@ class StatusBar(Horizontal):
         yield Static(id="status-speed")
 
     def watch_model(self, value: str) -> None:
-        self.query_one("#status-model", Static).update(Content(value))
+        field = self.query_one("#status-model", Static)
+        field.update(Content(value))
+        field.tooltip = value  # the whole text, where the line cuts it short
 
     def watch_settings(self, value: str) -> None:
-        self.query_one("#status-settings", Static).update(Content(value))
+        field = self.query_one("#status-settings", Static)
+        field.update(Content(value))
+        field.tooltip = value
 
     def _meter(self) -> None:
+        bar = 0 if self.size.width and self.size.width < NARROW else 10
         self.query_one("#status-context", Static).update(
-            context_meter(self.context_used, self.context_limit))
+            context_meter(self.context_used, self.context_limit, bar))
+
+    def on_resize(self) -> None:
+        self._meter()
 
     def watch_context_used(self) -> None:
         self._meter()

@@ -99,6 +99,12 @@ class InferenceWorker:
         return isinstance(self._host, ProcessHost)
 
     @property
+    def dead(self) -> str | None:
+        """Why this worker can run no more jobs (its process died), or None while it can.
+        A dead worker stays dead: build a new one to go on."""
+        return self._host.dead
+
+    @property
     def info(self) -> ModelInfo | None:
         """The loaded model, or None before loading finished."""
         return self._info

@@ -46,6 +46,13 @@ class ProcessHost:
         self._reader = threading.Thread(target=self._read, name="chatui-inference-reader",
                                         daemon=True)
 
+    @property
+    def dead(self) -> str | None:
+        """Why the child can run no more jobs (it died or never started); None when closed
+        on purpose or alive."""
+        with self._lock:
+            return None if self._closed else self._dead
+
     def _ensure_started(self) -> None:
         if self._closed:
             raise WorkerError("the inference worker is closed")

@@ -22,6 +22,11 @@ class ThreadHost:
         self._started = False
         self._closed = False
 
+    @property
+    def dead(self) -> str | None:
+        """A thread in this process does not die on its own (an exception ends one job)."""
+        return None
+
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
             job()

@@ -1,0 +1,120 @@
+"""Issue 14, section 4: each command does what /help says. Each test failed on main."""
+
+from __future__ import annotations
+
+import json
+
+from chatui import transcript
+from test_app import SIZE, config_dir, loaded, make_app, notices, send  # noqa: F401
+
+
+def last_notice(app, kind=None) -> str:
+    return str(notices(app, kind)[-1].render())
+
+
+async def test_export_takes_a_format_word_then_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "export me")
+        await send(pilot, app, f"/export md {tmp_path / 'a.md'}")
+        assert "export me" in (tmp_path / "a.md").read_text()
+        await send(pilot, app, f"/export messages {tmp_path / 'b.json'}")
+        data = json.loads((tmp_path / "b.json").read_text())
+        assert data[0]["content"] == "export me"
+        await send(pilot, app, "/export messages")
+        written = list(tmp_path.glob("*.messages.json"))
+        assert len(written) == 1 and json.loads(written[0].read_text())[0]["role"] == "user"
+        await send(pilot, app, "/export")
+        assert len(list(tmp_path.glob("*.md"))) == 2
+    names = {p.name for p in tmp_path.iterdir()}
+    assert not names & {"md", "messages", f"md {tmp_path / 'a.md'}"}, names
+
+
+async def test_export_of_an_empty_conversation_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/export")
+        assert "nothing to export" in last_notice(app, "error")
+
+
+async def test_set_stop_none_clears_the_stop_strings():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/set stop ###,END")
+        assert app.chat.settings.stop == ("###", "END")
+        await send(pilot, app, "/set stop none")
+        assert app.chat.settings.stop == ()
+        await send(pilot, app, "/set stop=END")
+        await send(pilot, app, "/set stop=off")
+        assert app.chat.settings.stop == ()
+        await send(pilot, app, "/set stop none,")  # the literal word, when wanted
+        assert app.chat.settings.stop == ("none",)
+
+
+async def test_history_delete_moves_a_conversation_out_of_the_list(tmp_path):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first conversation")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "second conversation")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "/history")
+        listing = last_notice(app)
+        assert "first conversation" in listing and "second conversation" in listing
+        await send(pilot, app, "/history delete 2")
+        assert "Deleted" in last_notice(app)
+        await send(pilot, app, "/history")
+        assert "first conversation" not in last_notice(app)
+        kept = list((tmp_path / "data").rglob("deleted/*.json"))
+        assert len(kept) == 1
+        assert transcript.load_transcript(kept[0]).entries[0].text == "first conversation"
+        await send(pilot, app, "/history delete 9")
+        assert "no conversation 9" in last_notice(app, "error")
+
+
+async def test_continue_after_a_failed_reply_does_not_say_it_finished(tmp_path):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        reply = app.chat.conversation.entries[-1].reply
+        reply.finish_reason, reply.error = "error", "The inference process stopped."
+        before = len(reply.tokens)
+        await send(pilot, app, "/continue")
+        assert not any("finished on its own" in str(n.render()) for n in notices(app))
+        assert reply.finish_reason != "error" and len(reply.tokens) > before
+        reply.finish_reason, reply.error = "error", "x"
+        reply.tokens.clear()
+        reply.text = ""
+        await send(pilot, app, "/continue")
+        assert "/retry" in last_notice(app, "error")
+
+
+async def test_the_export_counts_tokens_as_the_chat_does(tmp_path):
+    from chatui.export import reply_stats as export_stats
+    from chatui.widgets.reply import reply_stats as chat_stats
+    from inference.types import Usage
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "count these words please")
+        reply = app.chat.conversation.entries[-1].reply
+        u = reply.usage
+        # as the local engine reports it: the end-of-turn token counted as generated
+        reply.usage = Usage(u.prompt_tokens, len(reply.tokens) + 1, u.cached_tokens,
+                            u.ttft_s, u.decode_tokens_per_s)
+        chat_count = chat_stats(reply, stable_timings=True).split(" tokens")[0]
+        export_count = export_stats(reply).split(" token")[0]
+        assert chat_count.split()[-1] == export_count == str(len(reply.tokens))
+
+
+async def test_the_palette_offers_every_command():
+    from chatui.commands import COMMANDS
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        titles = [c.title for c in app.get_system_commands(app.chat)]
+        for spec in COMMANDS:
+            assert any(t.startswith(f"/{spec.name}") for t in titles), spec.name

@@ -1,0 +1,116 @@
+"""Issue 14, section 2: input is lossless at every transition (pilot side; the tmux test
+covers the start), and a box of any size can be emptied with one key."""
+
+from __future__ import annotations
+
+from textual import events
+
+from chatui.textual_compat.testing import deliver
+from test_app import SIZE, config_dir, loaded, make_app, send, settle  # noqa: F401
+
+
+def type_now(app, text: str) -> None:
+    """Keys as the terminal driver delivers them, without waiting for the app."""
+    for ch in text:
+        deliver(app, events.Key(ch, ch))
+
+
+async def test_ctrl_l_empties_a_huge_paste_and_ctrl_z_brings_it_back():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        big = ("0123456789abcdef" * 64 + "\n") * 60  # about 60 KB
+        app.chat.prompt.text = big
+        await pilot.pause()
+        assert "prompt.clear" in {b.binding.id for b in app.active_bindings.values()}
+        assert app.chat.prompt.check_action("clear_all", ()) is True  # shown in the footer
+        await pilot.press("ctrl+l")
+        assert app.chat.prompt.text == ""
+        await pilot.press("ctrl+z")
+        assert app.chat.prompt.text == big
+        await pilot.press("ctrl+l")
+        await pilot.pause()
+        assert app.chat.prompt.check_action("clear_all", ()) is None  # hidden: nothing to clear
+
+
+async def test_help_lists_the_clear_key():
+    from chatui.screens.help import help_text
+
+    assert "Ctrl+L" in help_text().plain
+
+
+async def test_keys_while_nothing_has_the_focus_reach_the_prompt():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.set_focus(None)  # as during a focus change (focus() is deferred)
+        type_now(app, "kept")
+        await pilot.pause()
+        assert app.chat.prompt.text == "kept"
+
+
+async def test_keys_typed_as_a_modal_closes_reach_the_prompt():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("f1")
+        await pilot.pause()
+        deliver(app, events.Key("escape", None))
+        type_now(app, "after help")
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "after help"
+
+
+async def test_keys_typed_as_a_reply_ends_reach_the_prompt():
+    app = make_app(delay_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello", wait=False)
+        type_now(app, "next one")
+        await settle(pilot, app)
+        type_now(app, "!")
+        await pilot.pause()
+        assert app.chat.prompt.text == "next one!"
+
+
+async def test_keys_held_before_the_chat_screen_are_replayed_in_order():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app._held = []  # as before the chat screen was mounted
+        type_now(app, "early")
+        deliver(app, events.Key("ctrl+j", None))  # Enter, typed while the tty was in line mode
+        await pilot.pause()
+        assert app.chat.prompt.text == ""
+        from chatui.messages import InputReady
+
+        app.post_message(InputReady())
+        type_now(app, "late")
+        await settle(pilot, app)
+        await pilot.pause(0.1)
+        assert app.chat.conversation.entries[0].text == "early"
+        assert app.chat.prompt.text == "late"
+
+
+async def test_keys_typed_as_the_compare_screen_closes_reach_the_prompt():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await send(pilot, app, "/compare")
+        await pilot.pause(0.1)
+        deliver(app, events.Key("escape", None))
+        type_now(app, "after compare")
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "after compare"
+
+
+async def test_edit_keeps_a_draft_that_was_in_the_box():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first prompt")
+        app.chat.prompt.text = "a draft I was writing"
+        await pilot.press("ctrl+g")
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "first prompt"
+        app.chat.prompt.move_cursor((0, 0))
+        await pilot.press("up")
+        assert app.chat.prompt.text == "a draft I was writing"

@@ -1,0 +1,55 @@
+"""Issue 14, section 4: after /load (and --load) every reply is drawn in full, at once: the
+screen the terminal got equals a fresh render of it, and each reply view is as tall as its
+text (most replies once showed only their first lines until a resize)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatui.textual_compat.testing import render_screen
+from chatui.widgets.reply import ReplyView
+from test_app import config_dir, make_app, send  # noqa: F401
+
+RICH = """# Heading
+
+Some *text* that wraps over several lines because it is long enough to need wrapping on a
+narrow terminal, and then some more.
+
+- item one
+- item two, which is also fairly long so that it wraps on narrow screens
+
+```python
+def f(x):
+    return x * 2
+```
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+> a quote
+
+Last paragraph.
+"""
+
+
+@pytest.mark.parametrize("size", [(70, 24), (120, 36)])
+async def test_a_loaded_conversation_is_drawn_in_full(tmp_path, size):
+    app = make_app(lambda r, row: RICH)
+    async with app.run_test(size=size) as pilot:
+        for text in ("one", "two", "three"):
+            await send(pilot, app, text)
+        await send(pilot, app, f"/save {tmp_path / 's.json'}")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, f"/load {tmp_path / 's.json'}")
+        await pilot.pause(0.3)
+        views = list(app.chat.query(ReplyView))
+        assert len(views) == 3
+        heights = {v.size.height for v in views}
+        assert len(heights) == 1 and min(heights) > 15, heights  # same text, same height
+        shown = [s.text for s in render_screen(app)]
+        assert shown == [s.text for s in render_screen(app, fresh=True)]
+        app.chat.log_view.scroll_home(animate=False)
+        await pilot.pause(0.2)
+        shown = "\n".join(s.text for s in render_screen(app))
+        assert "Heading" in shown

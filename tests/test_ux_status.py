@@ -1,0 +1,116 @@
+"""Issue 14, section 5: the status line at 70 and 120 columns, the precision label, the
+context toast's tense, and quitting when the autosave fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatui.state import model_label
+from chatui.textual_compat.testing import render_screen
+from inference.scripted import ScriptedBackend
+from inference.settings import SamplingParams
+from inference.types import ModelInfo
+from test_app import config_dir, loaded, make_app, send  # noqa: F401
+
+
+def top_line(app) -> str:
+    return render_screen(app, fresh=True)[0].text
+
+
+def long_named(context_limit: int) -> ScriptedBackend:
+    b = ScriptedBackend(lambda r, row: "ok", context_limit=context_limit)
+    b.info = ModelInfo(name="SmolLM2-135M-Instruct", backend="local", device="cpu",
+                       dtype="float32", context_limit=context_limit, quantization="int8")
+    return b
+
+
+@pytest.mark.parametrize("size", [(70, 24), (120, 36)])
+async def test_the_context_count_and_the_settings_always_show(size):
+    app = make_app(backend=long_named(8192),
+                   settings=SamplingParams(temperature=0.7, max_new_tokens=512, top_p=0.9))
+    async with app.run_test(size=size) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.pause(0.1)
+        line = top_line(app)
+        assert "ctx" in line and "/8.2k" in line, line
+        if size[0] >= 120:
+            for part in ("temp 0.7", "top_p 0.9", "max 512"):
+                assert part in line, line
+            assert "int8 weights" in line, line
+
+
+def test_the_precision_says_what_is_quantized():
+    info = ModelInfo(name="m", backend="local", device="cpu", dtype="float32",
+                     context_limit=10, quantization="int8")
+    assert model_label(info) == "m · cpu · int8 weights, fp32 compute"
+    plain = ModelInfo(name="m", backend="local", device="cpu", dtype="bfloat16",
+                      context_limit=10)
+    assert model_label(plain) == "m · cpu · bf16"
+
+
+async def test_the_context_toast_says_turns_are_left_out_when_they_already_are():
+    from chatui.screens.context_meter import context_warning
+
+    assert "soon" in context_warning(850, 1000)
+    assert "soon" not in context_warning(1040, 1000)
+    assert "left out of every reply now" in context_warning(1040, 1000)
+    app = make_app(context_limit=40)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, " ".join(["word"] * 30))
+        await pilot.pause(0.1)
+        toasts = [n.message for n in app._notifications if n.title == "Context"]
+        assert toasts and "soon" not in toasts[-1], toasts
+
+
+async def test_quitting_after_a_failed_autosave_says_nothing_was_saved(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(blocker / "data"))
+    app = make_app()
+    said = []
+    real_exit = app.exit
+
+    def exit(*args, **kwargs):
+        said.append(str(kwargs.get("message", "")))
+        real_exit(*args, **kwargs)
+
+    app.exit = exit  # type: ignore[method-assign]
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "keep me")
+        await pilot.pause(0.2)
+        assert any("Autosave failed" in n.message for n in app._notifications)
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.5)
+    assert app.return_code == 2
+    assert "could not be saved" in " ".join(said), said
+
+
+async def test_a_long_prefill_says_the_prompt_is_being_read():
+    import threading
+
+    go = threading.Event()
+
+    def slow(request, row):
+        go.wait(10)  # the engine is "reading the prompt" until the test lets it go on
+        return "done reading"
+
+    app = make_app(slow)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "x " * 3000, wait=False)
+        for _ in range(300):
+            if "reading the prompt" in app.chat.status.speed:
+                break
+            await pilot.pause(0.01)
+        assert "reading the prompt (3,0" in app.chat.status.speed
+        go.set()
+        from test_app import settle
+
+        await settle(pilot, app)
+        assert "reading" not in app.chat.status.speed
+
+
+async def test_an_unknown_theme_is_said_not_ignored():
+    app = make_app(theme="nope")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await loaded(pilot, app)
+        assert any("no theme 'nope'" in n.message for n in app._notifications)
