@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from pathlib import Path
 from typing import Any, Awaitable, Iterable
 
 from textual import events
@@ -30,7 +31,7 @@ from . import chat_commands
 from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
-from .conversation import ModelRef
+from .conversation import Conversation, ModelRef
 from .messages import (AutosaveFailed, InputReady, ReplyChosen, ResponseComplete,
                        ResponseFailed, ResponseStarted)
 from .reporting import run_reported
@@ -274,6 +275,15 @@ class ChatApp(ReportsFatalErrors, App[int]):
     def flush_autosaves(self) -> None:
         """Wait for pending autosaves (before a save or a listing reads the files)."""
         self.autosaver.flush()
+
+    def open_saved(self, path: Path) -> Conversation:
+        """``/load``: the conversation at ``path`` with the identity to go on under (an older
+        copy of a conversation opens as a branch of it, never rewinding its autosave).
+
+        Raises:
+            TranscriptError: the file does not load (one sentence).
+        """
+        return self.autosaver.open(path, self.config.transcripts_dir())
 
     def save_conversation(self) -> None:
         """Autosave the conversation (after every reply and on quit) on the autosaver's

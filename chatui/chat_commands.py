@@ -8,6 +8,8 @@ table. No Textual import: the context does the drawing.
 
 from __future__ import annotations
 
+import asyncio
+
 import datetime
 import difflib
 import logging
@@ -42,6 +44,8 @@ class AppServices(Protocol):
     def save_conversation(self) -> None: ...
 
     def flush_autosaves(self) -> None: ...
+
+    def open_saved(self, path: Path) -> Conversation: ...
 
 
 class CommandContext(Protocol):
@@ -368,14 +372,19 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
         path = state.history[n - 1].path
     else:
         path = Path(arg).expanduser()
+    ctx.services.save_conversation()  # what is open now is kept before another opens
     try:
-        conv = transcript.load_transcript(path)
+        conv = await asyncio.to_thread(ctx.services.open_saved, path)
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return
-    ctx.services.save_conversation()
     await ctx.show_conversation(conv)
-    ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).")
+    note = ""
+    home = transcript.autosave_path(conv, ctx.services.config.transcripts_dir())
+    if conv.parent and not home.exists():  # a branch made just now (its file comes next save)
+        note = (" Its conversation has gone on since this copy was saved, so it opens as a "
+                "branch: new messages go to a new file and the newer one stays as it is.")
+    ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).{note}")
 
 
 EXPORT_WORDS = {"md": "md", "markdown": "md", "messages": "messages", "json": "messages"}

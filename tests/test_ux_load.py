@@ -8,7 +8,7 @@ import pytest
 
 from chatui.textual_compat.testing import render_screen
 from chatui.widgets.reply import ReplyView
-from test_app import config_dir, make_app, send  # noqa: F401
+from test_app import config_dir, make_app, notices, send  # noqa: F401
 
 RICH = """# Heading
 
@@ -53,3 +53,31 @@ async def test_a_loaded_conversation_is_drawn_in_full(tmp_path, size):
         await pilot.pause(0.2)
         shown = "\n".join(s.text for s in render_screen(app))
         assert "Heading" in shown
+
+
+async def test_loading_an_older_copy_opens_a_branch_and_keeps_the_newer_conversation(
+        tmp_path, config_dir):  # noqa: F811
+    """Issue 14, section 1, through the app: /save a copy after one exchange, go on, /load the
+    copy, go on, quit. The conversation's own file still holds both exchanges; the copy's
+    continuation lives in a branch whose parent is the conversation; the user is told."""
+    import chatui.transcript as tr
+
+    app = make_app(lambda r, row: "an answer")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "first")
+        await send(pilot, app, f"/save {tmp_path / 'copy.json'}")
+        await send(pilot, app, "second")
+        original = app.chat.state.conversation.id
+        await send(pilot, app, f"/load {tmp_path / 'copy.json'}")
+        await pilot.pause(0.2)
+        told = " ".join(str(n.render()) for n in notices(app))
+        assert "opens as a branch" in told, told
+        assert app.chat.state.conversation.id != original
+        await send(pilot, app, "third")
+    directory = app.config.transcripts_dir()
+    directory = directory if directory is not None else tr.data_dir()
+    convs = {c.id: c for c in (tr.load_transcript(p) for p in directory.glob("*.json"))}
+    assert [e.text for e in convs[original].entries] == ["first", "an answer", "second",
+                                                         "an answer"]
+    (branch,) = [c for c in convs.values() if c.parent == original]
+    assert [e.text for e in branch.entries] == ["first", "an answer", "third", "an answer"]
