@@ -120,7 +120,7 @@ class ReplyRecorder:
 
 def prefix_of(reply: Reply) -> AssistantPrefix:
     """What the engine continues ``reply`` from (its token ids when every one is known)."""
-    ids = tuple(t.id for t in reply.tokens)
+    ids = reply.tokens.ids()
     known = None if any(i is None for i in ids) else ids
     return AssistantPrefix(reply.text, known)  # type: ignore[arg-type]
 
@@ -132,8 +132,9 @@ def branch(reply: Reply, position: int, rank: int) -> AssistantPrefix:
     alt = token.top[rank - 1]
     chosen = Token(index=position, id=alt.id, text=alt.text, logprob=alt.logprob,
                    entropy=token.entropy, top=token.top)
-    reply.tokens[:] = reply.tokens[:position] + [chosen]
-    reply.text = visible_text(reply.tokens)
+    reply.tokens.truncate(position)
+    reply.tokens.append(chosen)
+    reply.text = reply.tokens.text()
     reply.finish_reason = None
     reply.usage = None
     return prefix_of(reply)

@@ -179,6 +179,10 @@ class TokenRecords(Sequence[Token]):
         i = self._at(i)
         return self._logprobs[i] if self._flags[i] & _HAS_LOGPROB else None
 
+    def glyph_start_at(self, i: int) -> int | None:
+        i = self._at(i)
+        return self._glyph[i] if self._flags[i] & _HAS_GLYPH else None
+
     def id_at(self, i: int) -> int | None:
         i = self._at(i)
         return self._ids[i] if self._flags[i] & _HAS_ID else None

@@ -243,11 +243,13 @@ async def test_streaming_reply_grows_in_steps(token_view):
         assert shown.step == 0
         if token_view:
             assert shown.size.height == lines
-        else:  # as tall as the same reply shown at once
+        else:  # finished, drawn from its text (issue 21), as tall as the reply shown at once
+            finished = view.markdown
+            assert finished is not shown and finished.source == view.reply.text
             twin = ReplyView(view.reply)
             await log.mount(twin)
             await pilot.pause(0.1)
-            assert shown.size.height == twin.markdown.size.height < max(heights)
+            assert finished.size.height == twin.markdown.size.height < max(heights)
         assert log.scroll_y == log.max_scroll_y  # still following the end
 
 

@@ -26,7 +26,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static, TextArea
+from textual.widgets import Static, TextArea
 from textual.worker import Worker
 
 from inference.settings import SamplingParams
@@ -51,6 +51,7 @@ from ..widgets.compare import CompareView
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
 from ..widgets.prompt import PromptInput
+from ..widgets.footer import ChatFooter
 from ..widgets.reply import ReplyView
 from ..widgets.settled import ConversationLog
 from ..widgets.status import LoadingPanel, StatusBar
@@ -173,7 +174,7 @@ class ChatScreen(Screen[None]):
         yield LoadingPanel(id="loading")
         yield Static(id="hint")
         yield PromptInput(id="prompt", argument_candidates=self._argument_candidates)
-        yield Footer()
+        yield ChatFooter()
 
     def on_mount(self) -> None:
         self.log_view.anchor()
@@ -555,9 +556,11 @@ class ChatScreen(Screen[None]):
             view.raw = on
 
     def watch_generating(self, on: bool) -> None:
-        self.set_class(on, "-generating")
-        # a steady cursor while a reply streams (no repaint twice a second), then as it was
+        # on the prompt, not the screen: a class on the screen restyles every widget of the
+        # conversation twice per reply (issue 21)
         prompt = self.prompt
+        prompt.set_class(on, "-generating")
+        # a steady cursor while a reply streams (no repaint twice a second), then as it was
         if on:
             self._blink, prompt.cursor_blink = prompt.cursor_blink, False
         else:
