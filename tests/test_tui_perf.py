@@ -99,32 +99,31 @@ class _Cycle:
         self.me = self
 
 
-def test_gc_policy_freezes_per_stream_and_releases():
-    """A cycle alive when a stream starts is frozen with everything else; once it is garbage
-    no pass frees it (not even the one when the stream ends) until :func:`gcpolicy.release`."""
+def test_gc_policy_freezes_nothing_and_release_collects():
+    """Issue 21: nothing is frozen while replies stream (a cycle that dies while one streams is
+    found by the next full pass), and :func:`gcpolicy.release` collects cycles at once."""
     import weakref
 
     assert gc.isenabled()
     gc.unfreeze()
+    frozen = gc.get_freeze_count()
     cycle = _Cycle()
     alive = weakref.ref(cycle)
-    try:
-        gcpolicy.stream_started()
-        gcpolicy.stream_started()  # compare columns nest
-        assert gcpolicy.streaming() and gc.get_freeze_count() > 0
-        del cycle  # frozen while alive, then garbage in a reference cycle
-        gcpolicy.stream_ended()
-        assert gcpolicy.streaming()
-        gcpolicy.stream_ended()
-        assert not gcpolicy.streaming()
-        gc.collect()
-        assert alive() is not None  # frozen: the collector's passes skip it
-        frozen = gc.get_freeze_count()
-        gcpolicy.release()
-        assert alive() is None  # unfrozen and collected
-        assert 0 < gc.get_freeze_count() < frozen  # what survived is frozen again
-    finally:
-        gc.unfreeze()
+    gcpolicy.stream_started()
+    gcpolicy.stream_started()  # compare columns nest
+    assert gcpolicy.streaming() and gc.get_freeze_count() == frozen
+    del cycle  # garbage in a reference cycle while a reply streams
+    gcpolicy.stream_ended()
+    assert gcpolicy.streaming()
+    gcpolicy.stream_ended()
+    assert not gcpolicy.streaming() and gc.get_freeze_count() == frozen
+    gc.collect()
+    assert alive() is None  # nothing hid it from the collector
+    again = _Cycle()
+    alive = weakref.ref(again)
+    del again
+    gcpolicy.release()
+    assert alive() is None and gc.get_freeze_count() == frozen
 
 
 async def test_the_streaming_loop_holds_the_gc_policy():
