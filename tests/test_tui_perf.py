@@ -101,7 +101,8 @@ class _Cycle:
 
 def test_gc_policy_freezes_nothing_and_release_collects():
     """Issue 21: nothing is frozen while replies stream (a cycle that dies while one streams is
-    found by the next full pass), and :func:`gcpolicy.release` collects cycles at once."""
+    found by the next full pass, which waits until the last stream ends), and
+    :func:`gcpolicy.release` collects cycles at once."""
     import weakref
 
     assert gc.isenabled()
@@ -109,14 +110,17 @@ def test_gc_policy_freezes_nothing_and_release_collects():
     frozen = gc.get_freeze_count()
     cycle = _Cycle()
     alive = weakref.ref(cycle)
+    thresholds = gc.get_threshold()
     gcpolicy.stream_started()
     gcpolicy.stream_started()  # compare columns nest
     assert gcpolicy.streaming() and gc.get_freeze_count() == frozen
+    assert gc.get_threshold()[2] == gcpolicy.DEFERRED  # full passes wait
     del cycle  # garbage in a reference cycle while a reply streams
     gcpolicy.stream_ended()
     assert gcpolicy.streaming()
     gcpolicy.stream_ended()
     assert not gcpolicy.streaming() and gc.get_freeze_count() == frozen
+    assert gc.get_threshold() == thresholds
     gc.collect()
     assert alive() is None  # nothing hid it from the collector
     again = _Cycle()

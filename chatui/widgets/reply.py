@@ -123,6 +123,15 @@ class FenceTracker:
         return min(MARKDOWN_MAX_S, MARKDOWN_S * max(1.0, self.lines / FENCE_LINES))
 
 
+def token_label(text: str) -> str:
+    """A token for the statistics line, never invisible (issue 14: the least likely token
+    showed as ``''``): an empty token (part of a character) is ``∅``, a whitespace token shows
+    its spaces as ``·``."""
+    if not text:
+        return "∅"
+    return show_token(text.replace(" ", "·") if not text.strip() else text)
+
+
 def reply_stats(reply: Reply, *, live_rate: float | None = None,
                 stable_timings: bool = False, running: RunningStats | None = None) -> str:
     """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed.
@@ -138,7 +147,7 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
         parts.append(f"ppl {ppl:.2f}")
     least = running.least
     if least is not None and least.logprob is not None:
-        parts.append(f"least likely {show_token(least.text)} {math.exp(least.logprob):.1%}")
+        parts.append(f"least likely {token_label(least.text)} {math.exp(least.logprob):.1%}")
     if stable_timings:
         parts.append("– tok/s")
     elif reply.usage is not None:

@@ -323,10 +323,22 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         self.tokens.extend(tokens)
 
     def set_tokens(self, tokens: Sequence[Token]) -> None:
-        """Show ``tokens`` instead of what was shown (a reply whose tokens were replaced)."""
+        """Show ``tokens`` instead of what was shown (a reply whose tokens were replaced).
+
+        The cursor stays on the token position it was on, if there still is one, and says so
+        (:class:`TokenSelected`): after continuing from an alternative the side panel shows
+        the chosen token, not the one it replaced (issue 14)."""
+        position = None
+        if self.cursor is not None and 0 <= self.cursor < len(self._units):
+            position = self._units[self.cursor].start
         self.tokens = _records(tokens)
         self._heights.clear()
         self.reset()
+        if position is not None and position < len(self.tokens) and self.active:
+            units = self.units
+            at = next((i for i, u in enumerate(units) if u.start <= position <= u.end), None)
+            if at is not None:
+                self.cursor = at
 
     def set_active(self, on: bool) -> None:
         """Shown (units are made when needed) or hidden (units, lines and strips go)."""
@@ -614,8 +626,10 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
 
     def _scroll_lines_into_view(self, lines: range) -> None:
         """Scroll the nearest scrolling ancestor so that ``lines`` are on screen."""
+        # the first ancestor that scrolls vertically (``is_scrollable`` is true of any
+        # container: it found the reply view, which scrolls nothing; issue 14)
         container = next((a for a in self.ancestors if isinstance(a, Widget)
-                          and a.is_scrollable), None)
+                          and a.styles.overflow_y in ("auto", "scroll")), None)
         if container is None:
             return
         window = container.scrollable_content_region
