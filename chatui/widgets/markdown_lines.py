@@ -525,11 +525,25 @@ class MarkdownLines(Widget):
             ancestor.refresh()
 
     def _visible(self) -> bool:
+        """Whether any of this widget is on screen now.
+
+        Read from the compositor's map of visible widgets (``Screen._compositor``, textual
+        8.2.8; the one private read of this module): ``find_widget`` of a widget off screen
+        builds the map of every widget on the screen, ~20 ms with 60 replies, and PageUp
+        asked it for each reply that scrolled away (docs/long-sessions.md)."""
         try:
-            where = self.screen.find_widget(self)
+            screen = self.screen
         except Exception:  # noqa: BLE001 - not on a screen (any more)
             return False
-        return bool(where.region.intersection(where.clip))
+        visible = getattr(getattr(screen, "_compositor", None), "visible_widgets", None)
+        if isinstance(visible, dict):
+            where = visible.get(self)
+            return where is not None and bool(where[0].intersection(where[1]))
+        try:
+            found = screen.find_widget(self)
+        except Exception:  # noqa: BLE001 - not laid out (any more)
+            return False
+        return bool(found.region.intersection(found.clip))
 
     # ---- layout and drawing ----
 
