@@ -80,6 +80,7 @@ class ReplyRecorder:
             if not 0 <= event.row < len(self.replies):
                 return None
             reply = self.replies[event.row]
+            reply.tokens.compact()  # finished: its strings joined, one per column
             reply.finish_reason = event.finish_reason
             reply.usage = event.usage
             base = self._base_text[event.row]
@@ -106,6 +107,8 @@ class ReplyRecorder:
         running = [r for r in self.replies if r.finish_reason is None]
         for reply in running:
             reply.finish_reason = "cancelled"
+        for reply in self.replies:
+            reply.tokens.compact()
         return bool(running)
 
     @property

@@ -443,6 +443,7 @@ class ReplyView(SettledSize, Vertical):
                 self._stream = None
             self._streaming = False
             self.token_view.sync()
+            self.token_view.tokens.compact()
             self._set_step(0)
             await self._swap_markdown(MarkdownLines(safe_text(self.reply.text)))
             self.token_view.flush()
