@@ -48,10 +48,10 @@ from ..messages import (
 from ..recorder import ContextReported, ReplyRecorder, branch
 from ..state import ChatState, Job, speed_label, status_label
 from ..widgets.compare import CompareView
+from ..widgets.footer import ChatFooter
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
 from ..widgets.prompt import PromptInput
-from ..widgets.footer import ChatFooter
 from ..widgets.reply import ReplyView
 from ..widgets.settled import ConversationLog
 from ..widgets.status import LoadingPanel, StatusBar
