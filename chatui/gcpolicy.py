@@ -1,23 +1,28 @@
-"""Keep Python's cyclic garbage collector from walking the whole session while a reply streams.
+"""The cyclic garbage collector around streaming replies: it runs as Python runs it; nothing is
+frozen.
 
-A full (generation 2) pass walks every tracked object: the app, the conversation and every
-widget. While a reply streamed, such passes came every second or so and took 100-300 ms with
-the GIL held, which froze the screen, delayed keys and, with an in-process engine, stopped
-decoding. The policy:
+The policy this module had (freeze everything alive when a reply starts, and after each full
+pass while it streams) kept pauses short by hiding objects from the collector, but a Markdown
+block or widget frozen while alive and later dead inside a reference cycle was never collected
+again until ``/clear``: 100,000 dead objects per reply, 2.9 million after 30 replies, 8-20 s to
+release (issue 21, docs/long-sessions.md). Its cause is gone: a finished reply keeps ~2,000
+tracked objects alive (MarkdownLines, TokenRecords, a token view that keeps nothing while
+hidden), so a full pass over a long session is short, and with Python's thresholds full passes
+are rare (one runs only when the objects that survived the young generations since the last
+full pass reach a quarter of those that are long-lived): a streaming reply makes far fewer
+survivors than that.
 
-- when a reply starts, what is alive is frozen (:func:`gc.freeze`): later passes skip it;
-- while a reply streams, the collector runs as usual, but after each full pass what survived
-  is frozen too, so every pass walks only what is newer than the previous one: pauses stay a
-  few milliseconds however long the reply grows (Textual keeps every rendered line of every
-  Markdown block, about 70 tracked objects per token, which made passes grow past 200 ms
-  within 2,000 tokens). The price: an object frozen while alive that later dies in a
-  reference cycle (a Markdown block replaced by the stream) waits for :func:`release`;
-- when the last stream ends, one full pass collects what the streams left and freezes what
-  survived: a pause proportional to that reply, not to the session;
-- :func:`release` unfreezes everything and collects it all, for ``/clear`` and ``/load``
-  (frozen objects that later die in a reference cycle are otherwise never collected).
+What is left:
 
-:mod:`chatui.textual_compat.strips` removes the main source of cyclic garbage per frame.
+- while a reply streams, full (generation 2) passes wait: the generation-2 threshold is raised
+  for as long as one streams and restored when the last one ends (young passes run as usual,
+  so a stream's own short-lived cycles are still collected). A full pass walks every object
+  of the session (~250,000 after 60 replies: measured 294 ms on the loaded 2-core machine
+  while the 60th reply streamed, docs/long-sessions.md); deferred, it runs when Python next
+  wants one after the reply, not while tokens and keystrokes arrive. Nothing is frozen, so
+  whatever dies is found by that pass;
+- :func:`release` collects the old conversation's widgets (reference cycles) at once after
+  ``/clear`` or ``/load`` instead of at some later pass, when no reply streams.
 """
 
 from __future__ import annotations
@@ -31,43 +36,39 @@ log = logging.getLogger(__name__)
 _streams = 0
 
 
-def _collect_and_freeze(why: str) -> None:
-    t0 = time.perf_counter()
-    found = gc.collect()
-    gc.freeze()
-    log.debug("gc %s: %d unreachable, %.1f ms, %d frozen", why, found,
-              (time.perf_counter() - t0) * 1000, gc.get_freeze_count())
+DEFERRED = 1_000_000
+"""The generation-2 threshold while a reply streams (young passes between two full passes):
+more than any reply makes."""
 
-
-def _after_pass(phase: str, info: dict) -> None:
-    if phase == "stop" and info.get("generation") == 2 and _streams:
-        gc.freeze()
+_saved: tuple[int, int, int] | None = None
 
 
 def stream_started() -> None:
-    """A reply began streaming (calls nest: compare columns each start one)."""
-    global _streams
+    """A reply began streaming (calls nest: compare columns each start one): full passes
+    wait until the last stream ends."""
+    global _streams, _saved
     _streams += 1
-    if _streams == 1 and gc.isenabled():
-        _collect_and_freeze("before stream")  # small: only what is newer than the last freeze
-    if _after_pass not in gc.callbacks:
-        gc.callbacks.append(_after_pass)
+    if _saved is None:
+        _saved = gc.get_threshold()
+        gc.set_threshold(_saved[0], _saved[1], DEFERRED)
 
 
 def stream_ended() -> None:
-    """A reply ended: after the last one, collect what the streams left and freeze the rest."""
-    global _streams
+    """A reply ended: after the last one, full passes run as Python schedules them again."""
+    global _streams, _saved
     _streams = max(0, _streams - 1)
-    if not _streams and gc.isenabled():
-        _collect_and_freeze("after stream")
+    if not _streams and _saved is not None:
+        gc.set_threshold(*_saved)
+        _saved = None
 
 
 def release() -> None:
-    """Unfreeze and collect everything (after the conversation was cleared or replaced)."""
+    """Collect what the old conversation left (after it was cleared or replaced)."""
     if _streams or not gc.isenabled():
         return
-    gc.unfreeze()
-    _collect_and_freeze("release")
+    t0 = time.perf_counter()
+    found = gc.collect()
+    log.debug("gc release: %d unreachable, %.1f ms", found, (time.perf_counter() - t0) * 1000)
 
 
 def streaming() -> bool:

@@ -80,6 +80,7 @@ class ReplyRecorder:
             if not 0 <= event.row < len(self.replies):
                 return None
             reply = self.replies[event.row]
+            reply.tokens.compact()  # finished: its strings joined, one per column
             reply.finish_reason = event.finish_reason
             reply.usage = event.usage
             base = self._base_text[event.row]
@@ -106,6 +107,8 @@ class ReplyRecorder:
         running = [r for r in self.replies if r.finish_reason is None]
         for reply in running:
             reply.finish_reason = "cancelled"
+        for reply in self.replies:
+            reply.tokens.compact()
         return bool(running)
 
     @property
@@ -120,7 +123,7 @@ class ReplyRecorder:
 
 def prefix_of(reply: Reply) -> AssistantPrefix:
     """What the engine continues ``reply`` from (its token ids when every one is known)."""
-    ids = tuple(t.id for t in reply.tokens)
+    ids = reply.tokens.ids()
     known = None if any(i is None for i in ids) else ids
     return AssistantPrefix(reply.text, known)  # type: ignore[arg-type]
 
@@ -132,8 +135,9 @@ def branch(reply: Reply, position: int, rank: int) -> AssistantPrefix:
     alt = token.top[rank - 1]
     chosen = Token(index=position, id=alt.id, text=alt.text, logprob=alt.logprob,
                    entropy=token.entropy, top=token.top)
-    reply.tokens[:] = reply.tokens[:position] + [chosen]
-    reply.text = visible_text(reply.tokens)
+    reply.tokens.truncate(position)
+    reply.tokens.append(chosen)
+    reply.text = reply.tokens.text()
     reply.finish_reason = None
     reply.usage = None
     return prefix_of(reply)

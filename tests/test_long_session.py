@@ -37,13 +37,6 @@ def config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 21: each finished reply keeps ~21,000 objects alive (a widget per Markdown block "
-    "with its cached strips, an object per token and per alternative, Footer keys that "
-    "Textual never frees) and chatui.gcpolicy freezes the garbage; flip once finished "
-    "replies draw through chatui.widgets.markdown_lines, keep chatui.token_records, the "
-    "screen uses chatui.widgets.footer.ChatFooter and a hidden token view keeps no units "
-    "(docs/long-sessions.md)"))
 async def test_a_finished_reply_keeps_few_objects_alive():
     """Checked after 20 replies (over replies 10-20) and after 40 (over 20-40); failing at 20
     stops the run early (today's code takes ~4 times as long for 40 replies as for 20: every

@@ -97,3 +97,20 @@ def test_tracked_objects_do_not_grow_with_the_tokens():
     added = len(gc.get_objects()) - before
     assert added < 40, added  # a list of tokens would be ~7 per token and alternative
     assert len(kept[1]) == 3000
+
+
+def test_compact_joins_the_pieces_and_keeps_every_token():
+    """A finished reply's strings become one per column (the recorder compacts at the end of
+    a row); reading, appending and truncating go on as before."""
+    tokens = scripted_tokens(" ".join(f"w{i}" for i in range(40)))
+    assert len(tokens) >= 40
+    tokens = tokens[:40]
+    records = TokenRecords(tokens[:30])
+    records.compact()
+    assert all(not s._pending for s in (records._texts, records._raws, records._alt_texts))
+    assert list(records) == tokens[:30]
+    records.extend(tokens[30:])
+    assert records.text_at(35) == tokens[35].text and list(records) == tokens
+    records.compact()
+    records.truncate(10)
+    assert list(records) == tokens[:10]

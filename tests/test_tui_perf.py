@@ -99,31 +99,35 @@ class _Cycle:
         self.me = self
 
 
-def test_gc_policy_freezes_per_stream_and_releases():
-    """A cycle alive when a stream starts is frozen with everything else; once it is garbage
-    no pass frees it (not even the one when the stream ends) until :func:`gcpolicy.release`."""
+def test_gc_policy_freezes_nothing_and_release_collects():
+    """Issue 21: nothing is frozen while replies stream (a cycle that dies while one streams is
+    found by the next full pass, which waits until the last stream ends), and
+    :func:`gcpolicy.release` collects cycles at once."""
     import weakref
 
     assert gc.isenabled()
     gc.unfreeze()
+    frozen = gc.get_freeze_count()
     cycle = _Cycle()
     alive = weakref.ref(cycle)
-    try:
-        gcpolicy.stream_started()
-        gcpolicy.stream_started()  # compare columns nest
-        assert gcpolicy.streaming() and gc.get_freeze_count() > 0
-        del cycle  # frozen while alive, then garbage in a reference cycle
-        gcpolicy.stream_ended()
-        assert gcpolicy.streaming()
-        gcpolicy.stream_ended()
-        assert not gcpolicy.streaming()
-        gc.collect()
-        assert alive() is not None  # frozen: the collector's passes skip it
-        gcpolicy.release()
-        assert alive() is None  # unfrozen and collected
-        assert gc.get_freeze_count() > 0  # what survived is frozen again
-    finally:
-        gc.unfreeze()
+    thresholds = gc.get_threshold()
+    gcpolicy.stream_started()
+    gcpolicy.stream_started()  # compare columns nest
+    assert gcpolicy.streaming() and gc.get_freeze_count() == frozen
+    assert gc.get_threshold()[2] == gcpolicy.DEFERRED  # full passes wait
+    del cycle  # garbage in a reference cycle while a reply streams
+    gcpolicy.stream_ended()
+    assert gcpolicy.streaming()
+    gcpolicy.stream_ended()
+    assert not gcpolicy.streaming() and gc.get_freeze_count() == frozen
+    assert gc.get_threshold() == thresholds
+    gc.collect()
+    assert alive() is None  # nothing hid it from the collector
+    again = _Cycle()
+    alive = weakref.ref(again)
+    del again
+    gcpolicy.release()
+    assert alive() is None and gc.get_freeze_count() == frozen
 
 
 async def test_the_streaming_loop_holds_the_gc_policy():
@@ -245,11 +249,13 @@ async def test_streaming_reply_grows_in_steps(token_view):
         assert shown.step == 0
         if token_view:
             assert shown.size.height == lines
-        else:  # as tall as the same reply shown at once
+        else:  # finished, drawn from its text (issue 21), as tall as the reply shown at once
+            finished = view.markdown
+            assert finished is not shown and finished.source == view.reply.text
             twin = ReplyView(view.reply)
             await log.mount(twin)
             await pilot.pause(0.1)
-            assert shown.size.height == twin.markdown.size.height < max(heights)
+            assert finished.size.height == twin.markdown.size.height < max(heights)
         assert log.scroll_y == log.max_scroll_y  # still following the end
 
 

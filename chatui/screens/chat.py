@@ -26,7 +26,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static, TextArea
+from textual.widgets import Static, TextArea
 from textual.worker import Worker
 
 from inference.settings import SamplingParams
@@ -50,6 +50,7 @@ from ..recorder import ContextReported, ReplyRecorder, branch
 from ..reporting import reported_callback, run_reported
 from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
+from ..widgets.footer import ChatFooter
 from ..widgets.inspector import TokenInspector
 from ..widgets.items import Notice, UserMessage
 from ..widgets.prompt import PromptInput
@@ -175,7 +176,7 @@ class ChatScreen(Screen[None]):
         yield LoadingPanel(id="loading")
         yield Static(id="hint")
         yield PromptInput(id="prompt", argument_candidates=self._argument_candidates)
-        yield Footer()
+        yield ChatFooter()
 
     def on_mount(self) -> None:
         self.log_view.anchor()
@@ -580,9 +581,11 @@ class ChatScreen(Screen[None]):
             view.raw = on
 
     def watch_generating(self, on: bool) -> None:
-        self.set_class(on, "-generating")
-        # a steady cursor while a reply streams (no repaint twice a second), then as it was
+        # on the prompt, not the screen: a class on the screen restyles every widget of the
+        # conversation twice per reply (issue 21)
         prompt = self.prompt
+        prompt.set_class(on, "-generating")
+        # a steady cursor while a reply streams (no repaint twice a second), then as it was
         if on:
             self._blink, prompt.cursor_blink = prompt.cursor_blink, False
         else:

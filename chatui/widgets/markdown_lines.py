@@ -253,11 +253,22 @@ class _Layout:
     def _fence(self, token: MdToken, width: int) -> list[Content]:
         code = token.content[:-1] if token.content.endswith("\n") else token.content
         highlighted = self.highlight(code, token.info.strip().split(" ")[0] if token.info else "")
-        blank = Content(" " * width).stylize(".fence")
+        # padding (1 2) in its own spans with the background only, the code and its fill in
+        # the fence's style: the segments Textual draws for a fence widget
+        blank = Content(" " * width).stylize(".fence_pad")
+        pad = Content("  ").stylize(".fence_pad")
+        room = max(0, width - 4)
         lines = [blank]
         for line in highlighted.split("\n"):
-            line = _crop(Content("  ") + line.expand_tabs(4), width)
-            lines.append(_pad(line, width).stylize_before(".fence"))
+            code = line.expand_tabs(4)
+            if code.cell_length > room:  # cropped where the right padding would start
+                lines.append(_crop(pad + code.stylize_before(".fence"), width))
+                continue
+            fill = room - code.cell_length
+            body = code.stylize_before(".fence")
+            if fill > 0:
+                body += Content(" " * fill).stylize(".fence_pad")
+            lines.append(pad + body + pad)
         lines.append(blank)
         return lines
 
@@ -297,26 +308,45 @@ class _Layout:
             bounds.append(sum(natural[:c + 1]) * room // total)
         widths = [max(1, b - a) for a, b in zip(bounds, bounds[1:])]
 
-        def rule(left: str, mid: str, right: str) -> Content:
-            return Content(left + mid.join("─" * w for w in widths) + right).stylize(
-                ".table_lines")
+        # every corner, run of rule, padding and cell text its own span: drawn as Textual
+        # draws them (one segment each), a screenshot of the reply stays the same
+        def piece(text: str, style: str) -> Content:
+            return Content(text).stylize(style)
 
-        bar = Content("│").stylize(".table_lines")
+        def rule(left: str, mid: str, right: str) -> Content:
+            parts = [piece(left, ".table_lines")]
+            for c, w in enumerate(widths):
+                if c:
+                    parts.append(piece(mid, ".table_lines"))
+                parts.append(piece("─" * w, ".table_lines"))
+            parts.append(piece(right, ".table_lines"))
+            return Content("").join(parts)
+
+        bar = piece("│", ".table_lines")
         out = [rule("┌", "┬", "┐")]
         for n, (is_header, row) in enumerate(rows):
             wrapped = [(row[c] if c < len(row) else Content("")).wrap(max(1, widths[c] - 2))
                        for c in range(columns)]
             for y in range(max(len(w) for w in wrapped)):
-                line = bar
+                parts = [bar]
                 for c, cell_lines in enumerate(wrapped):
-                    cell = cell_lines[y] if y < len(cell_lines) else Content("")
-                    cell = _pad(Content(" ") + cell, widths[c])
-                    line = line + (cell.stylize(".table_header") if is_header else cell) + bar
-                out.append(line)
+                    text = cell_lines[y] if y < len(cell_lines) else Content("")
+                    text = text.stylize(".table_cell")
+                    cell = Content(" ") + text
+                    if is_header:
+                        cell = cell.stylize(".table_header")
+                    parts.append(cell)
+                    pad = widths[c] - cell.cell_length
+                    for blank in (pad - 1, 1) if pad > 1 else (pad,):  # fill, then padding
+                        if blank > 0:
+                            parts.append(piece(" " * blank, ".table_header" if is_header
+                                               else ".table_cell"))
+                    parts.append(bar)
+                out.append(Content("").join(parts))
             if is_header and n + 1 < len(rows) and not rows[n + 1][0]:
                 out.append(rule("├", "┼", "┤"))
         out.append(rule("└", "┴", "┘"))
-        return out
+        return [line.stylize_before(".table") for line in out]
 
 
 def layout_markdown(source: str, width: int,
@@ -403,12 +433,16 @@ STYLES: dict[tuple[str, str], str] = {
     ("fence", ""): "rgb(210,210,210) on black 10%",
     ("fence", "light"): "rgb(210,210,210) on white 30%",
     ("fence", "ansi"): "rgb(210,210,210)",
+    ("fence_pad", ""): "on black 10%",
+    ("fence_pad", "light"): "on white 30%",
+    ("fence_pad", "ansi"): "",
     ("quote", ""): "on $boost",
     ("quote_border", ""): "$text-primary 50%",
     ("quote_border", "light"): "$text-secondary",
     ("hr", ""): "$secondary",
     ("table_header", ""): "$primary",
     ("table_lines", ""): "$foreground 20%",
+    ("table", "light"): "on white 30%",
 }
 """The style of each named span by (name, variant: "dark", "light", "ansi" or "" for all),
 as Textual's Markdown CSS sets them (textual 8.2.8). Resolved through the app's stylesheet
@@ -491,11 +525,25 @@ class MarkdownLines(Widget):
             ancestor.refresh()
 
     def _visible(self) -> bool:
+        """Whether any of this widget is on screen now.
+
+        Read from the compositor's map of visible widgets (``Screen._compositor``, textual
+        8.2.8; the one private read of this module): ``find_widget`` of a widget off screen
+        builds the map of every widget on the screen, ~20 ms with 60 replies, and PageUp
+        asked it for each reply that scrolled away (docs/long-sessions.md)."""
         try:
-            where = self.screen.find_widget(self)
+            screen = self.screen
         except Exception:  # noqa: BLE001 - not on a screen (any more)
             return False
-        return bool(where.region.intersection(where.clip))
+        visible = getattr(getattr(screen, "_compositor", None), "visible_widgets", None)
+        if isinstance(visible, dict):
+            where = visible.get(self)
+            return where is not None and bool(where[0].intersection(where[1]))
+        try:
+            found = screen.find_widget(self)
+        except Exception:  # noqa: BLE001 - not laid out (any more)
+            return False
+        return bool(found.region.intersection(found.clip))
 
     # ---- layout and drawing ----
 

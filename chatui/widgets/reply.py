@@ -32,6 +32,7 @@ from ..conversation import Reply
 from ..recorder import Delta, TokensAdded
 from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
                               forget_arrangement)
+from .markdown_lines import MarkdownLines
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
@@ -122,6 +123,15 @@ class FenceTracker:
         return min(MARKDOWN_MAX_S, MARKDOWN_S * max(1.0, self.lines / FENCE_LINES))
 
 
+def token_label(text: str) -> str:
+    """A token for the statistics line, never invisible (issue 14: the least likely token
+    showed as ``''``): an empty token (part of a character) is ``∅``, a whitespace token shows
+    its spaces as ``·``."""
+    if not text:
+        return "∅"
+    return show_token(text.replace(" ", "·") if not text.strip() else text)
+
+
 def reply_stats(reply: Reply, *, live_rate: float | None = None,
                 stable_timings: bool = False, running: RunningStats | None = None) -> str:
     """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed.
@@ -137,7 +147,7 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
         parts.append(f"ppl {ppl:.2f}")
     least = running.least
     if least is not None and least.logprob is not None:
-        parts.append(f"least likely {show_token(least.text)} {math.exp(least.logprob):.1%}")
+        parts.append(f"least likely {token_label(least.text)} {math.exp(least.logprob):.1%}")
     if stable_timings:
         parts.append("– tok/s")
     elif reply.usage is not None:
@@ -245,8 +255,10 @@ class ReplyView(SettledSize, Vertical):
     ReplyView > .reply-finish { color: $warning; height: auto; }
     ReplyView > .reply-finish.-error { color: $error; }
     ReplyView > Markdown { margin: 0; padding: 0 1; background: transparent; }
+    ReplyView > MarkdownLines { margin: 0; padding: 0 1; background: transparent; }
     ReplyView > TokenView { display: none; }
     ReplyView.-tokens > Markdown { display: none; }
+    ReplyView.-tokens > MarkdownLines { display: none; }
     ReplyView.-tokens > TokenView { display: block; }
     """
 
@@ -261,6 +273,13 @@ class ReplyView(SettledSize, Vertical):
         self.label = label
         self.stable_timings = stable_timings
         self._stream: MarkdownStream | None = None
+        self._streaming = False
+        """Between :meth:`begin` and :meth:`end`."""
+        self._markdown: ReplyMarkdown | MarkdownLines | None = None
+        """What draws the text: the streaming Markdown, or (finished) MarkdownLines. Kept
+        here, never found with ``query_one``: its cache would keep a removed one alive."""
+        self._restoring: AwaitMount | None = None
+        """The streaming Markdown being mounted again (``/continue``)."""
         self._first_token_at: float | None = None
         self._streamed = 0
         self._last_stats = 0.0
@@ -283,8 +302,10 @@ class ReplyView(SettledSize, Vertical):
     # ---- typed accessors ----
 
     @property
-    def markdown(self) -> Markdown:
-        return self.query_one(Markdown)
+    def markdown(self) -> ReplyMarkdown | MarkdownLines:
+        """The widget that shows the reply's text (``source`` is the text shown)."""
+        assert self._markdown is not None
+        return self._markdown
 
     @property
     def token_view(self) -> TokenView:
@@ -292,8 +313,14 @@ class ReplyView(SettledSize, Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(Content(self.label), classes="reply-header")
-        yield ReplyMarkdown(safe_text(self.reply.text), open_links=False)
+        text = safe_text(self.reply.text)
+        # a finished reply is drawn from its text (issue 21: a streaming Markdown keeps
+        # ~12,000 objects alive per reply); one still streaming, or empty, streams
+        self._markdown = (MarkdownLines(text) if self.reply.finish_reason is not None
+                          else ReplyMarkdown(text, open_links=False))
+        yield self._markdown
         view = TokenView(self.reply.tokens, raw=self.raw)
+        view.active = self.token_mode
         view.owner_id = self.id or ""
         view.type_into = self.type_into
         yield view
@@ -308,7 +335,10 @@ class ReplyView(SettledSize, Vertical):
 
     def begin(self) -> None:
         """Start (or resume, for /continue) streaming into this view."""
-        self._stream = Markdown.get_stream(self.markdown)
+        self._streaming = True
+        if self._markdown is not None and not isinstance(self._markdown, ReplyMarkdown):
+            self._restoring = self._swap_markdown(
+                ReplyMarkdown(safe_text(self.reply.text), open_links=False))
         self._first_token_at = None
         self._streamed = 0
         if self._clock is None:
@@ -325,8 +355,30 @@ class ReplyView(SettledSize, Vertical):
         return max(low, min(high, (height or self.app.size.height) // STEP_FRACTION))
 
     def _set_step(self, step: int) -> None:
-        self.query_one(ReplyMarkdown).set_step(step)
+        if isinstance(self._markdown, ReplyMarkdown):
+            self._markdown.set_step(step)
         self.token_view.set_step(step)
+
+    def _swap_markdown(self, new: ReplyMarkdown | MarkdownLines) -> AwaitMount:
+        """Show the text with ``new`` instead of the widget that shows it now."""
+        old = self._markdown
+        self._markdown = new
+        mounted = self.mount(new, before=old) if old is not None and old.parent is self \
+            else self.mount(new, after=self.query_one(".reply-header"))
+        if old is not None:
+            old.remove()
+        return mounted
+
+    async def _streaming_markdown(self) -> MarkdownStream:
+        """The stream into the Markdown (made on the first write of a generation)."""
+        if self._restoring is not None:
+            restoring, self._restoring = self._restoring, None
+            await restoring
+            self._set_step(self._growth_step())
+        if self._stream is None:
+            assert isinstance(self._markdown, ReplyMarkdown)
+            self._stream = Markdown.get_stream(self._markdown)
+        return self._stream
 
     async def add(self, delta: TokensAdded) -> None:
         """Show tokens the recorder just added to the reply; they reach the screen on the
@@ -367,27 +419,37 @@ class ReplyView(SettledSize, Vertical):
 
     async def _write_pending(self) -> None:
         self._last_write = time.monotonic()
-        if self._pending and self._stream is not None:
+        if self._pending and self._streaming:
             text = "".join(self._pending)
             self._pending.clear()
-            await self._stream.write(safe_text(text))
+            stream = await self._streaming_markdown()
+            await stream.write(safe_text(text))
 
     async def end(self) -> None:
-        """The reply finished: flush the Markdown and make sure it equals ``reply.text``."""
+        """The reply finished: its text is drawn from ``reply.text`` by a
+        :class:`MarkdownLines` from now on (the streaming Markdown goes)."""
         try:
             if self._clock is not None:
                 self._clock.stop()
                 self._clock = None
+            # what is pending goes to the streaming Markdown first: stopping a stream whose
+            # task never ran raises CancelledError (textual 8.2.8's MarkdownStream.stop)
             await self._write_pending()
+            if self._restoring is not None:
+                restoring, self._restoring = self._restoring, None
+                await restoring
             if self._stream is not None:
                 await self._stream.stop()
                 self._stream = None
+            self._streaming = False
             self.token_view.sync()
-            if self.markdown.source != safe_text(self.reply.text):
-                await self.markdown.update(safe_text(self.reply.text))
+            self.token_view.tokens.compact()
+            self._set_step(0)
+            await self._swap_markdown(MarkdownLines(safe_text(self.reply.text)))
             self.token_view.flush()
             self.refresh_stats()
         finally:
+            self._streaming = False
             self._set_step(0)  # exactly as tall as the reply again
 
     def on_unmount(self) -> None:
@@ -397,7 +459,11 @@ class ReplyView(SettledSize, Vertical):
 
     async def rebuild(self) -> None:
         """Show ``reply`` afresh (its tokens were replaced, e.g. continue-from-alternative)."""
-        await self.markdown.update(safe_text(self.reply.text))
+        markdown = self.markdown
+        if isinstance(markdown, MarkdownLines):
+            markdown.update(safe_text(self.reply.text))
+        else:
+            await markdown.update(safe_text(self.reply.text))
         self._stats = RunningStats()
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
@@ -416,7 +482,7 @@ class ReplyView(SettledSize, Vertical):
             live = (self._streamed - 1) / elapsed if elapsed > 0 else None
         finish = self.query_one(".reply-finish", Static)
         if reply.finish_reason is None:
-            label = "generating…" if self._stream is not None else ""
+            label = "generating…" if self._streaming else ""
         elif reply.finish_reason == "error":
             label = f"✗ {reply.error or 'failed'}"
         else:
@@ -443,9 +509,8 @@ class ReplyView(SettledSize, Vertical):
 
     def watch_token_mode(self, on: bool) -> None:
         self.set_class(on, "-tokens")
-        if on:
-            self.token_view.sync()
-        elif self._pending:
+        self.token_view.set_active(on)  # hidden, it keeps no units; shown, makes them lazily
+        if not on and self._pending:
             self.call_later(self._write_pending)
 
     def watch_raw(self, on: bool) -> None:

@@ -36,6 +36,8 @@ from textual.widget import Widget
 from inference.types import Token
 from themes import heat_bin
 
+from ..token_records import TokenRecords
+
 from ..messages import AlternativeChosen, TokenSelected
 from .settled import GrowsInSteps, SettledSize, round_up
 from .text import safe_text
@@ -71,34 +73,43 @@ class UnitBuilder:
         self.raw = raw
         self._pending: list[tuple[int, float | None]] = []  # (position, logprob)
 
-    def feed(self, tokens: Sequence[Token], offset: int) -> list[TokenUnit]:
-        """Units completed by ``tokens`` (which sit at ``offset`` in the reply's list)."""
+    def feed(self, tokens: TokenRecords, start: int) -> list[TokenUnit]:
+        """Units completed by the tokens from position ``start`` on (read column by column:
+        no :class:`Token` is made)."""
         out: list[TokenUnit] = []
-        for i, tok in enumerate(tokens):
-            pos = offset + i
+        for pos in range(start, len(tokens)):
+            logprob = tokens.logprob_at(pos)
             if self.raw:
-                text = tok.raw or tok.text.replace("\n", "↵\n")
-                out.append(TokenUnit(pos, pos, safe_text(text), tok.logprob))
+                text = tokens.raw_at(pos) or tokens.text_at(pos).replace("\n", "↵\n")
+                out.append(TokenUnit(pos, pos, safe_text(text), logprob))
                 continue
-            if tok.special:
+            if tokens.is_special(pos):
                 continue
-            if not tok.text:
-                self._pending.append((pos, tok.logprob))
+            text = tokens.text_at(pos)
+            if not text:
+                self._pending.append((pos, logprob))
                 continue
-            start = self._pending[0][0] if self._pending else pos
-            if tok.glyph_start is not None:
-                start = min(start, tok.glyph_start)
+            first = self._pending[0][0] if self._pending else pos
+            glyph = tokens.glyph_start_at(pos)
+            if glyph is not None:
+                first = min(first, glyph)
             lps = [lp for _, lp in self._pending if lp is not None]
-            if tok.logprob is not None:
-                lps.append(tok.logprob)
+            if logprob is not None:
+                lps.append(logprob)
             self._pending.clear()
-            out.append(TokenUnit(start, pos, safe_text(tok.text), min(lps) if lps else None))
+            out.append(TokenUnit(first, pos, safe_text(text), min(lps) if lps else None))
+        UnitBuilder.built += len(out)
         return out
+
+    built = 0
+    """Units made by every builder (a count of work, for tests: toggling views must not
+    rebuild every reply's units)."""
 
 
 def build_units(tokens: Sequence[Token], raw: bool = False) -> list[TokenUnit]:
     """All display units of a token list (see :class:`UnitBuilder`)."""
-    return UnitBuilder(raw).feed(tokens, 0)
+    records = tokens if isinstance(tokens, TokenRecords) else TokenRecords(tokens)
+    return UnitBuilder(raw).feed(records, 0)
 
 
 class Piece(NamedTuple):
@@ -226,6 +237,11 @@ def _cut(text: str, cells: int) -> tuple[str, str]:
     return text, ""
 
 
+def _records(tokens: Sequence[Token]) -> TokenRecords:
+    """Own columns for ``tokens`` (a copy: the view never shares the reply's)."""
+    return tokens.copy() if isinstance(tokens, TokenRecords) else TokenRecords(tokens)
+
+
 def wrap_units(units: Sequence[TokenUnit], width: int) -> LineWrapper:
     """All units wrapped at ``width`` (see :class:`LineWrapper`)."""
     wrapper = LineWrapper(width)
@@ -242,6 +258,14 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
     hands it tokens with :meth:`append` (or all of them anew with :meth:`set_tokens`) and calls
     :meth:`sync` to turn what was appended into units; the view posts :class:`TokenSelected`
     when the cursor moves and :class:`AlternativeChosen` for the digit keys.
+
+    A view that is not shown (``active`` False, see :meth:`set_active`) keeps no units, lines
+    or strips, only its tokens in columns (issue 21: a hidden view of a ~330-token reply kept
+    ~2,700 objects). Shown again, it makes its units when it is first drawn or asked for them;
+    its height at a width it was wrapped at before is remembered (one number), so showing the
+    token view of a long conversation lays out every reply without building them all: only
+    the replies drawn build units (toggling Ctrl+T costs the screen's worth, not the
+    conversation's).
     """
 
     DEFAULT_CSS = """
@@ -267,10 +291,14 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
     def __init__(self, tokens: Sequence[Token] = (), *, raw: bool = False,
                  id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.tokens: list[Token] = list(tokens)
-        """The tokens shown (this view's own list)."""
+        self.tokens: TokenRecords = _records(tokens)
+        """The tokens shown (this view's own columns)."""
         self.raw = raw
-        self.units: list[TokenUnit] = []
+        self.active = True
+        """Whether the view is shown, and so keeps units (see :meth:`set_active`)."""
+        self._units: list[TokenUnit] = []
+        self._heights: dict[tuple[int, bool], tuple[int, int]] = {}
+        """Wrapped line count by (width, raw), with the token count it was for."""
         self._builder = UnitBuilder(raw)
         self._seen = 0
         self._wrapper: LineWrapper | None = None
@@ -295,24 +323,66 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         self.tokens.extend(tokens)
 
     def set_tokens(self, tokens: Sequence[Token]) -> None:
-        """Show ``tokens`` instead of what was shown (a reply whose tokens were replaced)."""
-        self.tokens = list(tokens)
+        """Show ``tokens`` instead of what was shown (a reply whose tokens were replaced).
+
+        The cursor stays on the token position it was on, if there still is one, and says so
+        (:class:`TokenSelected`): after continuing from an alternative the side panel shows
+        the chosen token, not the one it replaced (issue 14)."""
+        position = None
+        if self.cursor is not None and 0 <= self.cursor < len(self._units):
+            position = self._units[self.cursor].start
+        self.tokens = _records(tokens)
+        self._heights.clear()
         self.reset()
+        if position is not None and position < len(self.tokens) and self.active:
+            units = self.units
+            at = next((i for i, u in enumerate(units) if u.start <= position <= u.end), None)
+            if at is not None:
+                self.cursor = at
+
+    def set_active(self, on: bool) -> None:
+        """Shown (units are made when needed) or hidden (units, lines and strips go)."""
+        if on == self.active:
+            return
+        self.active = on
+        if not on:
+            self._drop_units()
+            self.cursor = None
+        else:
+            self._mark_dirty(0)
+
+    def _drop_units(self) -> None:
+        self._builder = UnitBuilder(self.raw)
+        self._units = []
+        self._seen = 0
+        self._wrapper = None
+        self._strips.clear()
+        self._dirty_from = None
+
+    @property
+    def units(self) -> list[TokenUnit]:
+        """The display units (made now if the view is shown and has not made them)."""
+        if self.active and self._seen < len(self.tokens):
+            self.sync(redraw=False)
+        return self._units
+
+    def _built(self) -> bool:
+        return self._seen >= len(self.tokens)
 
     def sync(self, redraw: bool = True) -> None:
         """Take the tokens appended to ``tokens`` since the last call.
 
         With ``redraw`` the view redraws on its own timer (at most every REFRESH_S); without,
-        the caller calls :meth:`flush` (a streaming reply does, on its frame clock)."""
-        new = self.tokens[self._seen:]
-        if not new:
+        the caller calls :meth:`flush` (a streaming reply does, on its frame clock). A hidden
+        view makes no units."""
+        if not self.active or self._seen >= len(self.tokens):
             return
-        units = self._builder.feed(new, self._seen)
+        units = self._builder.feed(self.tokens, self._seen)
         self._seen = len(self.tokens)
         if not units:
             return
-        first = len(self.units)
-        self.units.extend(units)
+        first = len(self._units)
+        self._units.extend(units)
         wrapper = self._wrapper
         if wrapper is not None:
             line = len(wrapper.lines) - 1
@@ -329,11 +399,7 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         """Rebuild every unit from ``tokens`` (after a raw toggle or a replaced reply)."""
         if raw is not None:
             self.raw = raw
-        self._builder = UnitBuilder(self.raw)
-        self.units = []
-        self._seen = 0
-        self._wrapper = None
-        self._strips.clear()
+        self._drop_units()
         self.cursor = None
         self.sync()
         self._dirty_from = 0
@@ -345,8 +411,11 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         return "".join(u.text for u in self.units)
 
     def plain_lines(self) -> list[str]:
-        """The wrapped lines as plain text (for tests and copying)."""
-        wrapper = self._wrap(self._content_width())
+        """The wrapped lines as plain text (for tests and copying; a hidden view wraps its
+        units for the call and keeps nothing)."""
+        width = self._content_width()
+        wrapper = self._wrap(width) if self.active else wrap_units(
+            UnitBuilder(self.raw).feed(self.tokens, 0), width)
         return ["".join(p.text for p in line.pieces) for line in wrapper.lines]
 
     # ---- layout ----
@@ -356,16 +425,26 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
 
     def _wrap(self, width: int) -> LineWrapper:
         wrapper = self._wrapper
-        if wrapper is None or wrapper.width != max(1, width):
-            wrapper = self._wrapper = wrap_units(self.units, width)
+        if wrapper is None or wrapper.width != max(1, width) or not self._built():
+            units = self.units
+            wrapper = self._wrapper = wrap_units(units, width)
             self._strips.clear()
         return wrapper
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        """The wrapped lines, rounded up to a multiple of ``step`` while streaming."""
-        if not self.units:
+        """The wrapped lines, rounded up to a multiple of ``step`` while streaming (a view
+        shown again whose units are not made yet answers from its remembered height)."""
+        if not self.tokens:
             return 0
-        self._shown_lines = round_up(self._line_count(self._wrap(width)), self.step)
+        known = self._heights.get((width, self.raw))
+        if known is not None and known[0] == len(self.tokens) and not self._built():
+            count = known[1]
+        else:
+            if not self.units:
+                return 0
+            count = self._line_count(self._wrap(width))
+            self._heights = {(width, self.raw): (len(self.tokens), count)}
+        self._shown_lines = round_up(count, self.step)
         return self._shown_lines
 
     @staticmethod
@@ -547,8 +626,10 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
 
     def _scroll_lines_into_view(self, lines: range) -> None:
         """Scroll the nearest scrolling ancestor so that ``lines`` are on screen."""
+        # the first ancestor that scrolls vertically (``is_scrollable`` is true of any
+        # container: it found the reply view, which scrolls nothing; issue 14)
         container = next((a for a in self.ancestors if isinstance(a, Widget)
-                          and a.is_scrollable), None)
+                          and a.styles.overflow_y in ("auto", "scroll")), None)
         if container is None:
             return
         window = container.scrollable_content_region

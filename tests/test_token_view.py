@@ -1,0 +1,136 @@
+"""The token view (issue 14's findings and issue 21's toggling cost), under the pilot."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from inference.scripted import ScriptedBackend
+from inference.settings import SamplingParams
+
+from textual.css.stylesheet import Stylesheet
+
+from chatui.widgets.token_view import UnitBuilder
+from test_app import SIZE, loaded, make_app, replies, send, send_nowait, settle, tap
+
+LONG = " ".join(f"w{i}" for i in range(1500))
+"""A reply much taller than the screen in the token view."""
+
+
+def _visible_in_log(app, tv, unit: int) -> bool:
+    """Whether unit ``unit``'s first line is inside the conversation's viewport."""
+    log = app.chat.log_view
+    lines = tv._lines_of(unit)
+    assert lines, "the unit has no line"
+    top = tv.region.y + tv.styles.gutter.top + lines.start
+    window = log.scrollable_content_region
+    return window.y <= top < window.bottom
+
+
+async def test_jumping_in_the_token_view_scrolls_to_the_token():
+    """Home, End and ``n`` move the cursor to a token that is off screen: it scrolls into
+    view (issue 14)."""
+    app = make_app(lambda r, row: LONG, settings=SamplingParams(max_new_tokens=3000))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.2)
+        tv = replies(app)[0].token_view
+        assert app.focused is tv and tv.cursor == len(tv.units) - 1
+        assert _visible_in_log(app, tv, tv.cursor)
+        await pilot.press("home")
+        await pilot.pause(0.2)
+        assert tv.cursor == 0 and _visible_in_log(app, tv, 0)
+        await pilot.press("end")
+        await pilot.pause(0.2)
+        assert _visible_in_log(app, tv, tv.cursor)
+        await pilot.press("home")
+        await pilot.pause(0.2)
+        await pilot.press("n")  # the least likely token (the scripted engine: late in it)
+        await pilot.pause(0.2)
+        assert _visible_in_log(app, tv, tv.cursor)
+
+
+class _LowBackend(ScriptedBackend):
+    """The scripted engine, with one token made the least likely and empty (the middle part
+    of a glyph) or whitespace."""
+
+    def __init__(self, text: str, low: str) -> None:
+        super().__init__(lambda r, row: "some words here")
+        self.low = low
+
+    def generate(self, request, cancel):
+        for ev in super().generate(request, cancel):
+            if hasattr(ev, "tokens"):
+                ev = dataclasses.replace(ev, tokens=tuple(
+                    dataclasses.replace(t, text=self.low, logprob=-9.0) if t.index == 1 else t
+                    for t in ev.tokens))
+            yield ev
+
+
+async def test_the_least_likely_token_is_shown_visibly():
+    """An empty or whitespace least likely token shows as something, never as ``''``."""
+    for low, shown in (("", "∅"), (" ", "·")):
+        app = make_app(backend=_LowBackend("", low))
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "go")
+            stats = str(replies(app)[0].query_one(".reply-stats").render())
+            assert "least likely" in stats and "''" not in stats and "' '" not in stats
+            assert shown in stats
+
+
+async def test_continuing_from_an_alternative_moves_the_side_panel():
+    """After continuing from an alternative, the inspector shows the chosen token, not the
+    one it replaced (issue 14)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "right")
+        await pilot.pause(0.1)
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        assert "alt1" not in detail.split("alternatives")[0]
+        await pilot.press("2")
+        await settle(pilot, app)
+        reply = replies(app)[0].reply
+        assert reply.tokens[2].text == "alt1"
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        assert "'alt1'" in detail.split("alternatives")[0]
+
+
+async def test_toggling_the_token_view_while_streaming_is_cheap():
+    """30 Ctrl+T presses while a reply streams after 12 finished ones: the units made are
+    those of the replies drawn, not every reply's units at every press (issue 14/21)."""
+    text = " ".join(f"w{i}" for i in range(300))
+    app = make_app(lambda r, row: text, delay_s=0.02,
+                   settings=SamplingParams(max_new_tokens=400))
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.holder["backend"].delay_s = 0.0
+        for i in range(12):
+            await send(pilot, app, f"q{i}")
+        app.holder["backend"].delay_s = 0.02
+        await send_nowait(app, "go")
+        await tap(app, "a", 0.3)
+        before = UnitBuilder.built
+        applied = 0
+        apply = Stylesheet.apply
+
+        def counting(self, node, *args, **kwargs):
+            nonlocal applied
+            applied += 1
+            return apply(self, node, *args, **kwargs)
+
+        Stylesheet.apply = counting  # type: ignore[method-assign]
+        try:
+            for _ in range(30):
+                await tap(app, "ctrl+t", 0.05)
+            await settle(pilot, app)
+        finally:
+            Stylesheet.apply = apply  # type: ignore[method-assign]
+        built = UnitBuilder.built - before
+        # every reply's units at every press would be 30 / 2 * 13 * 300 = 58,500
+        assert built <= 15 * 300 * 4, built
+        # a press restyles each reply's few widgets (a reply drawn as Markdown widgets was
+        # ~50 widgets: 30 * 13 * 50 = 19,500), not the whole screen
+        assert applied <= 30 * 13 * 15, applied
