@@ -215,6 +215,10 @@ async def test_escape_stops_every_column_and_keeps_partial_text():
         assert not app.chat.generating
         metas = [str(c.query_one(".column-meta").render()) for c in compare_views(app)[0].columns]
         assert all("stopped" in m for m in metas)
+        # the columns' markers must not suggest /continue, which refuses a comparison
+        markers = [str(c.view.query_one(".reply-finish").render())
+                   for c in compare_views(app)[0].columns]
+        assert all("stopped" in m and "/continue" not in m for m in markers), markers
 
 
 async def test_a_column_that_finishes_early_ends_while_others_stream():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from inference.scripted import ScriptedBackend
 from inference.settings import SamplingParams
 
@@ -134,3 +136,22 @@ async def test_toggling_the_token_view_while_streaming_is_cheap():
         # a press restyles each reply's few widgets (a reply drawn as Markdown widgets was
         # ~50 widgets: 30 * 13 * 50 = 19,500), not the whole screen
         assert applied <= 30 * 13 * 15, applied
+
+
+@pytest.mark.parametrize("position", [3, 9])
+async def test_continuing_from_an_alternative_keeps_max_tokens_for_the_whole_reply(position):
+    """max_tokens bounds the reply, not the continuation: with max_tokens 10, continuing from
+    an alternative at token 3 yields 10 tokens (not 4 + 10), and at the last token the reply
+    is already full (issue 14: 513 tokens for max_tokens 512)."""
+    text = " ".join(f"w{i}" for i in range(40))
+    app = make_app(lambda r, row: text, settings=SamplingParams(max_new_tokens=10))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        reply = replies(app)[0].reply
+        assert len(reply.tokens) == 10 and reply.finish_reason == "length"
+        await app.chat.continue_from_alternative(replies(app)[0].id, position, 2)
+        await settle(pilot, app)
+        reply = replies(app)[0].reply
+        assert len(reply.tokens) == 10, [t.text for t in reply.tokens]
+        assert reply.finish_reason == "length"
+        assert reply.settings.max_new_tokens == 10

@@ -15,6 +15,7 @@ persistence) as :class:`~chatui.chat_commands.AppServices`, so the screen never 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -360,13 +361,18 @@ class ChatScreen(Screen[None]):
         self.start_reply(entry, prompt_text=prompt_text)
 
     def start_reply(self, entry: Entry, *, prompt_text: str = "",
-                    prefix: AssistantPrefix | None = None) -> None:
+                    prefix: AssistantPrefix | None = None,
+                    max_new_tokens: int | None = None) -> None:
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
-        worker on the app's loop."""
+        worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
+        replies keep their settings)."""
         view = self._view_of(entry) or self._mount_view(entry)
+        settings = tuple(r.settings if max_new_tokens is None
+                         else replace(r.settings, max_new_tokens=max_new_tokens)
+                         for r in entry.replies)
         request = GenerationRequest(
             messages=self.state.messages_before(entry),
-            settings=tuple(r.settings for r in entry.replies),
+            settings=settings,
             top_logprobs=self.state.top_logprobs, prefix=prefix)
         job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
         self.state.job = job
@@ -531,8 +537,17 @@ class ChatScreen(Screen[None]):
             return
         prefix = branch(reply, position, rank)
         reply.settings = self.state.settings
+        # max_tokens bounds the whole reply: the kept tokens and the alternative count
+        # (a continuation of 512 more made a 513-token reply for max_tokens 512)
+        left = reply.settings.max_new_tokens - len(reply.tokens)
         await view.rebuild()
-        self.start_reply(entry, prefix=prefix)
+        if left <= 0:
+            reply.finish_reason = "length"
+            view.refresh_stats()
+            index = self.state.conversation.entries.index(entry)
+            self.post_message(ResponseComplete(index, "length"))
+            return
+        self.start_reply(entry, prefix=prefix, max_new_tokens=left)
 
     # ---- compare mode (the flow's host) ----
 

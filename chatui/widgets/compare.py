@@ -29,7 +29,7 @@ from inference.types import Token
 
 from ..conversation import Entry, Reply
 from ..recorder import Delta, RowEnded, TokensAdded
-from .reply import ReplyView
+from .reply import COLUMN_FINISH_LABELS, ReplyView
 from .text import show_token
 
 MIN_COLUMN = 30
@@ -200,7 +200,8 @@ class CompareView(Vertical):
         views = []
         for reply, vid in zip(entry.replies, view_ids):
             view = ReplyView(reply, label="", stable_timings=stable_timings,
-                             token_mode=token_mode, id=vid)
+                             token_mode=token_mode, id=vid,
+                             finish_labels=COLUMN_FINISH_LABELS)
             view.raw = raw
             views.append(view)
         self.columns = [CompareColumn(entry, i, labels[i], views[i])

@@ -51,6 +51,14 @@ FINISH_LABELS = {
     "error": "✗ failed",
 }
 
+COLUMN_FINISH_LABELS = {
+    **FINISH_LABELS,
+    "length": "✂ cut off at the token limit (a comparison cannot be continued: /retry it)",
+    "cancelled": "■ stopped (a comparison cannot be continued: /retry it)",
+}
+"""A comparison column's markers: /continue refuses a comparison (its request has one prefix
+for several columns), so the marker must not suggest it."""
+
 
 STEP_FRACTION = 4
 """While a reply streams it grows in steps of a quarter of the height it scrolls in..."""
@@ -267,10 +275,13 @@ class ReplyView(SettledSize, Vertical):
 
     def __init__(self, reply: Reply, *, label: str = "assistant", stable_timings: bool = False,
                  token_mode: bool = False, id: str | None = None,
-                 classes: str | None = None) -> None:
+                 classes: str | None = None,
+                 finish_labels: dict[str, str] = FINISH_LABELS) -> None:
         super().__init__(id=id, classes=classes)
         self.reply = reply
         self.label = label
+        self.finish_labels = finish_labels
+        """What the marker under a finished reply says, by finish reason."""
         self.stable_timings = stable_timings
         self._stream: MarkdownStream | None = None
         self._streaming = False
@@ -486,7 +497,7 @@ class ReplyView(SettledSize, Vertical):
         elif reply.finish_reason == "error":
             label = f"✗ {reply.error or 'failed'}"
         else:
-            label = FINISH_LABELS.get(reply.finish_reason, "")
+            label = self.finish_labels.get(reply.finish_reason, "")
         if label != self._shown[0]:  # an update is a layout: only when it changed
             finish.update(Content(label))
             finish.set_class(reply.finish_reason == "error", "-error")
