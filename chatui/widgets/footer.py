@@ -10,33 +10,16 @@ alive; measured with ``benchmarks/bench_long.py``, see docs/long-sessions.md).
 
 :class:`ChatFooter` drops the watchers of keys that are no longer attached after each
 recompose. The watcher list is a private attribute of Textual's reactive machinery
-(``__watchers``, textual 8.2.8), touched only here and only on Textual 8.
+(``__watchers``, textual 8.2.8), read in :mod:`chatui.textual_compat.internals` behind its gate.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Any
 
-from textual.dom import DOMNode
 from textual.widgets import Footer
 
-_TEXTUAL_MAJOR = version("textual").split(".")[0]
-
-
-def drop_detached_watchers(node: DOMNode, attribute: str) -> int:
-    """Forget the watchers of ``node.attribute`` whose watching node is no longer attached;
-    returns how many were dropped (0 on a Textual whose internals this does not know)."""
-    if _TEXTUAL_MAJOR != "8":
-        return 0
-    watchers = getattr(node, "__watchers", {}).get(attribute)
-    if not watchers:
-        return 0
-    kept = [(watcher, callback) for watcher, callback in watchers
-            if getattr(watcher, "is_attached", True)]
-    dropped = len(watchers) - len(kept)
-    watchers[:] = kept
-    return dropped
+from ..textual_compat.internals import bindings_ready, drop_detached_watchers
 
 
 class ChatFooter(Footer):
@@ -49,7 +32,7 @@ class ChatFooter(Footer):
 
     def _signature(self) -> object:
         """What :meth:`Footer.compose` draws from: the shown bindings and their state."""
-        if not getattr(self, "_bindings_ready", True):
+        if not bindings_ready(self):
             return None
         return (self.compact, self.show_command_palette, tuple(
             (key, binding.action, binding.description, binding.group, enabled, tooltip)

@@ -52,6 +52,8 @@ from textual.style import Style
 from textual.widget import Widget
 from textual.widgets.markdown import MarkdownFence
 
+from ..textual_compat.internals import visible_regions
+
 DRAWN_WIDGETS = 8
 """Widgets that keep Textual's cache of their drawn lines: those on screen, and the most
 recently drawn others up to this count."""
@@ -527,16 +529,16 @@ class MarkdownLines(Widget):
     def _visible(self) -> bool:
         """Whether any of this widget is on screen now.
 
-        Read from the compositor's map of visible widgets (``Screen._compositor``, textual
-        8.2.8; the one private read of this module): ``find_widget`` of a widget off screen
+        Read from the compositor's map of visible widgets
+        (:func:`chatui.textual_compat.internals.visible_regions`, behind the gate): ``find_widget`` of a widget off screen
         builds the map of every widget on the screen, ~20 ms with 60 replies, and PageUp
         asked it for each reply that scrolled away (docs/long-sessions.md)."""
         try:
             screen = self.screen
         except Exception:  # noqa: BLE001 - not on a screen (any more)
             return False
-        visible = getattr(getattr(screen, "_compositor", None), "visible_widgets", None)
-        if isinstance(visible, dict):
+        visible = visible_regions(screen)
+        if visible is not None:
             where = visible.get(self)
             return where is not None and bool(where[0].intersection(where[1]))
         try:

@@ -1,0 +1,55 @@
+"""Private reads of Textual's state that widgets use to do less work, behind the gate.
+
+Each answers a question Textual's public API cannot, on the releases the gate trusts; off the
+gate (or if the attribute is gone) each gives the answer that makes the caller take the public
+path: slower, never wrong.
+
+- :func:`drop_detached_watchers`: the watcher list of a reactive (``DOMNode.__watchers``),
+  pruned of nodes no longer attached (Textual 8.2.8 prunes it only when the reactive changes;
+  the footer's ``compact`` never does, so every recompose leaked ~20 keys; see
+  ``chatui.widgets.footer``);
+- :func:`bindings_ready`: whether a :class:`~textual.widgets.Footer` has its bindings
+  (``Footer._bindings_ready``);
+- :func:`visible_regions`: the compositor's map of visible widgets (``Screen._compositor.
+  visible_widgets``), so a widget can tell whether it is on screen without
+  ``Screen.find_widget`` building the whole map (~20 ms with 60 replies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.dom import DOMNode
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from .gate import ENABLED
+
+
+def drop_detached_watchers(node: DOMNode, attribute: str) -> int:
+    """Forget the watchers of ``node.attribute`` whose watching node is no longer attached;
+    how many were dropped (0, doing nothing, where the gate is off)."""
+    if not ENABLED:
+        return 0
+    watchers = getattr(node, "__watchers", {}).get(attribute)
+    if not watchers:
+        return 0
+    kept = [(watcher, callback) for watcher, callback in watchers
+            if getattr(watcher, "is_attached", True)]
+    dropped = len(watchers) - len(kept)
+    watchers[:] = kept
+    return dropped
+
+
+def bindings_ready(footer: Footer) -> bool:
+    """Whether ``footer`` has read its screen's bindings (True where it cannot be told)."""
+    return bool(getattr(footer, "_bindings_ready", True)) if ENABLED else True
+
+
+def visible_regions(screen: Screen) -> dict[Any, Any] | None:
+    """The compositor's visible widgets (widget -> (region, clip, ...)), or None: then ask
+    ``screen.find_widget``."""
+    if not ENABLED:
+        return None
+    visible = getattr(getattr(screen, "_compositor", None), "visible_widgets", None)
+    return visible if isinstance(visible, dict) else None
