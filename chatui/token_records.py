@@ -163,6 +163,10 @@ class TokenRecords(Sequence[Token]):
         del self._alt_logprobs[alts:]
         self._alt_texts.truncate(alts)
 
+    def clear(self) -> None:
+        """Drop every token (as ``list.clear``)."""
+        self.truncate(0)
+
     # ---- reading columns (no Token made) ----
 
     def _at(self, i: int) -> int:

@@ -114,3 +114,11 @@ def test_compact_joins_the_pieces_and_keeps_every_token():
     records.compact()
     records.truncate(10)
     assert list(records) == tokens[:10]
+
+
+def test_clear_empties_like_a_list():
+    records = TokenRecords(ODD)
+    records.clear()
+    assert len(records) == 0 and list(records) == []
+    records.extend(ODD[:2])
+    assert list(records) == ODD[:2]
