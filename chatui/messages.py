@@ -19,6 +19,13 @@ class PromptSubmitted(Message):
 
 
 @dataclass
+class PageConversation(Message):
+    """PageUp/PageDown in a prompt box with nothing to page through: page the conversation."""
+
+    down: bool
+
+
+@dataclass
 class ResponseStarted(Message):
     """A reply began streaming (input that would conflict is locked)."""
 

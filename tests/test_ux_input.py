@@ -114,3 +114,30 @@ async def test_edit_keeps_a_draft_that_was_in_the_box():
         app.chat.prompt.move_cursor((0, 0))
         await pilot.press("up")
         assert app.chat.prompt.text == "a draft I was writing"
+
+
+async def test_page_keys_in_the_prompt_page_the_conversation():
+    """PageUp/PageDown typed in a one-line prompt page the conversation (found using the app in
+    tmux: they moved nothing); in a prompt taller than its box they stay the box's own."""
+    from test_app import SIZE, make_app, send
+
+    app = make_app(lambda r, row: "line\n\n" * 40)
+    async with app.run_test(size=SIZE) as pilot:
+        for text in ("one", "two"):
+            await send(pilot, app, text)
+        log = app.chat.log_view
+        await pilot.pause(0.3)
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y
+        app.chat.prompt.focus()
+        await pilot.press("pageup")
+        await pilot.pause(0.3)
+        assert log.scroll_y < log.max_scroll_y
+        await pilot.press("pagedown", "pagedown")
+        await pilot.pause(0.3)
+        assert log.scroll_y == log.max_scroll_y
+        app.chat.prompt.text = "\n".join(f"l{i}" for i in range(40))
+        await pilot.pause(0.2)
+        at = log.scroll_y
+        await pilot.press("pageup")
+        await pilot.pause(0.3)
+        assert log.scroll_y == at  # the box paged its own text

@@ -40,6 +40,7 @@ from ..conversation import Conversation, Entry
 from ..messages import (
     AlternativeChosen,
     InputReady,
+    PageConversation,
     PromptSubmitted,
     ReplyChosen,
     ResponseComplete,
@@ -319,6 +320,13 @@ class ChatScreen(Screen[None]):
         self.state.conversation.entries.remove(entry)
         for widget in self._widgets.pop(id(entry), (entry, []))[1]:
             await widget.remove()
+
+    @on(PageConversation)
+    def _page_conversation(self, event: PageConversation) -> None:
+        if event.down:
+            self.log_view.scroll_page_down()
+        else:
+            self.log_view.scroll_page_up()
 
     # ---- sending ----
 

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.widgets import TextArea
 
 from .. import commands
-from ..messages import PromptSubmitted
+from ..messages import PageConversation, PromptSubmitted
 
 
 class PromptInput(TextArea):
@@ -135,6 +135,14 @@ class PromptInput(TextArea):
         handler: Textual calls it before TextArea's own key handling, which
         ``prevent_default`` skips."""
         row, _ = self.cursor_location
+        if event.key in ("pageup", "pagedown") and self.document.line_count <= max(
+                1, self.content_size.height):
+            # the whole text is in view, so the box has nothing to page through: the user
+            # means the conversation above (as in every chat app)
+            event.prevent_default()
+            event.stop()
+            self.post_message(PageConversation(down=event.key == "pagedown"))
+            return
         if event.key == "up" and row == 0 and self._recall(-1):
             event.prevent_default()
             event.stop()
