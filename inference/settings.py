@@ -146,7 +146,7 @@ def _coerce(name: str, raw: Any) -> Any:
             return float(raw)
         return raw
     if name == "stop":  # comma-separated; backslash escapes (\\n) allowed; no stripping
-        parts = [_unescape(p) for p in raw.split(",")]
+        parts = [unescape(p) for p in raw.split(",")]
         return tuple(p for p in parts if p)
     text = raw.strip()
     try:
@@ -160,7 +160,7 @@ def _coerce(name: str, raw: Any) -> Any:
         raise SettingsError(f"{name} must be {kind}; got {raw!r}") from None
 
 
-def _unescape(text: str) -> str:
+def unescape(text: str) -> str:
     """Turn typed escapes (``\\n``, ``\\t``, ``\\u2028``) into the characters they name."""
     if "\\" not in text:
         return text

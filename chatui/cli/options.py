@@ -18,7 +18,7 @@ from typing import Annotated, Any, Callable, NoReturn, Optional, TypeVar, get_ty
 
 import typer
 
-from inference.settings import SamplingParams, SettingsError
+from inference.settings import SamplingParams, SettingsError, unescape
 
 from ..backends import BackendOptions
 from ..textfile import TextFileError, read_text_file
@@ -193,18 +193,8 @@ class SamplingOptions:
             if f.name != "stop" and getattr(self, f.name) is not None}
         if self.stop is not None:
             # one string per flag, commas included (the settings' own text form splits at commas)
-            given["stop"] = tuple(_unescape(s) for s in self.stop)
+            given["stop"] = tuple(unescape(s) for s in self.stop)
         return given
-
-
-def _unescape(text: str) -> str:
-    r"""``\n``, ``\t``, ``\u2028`` typed in a flag as the characters they name."""
-    if "\\" not in text:
-        return text
-    try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError:
-        return text
 
 
 @dataclass(frozen=True)

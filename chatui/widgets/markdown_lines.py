@@ -53,6 +53,7 @@ from textual.widget import Widget
 from textual.widgets.markdown import MarkdownFence
 
 from ..textual_compat.internals import visible_regions
+from .selection import with_selection
 
 DRAWN_WIDGETS = 8
 """Widgets that keep Textual's cache of their drawn lines: those on screen, and the most
@@ -601,17 +602,7 @@ class MarkdownLines(Widget):
             segments = store.segments(y)
             strip = Strip(segments).adjust_cell_length(width, rich_base)
             self._strips[cache_key] = strip
-        selection = self.text_selection
-        if selection is not None and (span := selection.get_span(y)) is not None:
-            text = store.line_text(y)
-            start, end = span
-            end = len(text) if end == -1 else min(end, len(text))
-            if end > start:
-                head, mid, tail = strip.divide(
-                    [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
-                style = self.screen.get_component_rich_style("screen--selection")
-                strip = Strip.join([head, mid.apply_style(style), tail])
-        return strip
+        return with_selection(self, strip, y, store.line_text)
 
     # ---- selection and copying ----
 

@@ -40,6 +40,7 @@ from ..token_records import TokenRecords
 
 from ..messages import AlternativeChosen, TokenSelected
 from .settled import GrowsInSteps, SettledSize, round_up
+from .selection import with_selection
 from .text import safe_text
 
 REFRESH_S = 0.1
@@ -514,17 +515,7 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         if strip is None:
             strip = self._render_strip(y, width, base)
             self._strips[y] = strip
-        selection = self.text_selection
-        if selection is not None and (span := selection.get_span(y)) is not None:
-            text = self._line_text(y)
-            start, end = span  # characters of the line
-            end = len(text) if end == -1 else min(end, len(text))
-            if end > start:
-                head, mid, tail = strip.divide(
-                    [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
-                style = self.screen.get_component_rich_style("screen--selection")
-                strip = Strip.join([head, mid.apply_style(style), tail])
-        return strip
+        return with_selection(self, strip, y, self._line_text)
 
     def _line_text(self, y: int) -> str:
         wrapper = self._wrapper

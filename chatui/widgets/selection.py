@@ -1,0 +1,28 @@
+"""Drawing a mouse selection over a line-API widget's line (shared by the token view and the
+finished replies' Markdown)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.cells import cell_len
+from textual.strip import Strip
+from textual.widget import Widget
+
+
+def with_selection(widget: Widget, strip: Strip, y: int, line_text: Callable[[int], str]) -> Strip:
+    """``strip`` (line ``y`` of ``widget``) with the part under the widget's text selection in
+    the screen's selection style; ``line_text(y)`` is the line's plain text, read only when the
+    line is selected."""
+    selection = widget.text_selection
+    if selection is None or (span := selection.get_span(y)) is None:
+        return strip
+    text = line_text(y)
+    start, end = span  # characters of the line
+    end = len(text) if end == -1 else min(end, len(text))
+    if end <= start:
+        return strip
+    head, mid, tail = strip.divide(
+        [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
+    style = widget.screen.get_component_rich_style("screen--selection")
+    return Strip.join([head, mid.apply_style(style), tail])
