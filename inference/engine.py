@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Generator, Iterator, Sequence
 
 import torch
 
@@ -28,6 +28,7 @@ from .types import (
     GenerationRequest,
     Message,
     ModelInfo,
+    PromptProgress,
     RowDone,
     Started,
     Token,
@@ -185,11 +186,25 @@ class LocalBackend:
 
     def _prefill(self, ids: list[int], start: int, cancel: threading.Event) -> torch.Tensor | None:
         """Feed ids[start:] into the cache; returns last logits [1, V] (None if cancelled)."""
+        steps = self._prefill_steps(ids, start, cancel)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def _prefill_steps(self, ids: list[int], start: int, cancel: threading.Event
+                       ) -> Generator[PromptProgress, None, torch.Tensor | None]:
+        """``_prefill`` in chunks of ``prefill_chunk``, yielding a ``PromptProgress`` after
+        each chunk when there is more than one (so the app can show how far it has read and
+        at what rate); returns the last logits [1, V] (None if cancelled)."""
         if self._cache is None:
             self._cache = self.runner.new_cache()
             self._cache_ids = []
         logits = None
         pos = start
+        total = len(ids) - start
+        t0 = time.perf_counter()
         while pos < len(ids):
             if cancel.is_set():
                 return None
@@ -202,6 +217,8 @@ class LocalBackend:
                 raise
             self._cache_ids.extend(chunk)
             pos += len(chunk)
+            if total > self.prefill_chunk:
+                yield PromptProgress(pos - start, total, time.perf_counter() - t0)
         return logits
 
     # ---- generation ----
@@ -226,7 +243,7 @@ class LocalBackend:
         cached = self._reuse_prefix(ids)
         yield Started(rows=len(settings), prompt_tokens=len(ids), cached_tokens=cached,
                       dropped_messages=enc.dropped_messages, context_limit=limit)
-        logits = self._prefill(ids, cached, cancel)
+        logits = yield from self._prefill_steps(ids, cached, cancel)
         n = len(settings)
         if logits is None:  # cancelled during prefill
             for r in range(n):

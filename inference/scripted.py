@@ -21,6 +21,7 @@ from .types import (
     GenerationRequest,
     Message,
     ModelInfo,
+    PromptProgress,
     RowDone,
     Started,
     Token,
@@ -63,6 +64,8 @@ class ScriptedBackend:
                               context_limit=context_limit)
         self.requests: list[GenerationRequest] = []
         self.resets = 0
+        self.prefill_chunk = 512
+        """Prompts longer than this report ``PromptProgress`` per chunk, as the engine does."""
 
     def count_tokens(self, messages: tuple[Message, ...]) -> int:
         return sum(len(split_tokens(m.content)) + 4 for m in messages)
@@ -83,6 +86,10 @@ class ScriptedBackend:
         prompt = self.count_tokens(request.messages)
         yield Started(rows=len(request.settings), prompt_tokens=prompt, cached_tokens=0,
                       context_limit=self.info.context_limit)
+        for done in range(self.prefill_chunk, prompt + self.prefill_chunk, self.prefill_chunk):
+            if prompt <= self.prefill_chunk:
+                break  # as the engine: one chunk says nothing
+            yield PromptProgress(min(done, prompt), prompt, time.perf_counter() - t0)
         scripts = [split_tokens(self.reply(request, r)) for r in range(len(request.settings))]
         texts = ["" for _ in scripts]
         done = [False] * len(scripts)

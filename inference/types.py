@@ -156,7 +156,30 @@ class Progress:
     total: float | None = None
 
 
-Event = Started | TokenBatch | RowDone | Failed | Progress
+@dataclass(frozen=True)
+class PromptProgress:
+    """The engine fed another chunk of the prompt into the cache (sent only for prompts longer
+    than one chunk: a 7.6k-token prompt took 19 s on a 2-core CPU, with nothing to show for it
+    but "generating…" before this event existed)."""
+
+    done: int
+    """Prompt tokens fed so far (not counting those reused from the cache)."""
+    total: int
+    """Prompt tokens to feed in all."""
+    seconds: float
+    """Time since the first chunk started."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        """One line for a status bar or a terminal (the app and the headless commands)."""
+        rate = f" · {self.tokens_per_s:,.0f} tok/s" if self.seconds > 0 else ""
+        return f"reading the prompt: {self.done:,} of {self.total:,} tokens{rate}…"
+
+
+Event = Started | TokenBatch | RowDone | Failed | Progress | PromptProgress
 
 
 @dataclass(frozen=True)

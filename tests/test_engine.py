@@ -256,3 +256,31 @@ def test_streamed_text_equals_decode(tiny_ckpt, tiny_backend):
     assert "".join(t.text for t in toks) == tiny_ckpt.tokenizer.decode(
         [t.id for t in toks], skip_special_tokens=True)
     assert all("\ufffd" not in t.text for t in toks[:-1])
+
+
+def test_a_prompt_of_several_chunks_reports_its_progress_and_decodes_the_same(tiny_ckpt):
+    """A prompt longer than one prefill chunk reports how far the engine has read it
+    (``PromptProgress`` after each chunk, up to the whole prompt, with a rate); the reply is the
+    same as with the prompt read in one chunk, and a prompt of one chunk reports nothing."""
+    from inference.types import PromptProgress
+
+    messages = [Message("user", "Count the words in this: " + "apple pear plum " * 40)]
+    one = LocalBackend.from_checkpoint(tiny_ckpt)
+    one.prefill_chunk = 4096
+    chunked = LocalBackend.from_checkpoint(tiny_ckpt)
+    chunked.prefill_chunk = 32
+    ev1, ev2 = run(one, messages), run(chunked, messages)
+    assert not [e for e in ev1 if isinstance(e, PromptProgress)]
+    progress = [e for e in ev2 if isinstance(e, PromptProgress)]
+    started = next(e for e in ev2 if isinstance(e, Started))
+    assert started.prompt_tokens > 4 * 32
+    assert [p.done for p in progress] == [
+        min(n, started.prompt_tokens) for n in range(32, started.prompt_tokens + 32, 32)]
+    assert {p.total for p in progress} == {started.prompt_tokens}
+    assert all(p.tokens_per_s > 0 for p in progress)
+    assert "of" in progress[-1].describe() and "tok/s" in progress[-1].describe()
+    assert ev2.index(progress[-1]) < ev2.index(next(e for e in ev2 if isinstance(e, TokenBatch)))
+    a, b = tokens(ev1), tokens(ev2)
+    assert [t.id for t in a] == [t.id for t in b]
+    for x, y in zip(a, b):
+        assert x.logprob == pytest.approx(y.logprob, abs=1e-4)

@@ -101,7 +101,13 @@ async def test_a_long_prefill_says_the_prompt_is_being_read():
             if "reading the prompt" in app.chat.status.speed:
                 break
             await pilot.pause(0.01)
-        assert "reading the prompt (3,0" in app.chat.status.speed
+        assert "reading the prompt" in app.chat.status.speed
+        for _ in range(300):  # then how far it has read, and how fast
+            if "of 3,0" in app.chat.status.speed:
+                break
+            await pilot.pause(0.01)
+        assert "reading the prompt: 3,0" in app.chat.status.speed, app.chat.status.speed
+        assert "of 3,0" in app.chat.status.speed and "tok/s" in app.chat.status.speed
         go.set()
         from test_app import settle
 

@@ -10,7 +10,8 @@ import sys
 from typing import Any, Coroutine
 
 from inference.settings import SamplingParams, SettingsError
-from inference.types import Failed, GenerationRequest, Progress, RowDone, Started, TokenBatch
+from inference.types import (Failed, GenerationRequest, Progress, PromptProgress, RowDone, Started,
+                             TokenBatch)
 from inference.worker import InferenceWorker
 
 from ..backends import BackendOptions, make_factory
@@ -97,9 +98,13 @@ async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json
     started: Started | None = None
     done: list[RowDone] = []
     failed: Failed | None = None
+    erase = False  # a prompt-progress line is on stderr
     try:
         async for group in events:
             for ev in group:
+                if erase and not isinstance(ev, PromptProgress):
+                    print("\r" + " " * 72 + "\r", end="", file=sys.stderr, flush=True)
+                    erase = False
                 if isinstance(ev, Started):
                     started = ev
                     if ev.dropped_messages:
@@ -120,6 +125,9 @@ async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json
                         print(json.dumps(done_json(ev, started, ev.row if tag_columns else None)))
                 elif isinstance(ev, Failed):
                     failed = ev
+                elif isinstance(ev, PromptProgress) and sys.stderr.isatty():
+                    print(f"\r{ev.describe()}   ", end="", file=sys.stderr, flush=True)
+                    erase = True
     finally:
         try:
             loop.remove_signal_handler(signal.SIGINT)

@@ -31,7 +31,7 @@ from textual.widgets import Static, TextArea
 from textual.worker import Worker
 
 from inference.settings import SamplingParams
-from inference.types import AssistantPrefix, GenerationRequest, ModelInfo
+from inference.types import AssistantPrefix, GenerationRequest, ModelInfo, PromptProgress
 from inference.worker import describe_error
 
 from .. import commands, gcpolicy
@@ -406,6 +406,9 @@ class ChatScreen(Screen[None]):
                 reading = False
                 async for events in stream:
                     for ev in events:
+                        if isinstance(ev, PromptProgress):
+                            self.status.speed = ev.describe()
+                            continue
                         delta = recorder.apply(ev)
                         if isinstance(delta, ContextReported):
                             self._context_reported(delta, job)
@@ -430,8 +433,9 @@ class ChatScreen(Screen[None]):
 
     def _reading_prompt(self, tokens: int) -> bool:
         """Say in the status bar that the engine reads the prompt, until the first token (a
-        7.6k-token prompt took 19 s on a CPU with nothing but "generating…" on screen; the
-        engine reports no progress within its prefill, so the size is what can be shown)."""
+        7.6k-token prompt took 19 s on a CPU with nothing but "generating…" on screen). A
+        prompt longer than one prefill chunk then reports how far it has read, and at what
+        rate (``PromptProgress``)."""
         self.status.speed = f"reading the prompt ({tokens:,} tokens)…"
         return True
 
