@@ -302,8 +302,7 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
         await _delete_saved(ctx, rest.strip())
         return
     if word:
-        ctx.notice(f"/history takes no argument but 'delete N'; got {arg.strip()!r}.",
-                   "error")
+        await _search_saved(ctx, arg.strip())
         return
     ctx.services.flush_autosaves()
     history = ctx.state.history = transcript.list_transcripts(
@@ -316,6 +315,28 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
         when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
         what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
         lines.append(f"{i:>3}. {when}  {what}")
+    ctx.notice("\n".join(lines))
+
+
+async def _search_saved(ctx: CommandContext, text: str) -> None:
+    """``/history WORDS``: the saved conversations holding every word, numbered as /history
+    numbers them (so /load N and /history delete N act on the results)."""
+    from . import transcript
+    from .transcript.search import search_transcripts
+
+    ctx.services.flush_autosaves()
+    directory = ctx.services.config.transcripts_dir()
+    hits = await asyncio.to_thread(search_transcripts, text, directory)
+    if not hits:
+        ctx.notice(f"No saved conversation holds {text!r}.")
+        return
+    ctx.state.history = [
+        transcript.TranscriptSummary(h.path, h.id, 0.0, h.updated, "", h.title, h.messages)
+        for h in hits]
+    lines = [f"Saved conversations with {text!r} (/load N opens one):"]
+    for i, h in enumerate(hits, 1):
+        when = datetime.datetime.fromtimestamp(h.updated).strftime("%Y-%m-%d %H:%M")
+        lines.append(f"{i:>3}. {when}  {h.title or '(untitled)'} — {h.where}: {h.snippet}")
     ctx.notice("\n".join(lines))
 
 

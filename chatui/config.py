@@ -50,11 +50,8 @@ class AppConfig:
     settings: SamplingParams | None = None
     """Sampling settings to start with; None means the model's own defaults."""
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
-    """Settings given on the command line (``{"temperature": 0.2}``), applied on top of the
-    model's defaults (or of ``settings``) once the model has loaded."""
-    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
-    """Settings given on the command line (user names, e.g. {"temperature": 0.2}), applied on
-    top of the model's defaults once it has loaded."""
+    """Settings given on the command line (user names, e.g. ``{"temperature": 0.2}``), applied
+    on top of the model's defaults (or of ``settings``) once the model has loaded."""
     system_prompt: str = ""
     """System prompt of a new conversation."""
     log_file: Path | None = None

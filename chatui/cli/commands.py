@@ -393,6 +393,58 @@ def export(
     print(f"wrote {written}", file=sys.stderr)
 
 
+history_app = typer.Typer(help="List and search the saved conversations.",
+                          no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                          context_settings={"help_option_names": ["-h", "--help"]})
+app.add_typer(history_app, name="history")
+_HistoryDir = Annotated[Optional[Path], typer.Option(
+    "--dir", help="The transcripts' folder (default: where the chat autosaves).")]
+
+
+@history_app.command("search")
+def history_search(
+    text: Annotated[str, typer.Argument(help="Words that must all appear (each as a prefix).")],
+    directory: _HistoryDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per match.")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 30,
+) -> None:
+    """Full-text search over every saved conversation (titles, messages, every reply)."""
+    from ..transcript.search import fts_query, search_transcripts
+
+    if not fts_query(text):
+        fail("give at least one word to search for")
+    if directory is not None and not directory.is_dir():
+        fail(f"{directory} is not a folder")
+    hits = search_transcripts(text, directory, limit)
+    if not hits:
+        print(f"no saved conversation holds {text!r}", file=sys.stderr)
+    for hit in hits:
+        if as_json:
+            print(json.dumps({"path": str(hit.path), "id": hit.id, "title": hit.title,
+                              "updated": hit.updated, "messages": hit.messages,
+                              "where": hit.where, "snippet": hit.snippet}, ensure_ascii=False))
+        else:
+            print(f"{hit.path}\n  {hit.title or '(untitled)'} — {hit.where}: {hit.snippet}")
+
+
+@history_app.command("list")
+def history_list(directory: _HistoryDir = None,
+                 as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The saved conversations, newest first."""
+    from ..transcript import list_transcripts
+
+    if directory is not None and not directory.is_dir():
+        fail(f"{directory} is not a folder")
+    for s in list_transcripts(directory):
+        if as_json:
+            print(json.dumps({"path": str(s.path), "id": s.id, "title": s.title,
+                              "updated": s.updated, "messages": s.messages, "error": s.error},
+                             ensure_ascii=False))
+        else:
+            print(f"{s.path}\n  {s.error or (s.title or '(untitled)')}"
+                  f"{'' if s.error else f' — {s.messages} messages'}")
+
+
 @app.command("build-kernels")
 def build_kernels(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if built already.")] = False,

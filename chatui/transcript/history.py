@@ -246,13 +246,19 @@ def list_transcripts(directory: Path | None = None) -> list[TranscriptSummary]:
     A missing directory gives an empty list.
     """
     directory = Path(directory) if directory is not None else data_dir()
+    return sorted((_summarise(p) for p in listed_paths(directory)), key=lambda s: s.updated,
+                  reverse=True)
+
+
+def listed_paths(directory: Path) -> list[Path]:
+    """The transcript files in ``directory`` that ``/history`` lists (and search finds); an
+    empty list for a missing or unreadable folder."""
     try:
-        paths = [p for p in directory.iterdir()
-                 if p.suffix == ".json" and not p.name.startswith(".")
-                 and not p.name.endswith(".messages.json") and p.is_file()]
+        return [p for p in Path(directory).iterdir()
+                if p.suffix == ".json" and not p.name.startswith(".")
+                and not p.name.endswith(".messages.json") and p.is_file()]
     except OSError:
         return []
-    return sorted((_summarise(p) for p in paths), key=lambda s: s.updated, reverse=True)
 
 
 def delete_transcript(path: Path) -> None:

@@ -1,0 +1,139 @@
+"""Issue 18, "Finding old conversations": full-text search over every saved conversation,
+from an index kept beside the transcripts that the JSON files can always rebuild."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from chatui.conversation import Conversation
+from chatui.transcript import save_transcript
+from chatui.transcript.search import INDEX_NAME, SearchIndex, fts_query, search_transcripts
+from inference.settings import SamplingParams
+from test_app import SIZE, config_dir, make_app, notices, send  # noqa: F401
+
+
+def conversation(user: str, *replies: str, title: str = "", system: str = "") -> Conversation:
+    conv = Conversation(title=title, system_prompt=system)
+    conv.add_user(user)
+    entry = conv.add_assistant([SamplingParams() for _ in replies])
+    for reply, text in zip(entry.replies, replies):
+        reply.text, reply.finish_reason = text, "stop"
+    return conv
+
+
+def saved(folder: Path, name: str, conv: Conversation) -> Path:
+    path = folder / f"{name}.json"
+    save_transcript(conv, path)
+    return path
+
+
+def found(folder: Path, text: str) -> list[str]:
+    return [h.path.stem for h in search_transcripts(text, folder)]
+
+
+def test_every_text_of_every_reply_is_found_by_word_prefixes(tmp_path):
+    saved(tmp_path, "a", conversation("How do kernels tile matrices?", "Blocking along K."))
+    saved(tmp_path, "b", conversation("Name a fruit", "A pear.", "A quince, surely.",
+                                      title="Fruit talk"))
+    saved(tmp_path, "c", conversation("hello", "hi", system="You are a pirate captain."))
+    assert found(tmp_path, "quince") == ["b"]  # a comparison's column that was not chosen
+    assert found(tmp_path, "kern") == ["a"]  # words match as prefixes
+    assert found(tmp_path, "fruit talk") == ["b"]  # the title
+    assert found(tmp_path, "pirate") == ["c"]  # the system prompt
+    assert found(tmp_path, "tile blocking") == ["a"]  # every word, across messages
+    assert found(tmp_path, "tile pear") == []  # every word must be in one conversation
+    hit = search_transcripts("quince", tmp_path)[0]
+    assert hit.where == "reply" and "[quince]" in hit.snippet and hit.title == "Fruit talk"
+
+
+def test_what_a_user_types_is_only_ever_words():
+    assert fts_query('"NEAR(a b)" OR -x* ^y') == '"near"* AND "a"* AND "b"* AND "or"* AND "x"* AND "y"*'
+    assert fts_query("  ?! ") == ""
+
+
+def test_the_index_follows_the_files(tmp_path):
+    conv = conversation("apples", "red")
+    path = saved(tmp_path, "a", conv)
+    saved(tmp_path, "b", conversation("apples", "green"))
+    assert sorted(found(tmp_path, "apples")) == ["a", "b"]
+    conv.add_user("and bananas")
+    save_transcript(conv, path)  # the same conversation, one message longer
+    assert found(tmp_path, "bananas") == ["a"]
+    path.unlink()
+    assert found(tmp_path, "apples") == ["b"]  # a deleted file is gone from the index
+    index = SearchIndex(tmp_path)
+    try:
+        assert index.refresh() == 0  # nothing changed since: nothing read
+    finally:
+        index.close()
+
+
+def test_a_broken_or_old_index_is_rebuilt_from_the_files(tmp_path):
+    saved(tmp_path, "a", conversation("walrus", "tusks"))
+    assert found(tmp_path, "walrus") == ["a"]
+    (tmp_path / INDEX_NAME).write_bytes(b"this is not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{tmp_path / INDEX_NAME}{suffix}").unlink(missing_ok=True)
+    assert found(tmp_path, "tusks") == ["a"]
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / INDEX_NAME)
+    db.execute("PRAGMA user_version = 99")
+    db.commit()
+    db.close()
+    assert found(tmp_path, "walrus") == ["a"]
+
+
+def test_an_unreadable_transcript_is_skipped_not_fatal(tmp_path):
+    saved(tmp_path, "good", conversation("otters", "float"))
+    (tmp_path / "bad.json").write_text('{"format": "chatui-transcript", "version": 2, "ent')
+    assert found(tmp_path, "otters") == ["good"]
+    assert found(tmp_path, "format") == []
+
+
+def test_a_read_only_folder_is_searched_from_memory(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    saved(folder, "a", conversation("lighthouse", "keeper"))
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):  # root ignores the mode
+            return
+        assert found(folder, "lighthouse") == ["a"]
+        assert not (folder / INDEX_NAME).exists()
+    finally:
+        folder.chmod(0o755)
+
+
+async def test_history_words_lists_matches_that_load_opens(tmp_path):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "tell me about narwhals")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "tell me about walruses")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "/history narwh")
+        listing = str(notices(app)[-1].render())
+        assert "narwhals" in listing and "walruses" not in listing
+        await send(pilot, app, "/load 1")
+        assert app.chat.conversation.entries[0].text == "tell me about narwhals"
+        await send(pilot, app, "/history zebras")
+        assert "No saved conversation holds 'zebras'" in str(notices(app)[-1].render())
+
+
+def test_history_search_headless(tmp_path):
+    saved(tmp_path, "a", conversation("ocelots", "spotted"))
+    env = {**os.environ, "CHATUI_DATA_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "chatui", "history", "search"]
+    out = subprocess.run(cmd + ["ocel", "--json"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    hit = json.loads(out.stdout)
+    assert Path(hit["path"]).name == "a.json" and hit["where"] == "user"
+    out = subprocess.run(cmd + ["?!"], capture_output=True, text=True, env=env)
+    assert out.returncode == 2 and "at least one word" in out.stderr
+    out = subprocess.run(cmd + ["absent"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout == "" and "no saved conversation" in out.stderr
