@@ -62,7 +62,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 key="Ctrl+S", handler=run.cmd_save),
     CommandSpec("load", "Load a saved conversation (PATH or number from /history).",
                 args="PATH|N", needs_arg=True, handler=run.cmd_load),
-    CommandSpec("history", "List or search saved conversations (delete N removes one).",
+    CommandSpec("history", "List saved conversations, search them, delete one.",
                 args="[WORDS | delete N]", handler=run.cmd_history),
     CommandSpec("export", "Export to Markdown or messages JSON (by the word, or by a .json "
                 "PATH); no PATH: a file named after the conversation here.",
