@@ -174,9 +174,10 @@ class PromptProgress:
         return self.done / self.seconds if self.seconds > 0 else 0.0
 
     def describe(self) -> str:
-        """One line for a status bar or a terminal (the app and the headless commands)."""
+        """One short line for a status bar or a terminal (the app and the headless commands;
+        at 110 columns the app's status bar has about 37 for it)."""
         rate = f" · {self.tokens_per_s:,.0f} tok/s" if self.seconds > 0 else ""
-        return f"reading the prompt: {self.done:,} of {self.total:,} tokens{rate}…"
+        return f"reading {self.done:,}/{self.total:,}{rate}…"
 
 
 Event = Started | TokenBatch | RowDone | Failed | Progress | PromptProgress

@@ -278,7 +278,8 @@ def test_a_prompt_of_several_chunks_reports_its_progress_and_decodes_the_same(ti
         min(n, started.prompt_tokens) for n in range(32, started.prompt_tokens + 32, 32)]
     assert {p.total for p in progress} == {started.prompt_tokens}
     assert all(p.tokens_per_s > 0 for p in progress)
-    assert "of" in progress[-1].describe() and "tok/s" in progress[-1].describe()
+    line = progress[-1].describe()
+    assert f"{started.prompt_tokens:,}/{started.prompt_tokens:,}" in line and "tok/s" in line
     assert ev2.index(progress[-1]) < ev2.index(next(e for e in ev2 if isinstance(e, TokenBatch)))
     a, b = tokens(ev1), tokens(ev2)
     assert [t.id for t in a] == [t.id for t in b]
