@@ -336,7 +336,8 @@ async def _search_saved(ctx: CommandContext, text: str) -> None:
     lines = [f"Saved conversations with {text!r} (/load N opens one):"]
     for i, h in enumerate(hits, 1):
         when = datetime.datetime.fromtimestamp(h.updated).strftime("%Y-%m-%d %H:%M")
-        lines.append(f"{i:>3}. {when}  {h.title or '(untitled)'} — {h.where}: {h.snippet}")
+        lines.append(f"{i:>3}. {when}  {h.title or '(untitled)'} — {h.messages} messages")
+        lines.append(f"       {h.where}: {h.snippet}")
     ctx.notice("\n".join(lines))
 
 
