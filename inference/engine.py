@@ -19,7 +19,7 @@ import torch
 from .chat import PromptTooLongError, encode_messages, fit_to_context
 from .detok import IncrementalDetokenizer, StopStringFilter
 from .runner import HFRunner
-from .sampling import RowSampling, decode_step_outputs
+from .sampling import RowSampling, decode_step_outputs, token_stats
 from .settings import SamplingParams
 from .types import (
     Alternative,
@@ -257,7 +257,8 @@ class LocalBackend:
             logits = logits.expand(n, -1)
         try:
             yield from self._decode(cache, logits, [ids] * n, settings, request.top_logprobs,
-                                    cancel, t0=t0, cached=cached, track_cache=shared)
+                                    cancel, t0=t0, cached=cached, track_cache=shared,
+                                    first_tokens=request.first_tokens)
         except BaseException:
             if shared:
                 self.reset()
@@ -297,8 +298,10 @@ class LocalBackend:
     def _decode(self, cache: Any, logits: torch.Tensor, prompts: Sequence[list[int]],
                 settings: Sequence[SamplingParams], k: int, cancel: threading.Event, *,
                 t0: float, cached: int, track_cache: bool,
-                mask: torch.Tensor | None = None) -> Iterator[Event]:
-        """The decode loop shared by every entry point. logits: [B, V] for the first step."""
+                mask: torch.Tensor | None = None,
+                first_tokens: Sequence[int] | None = None) -> Iterator[Event]:
+        """The decode loop shared by every entry point. logits: [B, V] for the first step;
+        ``first_tokens``: each row's first token, forced instead of sampled (fan-out)."""
         n = len(settings)
         rows = [_Row(s, IncrementalDetokenizer(self.tokenizer), StopStringFilter(s.stop), len(p))
                 for s, p in zip(settings, prompts)]
@@ -329,8 +332,14 @@ class LocalBackend:
                 positions = positions + 1
             return out
 
+        forced = (None if first_tokens is None
+                  else torch.tensor(list(first_tokens), device=self.device))
         while active:
-            next_ids, stats = decode_step_outputs(logits, seen, sampling, k)
+            if forced is not None:  # the branches' first tokens, scored as sampled ones are
+                next_ids, stats = forced, token_stats(logits.float(), forced, k)
+                forced = None
+            else:
+                next_ids, stats = decode_step_outputs(logits, seen, sampling, k)
             if pipeline:
                 # Queue the next step before reading this one: the device computes token t + 1
                 # while the host turns token t into events (one wasted step when a row ends,

@@ -45,10 +45,16 @@ class GenerationRequest:
     """How many alternatives to report per token (0 to 20)."""
     prefix: AssistantPrefix | None = None
     """Continue this partial assistant reply instead of starting a new one."""
+    first_tokens: tuple[int, ...] | None = None
+    """Row r starts with token ``first_tokens[r]`` instead of a sampled one (fan-out: the
+    alternatives at one token decoded as branches in one batch, from one prefill); its event
+    carries the token's real logprob and alternatives."""
 
     def __post_init__(self) -> None:
         if not self.settings:
             raise ValueError("a request needs at least one settings row")
+        if self.first_tokens is not None and len(self.first_tokens) != len(self.settings):
+            raise ValueError("first_tokens needs one token per settings row")
         if not 0 <= self.top_logprobs <= 20:
             raise ValueError("top_logprobs must be between 0 and 20")
 

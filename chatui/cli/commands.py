@@ -125,16 +125,25 @@ def generate(
     show_logprobs: Annotated[bool, typer.Option(
         "--show-logprobs", help="Print each token with its logprob.")] = False,
     top_logprobs: TopLogprobs = None,
+    fork_at: Annotated[Optional[int], typer.Option(
+        "--fork-at", help="Then branch at this token of the reply (0-based): its most likely "
+                          "alternatives decoded as branches in one batch.")] = None,
+    fork_k: Annotated[Optional[int], typer.Option(
+        "--fork-k", help="How many branches --fork-at decodes (2-8, default 3).")] = None,
 ) -> None:
     """Stream one reply to a prompt."""
+    from .fork import check_fork, fan_out
 
     async def go() -> None:
         if as_json and show_logprobs:
             raise UserError("give --json or --show-logprobs, not both (--json lines carry the "
                             "logprobs)")
         alternatives = check_top_logprobs(
-            top_logprobs, 5, unused=None if as_json or show_logprobs else
-            "--top-logprobs shows only with --json or --show-logprobs; add one of them")
+            top_logprobs, 5, unused=None if as_json or show_logprobs or fork_at is not None
+            else "--top-logprobs shows only with --json or --show-logprobs; add one of them")
+        fork = check_fork(fork_at, fork_k, alternatives)
+        if fork is not None and show_logprobs:
+            raise UserError("--fork-at prints text or --json lines; leave out --show-logprobs")
         opts = backend_options(checkpoint, server)
         text = message.text()
         worker = await load(opts)
@@ -142,6 +151,9 @@ def generate(
             system = (Message("system", message.system),) if message.system else ()
             req = GenerationRequest(system + (Message("user", text),),
                                     (settings(worker, sampling.overrides()),), alternatives)
+            if fork is not None:
+                await fan_out(worker, req, *fork, as_json=as_json)
+                return
             await stream(worker, req, as_json=as_json, show_logprobs=show_logprobs,
                          tag_columns=False)
         finally:
