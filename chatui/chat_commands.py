@@ -61,6 +61,8 @@ class CommandContext(Protocol):
 
     def open_help(self) -> None: ...
 
+    def open_history(self, query: str = "") -> None: ...
+
     async def quit(self) -> None: ...
 
     async def stop_generation(self) -> None: ...
@@ -316,6 +318,12 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
         what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
         lines.append(f"{i:>3}. {when}  {what}")
     ctx.notice("\n".join(lines))
+
+
+async def cmd_find(ctx: CommandContext, arg: str = "") -> None:
+    """``/find [WORDS]`` (Ctrl+F): the search box over every saved conversation."""
+    ctx.services.flush_autosaves()
+    ctx.open_history(arg.strip())
 
 
 async def _search_saved(ctx: CommandContext, text: str) -> None:

@@ -62,6 +62,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 key="Ctrl+S", handler=run.cmd_save),
     CommandSpec("load", "Load a saved conversation (PATH or number from /history).",
                 args="PATH|N", needs_arg=True, handler=run.cmd_load),
+    CommandSpec("find", "Search box over saved conversations; Enter opens one.",
+                args="[WORDS]", key="Ctrl+F", handler=run.cmd_find),
     CommandSpec("history", "List saved conversations, search them, delete one.",
                 args="[WORDS | delete N]", handler=run.cmd_history),
     CommandSpec("export", "Export to Markdown or messages JSON (by the word, or by a .json "

@@ -137,3 +137,43 @@ def test_history_search_headless(tmp_path):
     assert out.returncode == 2 and "at least one word" in out.stderr
     out = subprocess.run(cmd + ["absent"], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout == "" and "no saved conversation" in out.stderr
+
+
+async def test_the_search_box_finds_as_you_type_and_opens_with_enter(tmp_path):
+    from textual.widgets import OptionList
+
+    from chatui.screens.history import HistoryScreen
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "tell me about narwhals")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "tell me about walruses")
+        await send(pilot, app, "/clear")
+        await pilot.press("ctrl+f")
+        await pilot.pause(0.3)
+        screen = app.screen
+        assert isinstance(screen, HistoryScreen)
+        assert len(screen.found) == 2  # an empty box lists every saved conversation
+        for key in "narwh":
+            await pilot.press(key)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if len(screen.found) == 1:
+                break
+        assert [f.title for f in screen.found] == ["tell me about narwhals"]
+        assert "[narwhals]" in screen.found[0].passage
+        assert screen.query_one(OptionList).option_count == 1
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, HistoryScreen)
+        for _ in range(100):
+            if app.chat.conversation.entries:
+                break
+            await pilot.pause(0.02)
+        assert app.chat.conversation.entries[0].text == "tell me about narwhals"
+        await pilot.press("ctrl+f")
+        await pilot.pause(0.2)
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, HistoryScreen)

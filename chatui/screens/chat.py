@@ -88,6 +88,8 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+s", "command('/save')", "Save", id="chat.save", show=False,
                 tooltip="Save the conversation now"),
         Binding("f1", "command('/help')", "Help", id="chat.help", tooltip="Commands and keys"),
+        Binding("ctrl+f", "command('/find')", "Find", id="chat.find", show=False,
+                tooltip="Search the saved conversations"),
         *pick_bindings(),
     ]
     """Keys run the same registry handlers as the slash commands (``action_command``)."""
@@ -650,6 +652,16 @@ class ChatScreen(Screen[None]):
         from .help import HelpScreen
 
         self.app.push_screen(HelpScreen())
+
+    def open_history(self, query: str = "") -> None:
+        from .history import HistoryScreen
+
+        def opened(path: Path | None) -> None:
+            if path is not None:
+                self.call_later(self.run_command, f"/load {path}")
+
+        self.app.push_screen(HistoryScreen(self.services.config.transcripts_dir(), query),
+                             opened)
 
     async def quit(self) -> None:
         await self.app.action_quit()

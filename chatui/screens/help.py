@@ -25,6 +25,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("1 … 9", "continue the reply from that alternative of the selected token"),
     ("Ctrl+R / Ctrl+G / Ctrl+O", "retry / edit the last prompt / continue the reply"),
     ("F2 / F3", "copy the last reply / its last code block (no clipboard tool needed)"),
+    ("Ctrl+F", "search the saved conversations as you type; Enter opens one"),
     ("r", "raw token view (in the token view): special tokens, exact spellings"),
     ("Ctrl+P", "command palette (every action, themes)"),
     ("F1", "this help"),

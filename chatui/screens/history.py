@@ -1,0 +1,166 @@
+"""The history's search box (``/find``, Ctrl+F): type words, see the saved conversations that
+hold them as you type, Enter opens one.
+
+With an empty box it lists every saved conversation, newest first (``/history``'s list); with
+words it shows the matches of ``chatui.transcript.search`` (an index beside the transcripts,
+17 ms over 1,000 of them here), each with the passage that matched. Searching runs off the UI
+thread and only the newest answer is shown, so typing never waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from ..transcript import list_transcripts
+from ..transcript.search import fts_query, search_transcripts
+
+SEARCH_DELAY_S = 0.12
+"""How long typing must pause before a search runs (one search per pause, not per key)."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """One row of the list: a conversation, and the passage that matched (if searching)."""
+
+    path: Path
+    title: str
+    updated: float
+    messages: int
+    passage: str = ""
+    error: str = ""
+
+
+def _row(found: Found) -> Content:
+    when = datetime.datetime.fromtimestamp(found.updated).strftime("%Y-%m-%d %H:%M")
+    head = Content.assemble((when, "$text-muted"), "  ",
+                            (found.title or "(untitled)", "bold"),
+                            (f"  {found.messages} messages" if not found.error else "",
+                             "$text-muted"))
+    if found.error:
+        return Content("\n").join([head, Content.styled(found.error, "$text-error")])
+    if not found.passage:
+        return head
+    return Content("\n").join([head, _passage(found.passage)])
+
+
+def _passage(text: str) -> Content:
+    """The matched passage with the matched words (between [ and ]) highlighted."""
+    parts: list[tuple[str, str] | str] = ["  "]
+    rest = text
+    while "[" in rest and "]" in rest[rest.index("["):]:
+        start = rest.index("[")
+        end = rest.index("]", start)
+        parts.append(rest[:start])
+        parts.append((rest[start + 1:end], "bold $accent"))
+        rest = rest[end + 1:]
+    parts.append(rest)
+    return Content.assemble(*parts)
+
+
+class HistoryScreen(ModalScreen[Path | None]):
+    """Search and open a saved conversation; dismissed with its path, or None."""
+
+    DEFAULT_CSS = """
+    HistoryScreen { align: center middle; }
+    HistoryScreen > Vertical { width: 100; max-width: 100%; height: 80%;
+        border: round $primary; background: $surface; padding: 0 1; }
+    HistoryScreen Input { margin-bottom: 1; }
+    HistoryScreen OptionList { height: 1fr; }
+    HistoryScreen #history-count { color: $text-muted; height: 1; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "dismiss_none", "Close", priority=True),
+        Binding("down", "move(1)", "Next", show=False, priority=True),
+        Binding("up", "move(-1)", "Previous", show=False, priority=True),
+        Binding("pagedown", "move(10)", show=False, priority=True),
+        Binding("pageup", "move(-10)", show=False, priority=True),
+    ]
+
+    def __init__(self, directory: Path | None = None, query: str = "") -> None:
+        super().__init__()
+        self.directory = directory
+        self.initial = query
+        self.found: list[Found] = []
+        self._generation = 0
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Input(self.initial, placeholder="Search saved conversations (words, as "
+                        "prefixes; Enter opens, Esc closes)", id="history-query")
+            yield Static("", id="history-count")
+            yield OptionList(id="history-list")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+        self.refresh_list(self.initial, delay=0.0)
+
+    @on(Input.Changed, "#history-query")
+    def _changed(self, event: Input.Changed) -> None:
+        self.refresh_list(event.value)
+
+    def refresh_list(self, text: str, delay: float = SEARCH_DELAY_S) -> None:
+        self._generation += 1
+        self._search(text, self._generation, delay)
+
+    @work(group="history-search", exclusive=True)
+    async def _search(self, text: str, generation: int, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if generation != self._generation:
+            return
+        if fts_query(text):
+            hits = await asyncio.to_thread(search_transcripts, text, self.directory, 200)
+            found = [Found(h.path, h.title, h.updated, h.messages, f"{h.where}: {h.snippet}")
+                     for h in hits]
+            count = (f"{len(found)} conversations hold {text.strip()!r}" if len(found) > 1
+                     else f"1 conversation holds {text.strip()!r}" if found
+                     else f"No saved conversation holds {text.strip()!r}.")
+        else:
+            listed = await asyncio.to_thread(list_transcripts, self.directory)
+            found = [Found(s.path, s.title, s.updated, s.messages, error=s.error)
+                     for s in listed]
+            count = (f"{len(found)} saved conversation{'s' * (len(found) != 1)}, newest first"
+                     if found else "No saved conversations yet.")
+        if generation != self._generation:
+            return  # a newer search is on its way
+        self.found = found
+        options = self.query_one(OptionList)
+        options.clear_options()
+        options.add_options([Option(_row(f), disabled=bool(f.error)) for f in found])
+        if found:
+            options.highlighted = next((i for i, f in enumerate(found) if not f.error), None)
+        self.query_one("#history-count", Static).update(count)
+
+    def action_move(self, step: int) -> None:
+        options = self.query_one(OptionList)
+        if not self.found:
+            return
+        current = options.highlighted if options.highlighted is not None else -1
+        options.highlighted = max(0, min(len(self.found) - 1, current + step))
+
+    @on(Input.Submitted, "#history-query")
+    def _submitted(self) -> None:
+        index = self.query_one(OptionList).highlighted
+        if index is not None and 0 <= index < len(self.found) and not self.found[index].error:
+            self.dismiss(self.found[index].path)
+
+    @on(OptionList.OptionSelected, "#history-list")
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        if 0 <= event.option_index < len(self.found):
+            self.dismiss(self.found[event.option_index].path)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
