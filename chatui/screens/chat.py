@@ -661,7 +661,7 @@ class ChatScreen(Screen[None]):
                 self.call_later(self.run_command, f"/load {path}")
 
         self.app.push_screen(HistoryScreen(self.services.config.transcripts_dir(), query),
-                             opened)
+                             reported_callback(self, "Opening a conversation", opened))
 
     async def quit(self) -> None:
         await self.app.action_quit()

@@ -14,7 +14,7 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -23,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..reporting import run_reported
 from ..transcript import list_transcripts
 from ..transcript.search import fts_query, search_transcripts
 
@@ -113,9 +114,10 @@ class HistoryScreen(ModalScreen[Path | None]):
 
     def refresh_list(self, text: str, delay: float = SEARCH_DELAY_S) -> None:
         self._generation += 1
-        self._search(text, self._generation, delay)
+        self.workers.cancel_group(self, "history-search")
+        run_reported(self, self._search(text, self._generation, delay),
+                     what="Searching the history", group="history-search")
 
-    @work(group="history-search", exclusive=True)
     async def _search(self, text: str, generation: int, delay: float) -> None:
         if delay:
             await asyncio.sleep(delay)
