@@ -12,6 +12,7 @@ and prints what it saw as JSON; the tests below do that in subprocesses.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -286,6 +287,29 @@ def test_the_strip_bug_written_up_for_upstream_reproduces_and_the_patch_fixes_it
     assert divide > 0 and crop_extend > 0 and control == 0
     patched = "from chatui.textual_compat import strips\nassert strips.apply()\n"
     assert run(patched) == [0, 0, 0]
+
+
+
+def test_a_removed_widgets_style_cache_and_its_lines_are_freed():
+    """Textual's ``StylesCache.get_inner_outer`` cached on ``self`` kept the last 1,024 style
+    caches (and every line they drew) alive after their widgets went; patched, a style cache
+    goes with its widget, and the method answers as before."""
+    import weakref
+
+    from textual._styles_cache import StylesCache
+    from textual.color import Color
+
+    from chatui.textual_compat import styles_cache
+
+    assert styles_cache.apply()
+    cache = StylesCache()
+    gone = weakref.ref(cache)
+    base, background = Color(10, 20, 30), Color(40, 50, 60, 0.5)
+    inner, outer = cache.get_inner_outer(base, background)
+    assert inner.background == base + background and outer.background == base
+    del cache
+    gc.collect()
+    assert gone() is None, "the style cache outlived its last user"
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ async def test_a_loaded_conversation_is_drawn_in_full(tmp_path, size):
         await send(pilot, app, f"/load {tmp_path / 's.json'}")
         await pilot.pause(0.3)
         views = list(app.chat.query(ReplyView))
-        assert len(views) == 3
+        # the replies near the end are drawn (the window mounts only those; issue 21), the
+        # last one among them
+        assert views and views[-1].reply is app.chat.conversation.entries[-1].reply
         heights = {v.size.height for v in views}
         assert len(heights) == 1 and min(heights) > 15, heights  # same text, same height
         shown = [s.text for s in render_screen(app)]

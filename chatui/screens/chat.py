@@ -54,7 +54,8 @@ from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
 from ..widgets.inspector import TokenInspector
-from ..widgets.items import Notice, UserMessage
+from ..widgets.items import Notice, UserMessage, estimate_lines
+from ..widgets.log_window import Item, LogWindow
 from ..widgets.prompt import PromptInput
 from ..widgets.reply import ReplyView
 from ..widgets.settled import ConversationLog
@@ -115,8 +116,8 @@ class ChatScreen(Screen[None]):
         self.compare = CompareFlow(self)
         self.meter = ContextMeter(lambda: self.status, self.notify)
         self._gen_worker: Worker | None = None
-        self._widgets: dict[int, tuple[Entry, list[Widget]]] = {}
-        """The one index of what is drawn: each entry's widgets, by ``id(entry)``."""
+        self._window: LogWindow | None = None
+        """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
         self.set_reactive(ChatScreen.token_mode, token_mode)
 
@@ -161,6 +162,15 @@ class ChatScreen(Screen[None]):
         return self.query_one("#conversation", VerticalScroll)
 
     @property
+    def window(self) -> LogWindow:
+        """The one index of what the conversation shows: an item per message or notice, with
+        widgets only near the viewport (issue 21: a 200-reply conversation drawn whole kept
+        ~1,800 objects per reply alive and took 7.5 s to load)."""
+        if self._window is None:
+            self._window = LogWindow(self.log_view)
+        return self._window
+
+    @property
     def status(self) -> StatusBar:
         return self.query_one(StatusBar)
 
@@ -184,6 +194,7 @@ class ChatScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.log_view.anchor()
+        self.window.watch()
         self.inspector.display = self.token_mode
         self.query_one("#hint").display = False
         self.settings_changed()
@@ -237,8 +248,7 @@ class ChatScreen(Screen[None]):
         """Replace the conversation (``/load``, ``/clear``) and draw all of it."""
         await self.stop_generation()
         self.state.conversation = conversation
-        self._widgets.clear()
-        await self.log_view.remove_children()
+        await self.window.clear()
         gcpolicy.release()  # the old conversation's widgets are garbage now
         self.inspector.clear()
         if cleared:
@@ -248,9 +258,9 @@ class ChatScreen(Screen[None]):
             return
         for entry in conversation.entries:
             if entry.role == "user":
-                self._mount_user(entry)
+                self.window.add(self._user_item(entry))
             elif entry.replies:
-                self._mount_view(entry)
+                self.window.add(self._reply_item(entry))
         if self.info is not None:
             await self.services.worker.reset()
             await self._update_context()
@@ -261,74 +271,115 @@ class ChatScreen(Screen[None]):
 
     def notice(self, text: str, kind: str = "info") -> Notice:
         """Add a notice to the conversation (info, warning or error)."""
-        widget = Notice(text, kind=kind)
-        self.log_view.mount(widget)
+        widget = self.window.append(self._notice_item(text, kind))[0]
         self.log_view.scroll_end(animate=False)
+        assert isinstance(widget, Notice)
         return widget
 
     def _next_id(self, kind: str) -> str:
         self._counter += 1
         return f"{kind}-{self._counter}"
 
-    def _index(self, entry: Entry, widget: Widget) -> None:
-        self._widgets.setdefault(id(entry), (entry, []))[1].append(widget)
+    # Each item builds its widgets afresh whenever it comes near the viewport, from the
+    # conversation's data and the screen's switches as they are then (token view, raw), under
+    # the same ids each time.
+
+    def _notice_item(self, text: str, kind: str, key: object = None) -> Item:
+        return Item(build=lambda: [Notice(text, kind=kind)],
+                    estimate=lambda width: estimate_lines(text, width - 2) + 1,
+                    key=key, tag="notice")
+
+    def _user_item(self, entry: Entry) -> Item:
+        widget_id = self._next_id("user")
+        return Item(build=lambda: [UserMessage(entry.text, id=widget_id)],
+                    estimate=lambda width: estimate_lines(entry.text, width - 3) + 2,
+                    key=entry, tag="user")
+
+    def _reply_item(self, entry: Entry) -> Item:
+        """An assistant entry's item: one reply, or the columns of a comparison."""
+        ids = [self._next_id("reply") for _ in entry.replies]
+        group_id = self._next_id("compare")
+
+        def build() -> list[Widget]:
+            if entry.is_comparison:
+                return [CompareView(entry, view_ids=ids, stable_timings=self.stable_timings,
+                                    token_mode=self.token_mode, raw=self.raw, id=group_id)]
+            reply = entry.reply
+            assert reply is not None
+            view = ReplyView(reply, stable_timings=self.stable_timings,
+                             token_mode=self.token_mode, id=ids[0])
+            view.raw = self.raw
+            view.type_into = self._type_into_prompt
+            return [view]
+
+        def estimate(width: int) -> int:
+            columns = len(entry.replies)
+            inner = (width - 1) // columns if columns > 1 else width - 3
+            return max(estimate_lines(r.text, inner) for r in entry.replies) + 3 + (
+                columns > 1)
+
+        return Item(build=build, estimate=estimate, key=entry, tag="reply")
 
     def _mount_user(self, entry: Entry) -> None:
-        widget = UserMessage(entry.text, id=self._next_id("user"))
-        self._index(entry, widget)
-        self.log_view.mount(widget)
+        self.window.append(self._user_item(entry))
 
-    def _mount_view(self, entry: Entry) -> ReplyView | CompareView:
-        """Draw an assistant entry: one reply, or the columns of a comparison (whose
-        ``mounting`` can be awaited for the mount to finish)."""
-        if entry.is_comparison:
-            ids = [self._next_id("reply") for _ in entry.replies]
-            group = CompareView(entry, view_ids=ids, stable_timings=self.stable_timings,
-                                token_mode=self.token_mode, raw=self.raw,
-                                id=self._next_id("compare"))
-            for reply_view in group.views:  # listed first: removed before the group itself
-                self._index(entry, reply_view)
-            self._index(entry, group)
-            group.mounting = self.log_view.mount(group)
-            return group
-        reply = entry.reply
-        assert reply is not None
-        view = ReplyView(reply, stable_timings=self.stable_timings, token_mode=self.token_mode,
-                         id=self._next_id("reply"))
-        view.raw = self.raw
-        view.type_into = self._type_into_prompt
-        self._index(entry, view)
-        self.log_view.mount(view)
+    def _reply_item_of(self, entry: Entry) -> Item | None:
+        return next((i for i in self.window.items_of(entry) if i.tag == "reply"), None)
+
+    def _view_of(self, entry: Entry, *, draw: bool = False) -> ReplyView | CompareView | None:
+        """The widget showing an assistant entry (the group, for a comparison); None when it
+        has no widgets now, unless ``draw``: then it gets them (and an entry without an item
+        gets one, at the end)."""
+        item = self._reply_item_of(entry)
+        if item is None:
+            if not draw:
+                return None
+            item = self._reply_item(entry)
+            self.window.append(item)
+        elif item.widgets is None:
+            if not draw:
+                return None
+            self.window.draw(item)
+        assert item.widgets is not None
+        view = item.widgets[0]
+        assert isinstance(view, (ReplyView, CompareView))
+        if isinstance(view, CompareView) and item.mounting is not None:
+            view.mounting = item.mounting
         return view
 
-    def _view_of(self, entry: Entry) -> ReplyView | CompareView | None:
-        """The widget showing an assistant entry (the group, for a comparison)."""
-        widgets = self._widgets.get(id(entry), (entry, []))[1]
-        return next((w for w in reversed(widgets) if isinstance(w, (ReplyView, CompareView))),
-                    None)
-
     def _reply_views(self) -> list[ReplyView]:
-        return [w for _, widgets in self._widgets.values() for w in widgets
-                if isinstance(w, ReplyView)]
+        """The reply views that have widgets now (a comparison's columns included)."""
+        views: list[ReplyView] = []
+        for item in self.window.drawn_items():
+            for w in item.widgets or ():
+                if isinstance(w, ReplyView):
+                    views.append(w)
+                elif isinstance(w, CompareView):
+                    views.extend(w.views)
+        return views
 
     def _find_view(self, view_id: str) -> tuple[Entry, ReplyView] | None:
-        for entry, widgets in self._widgets.values():
-            for w in widgets:
-                if isinstance(w, ReplyView) and w.id == view_id:
-                    return entry, w
+        for item in self.window.drawn_items():
+            for w in item.widgets or ():
+                views = w.views if isinstance(w, CompareView) else [w]
+                for v in views:
+                    if isinstance(v, ReplyView) and v.id == view_id:
+                        assert isinstance(item.key, Entry)
+                        return item.key, v
         return None
 
     async def remove_entry(self, entry: Entry) -> None:
         self.state.conversation.entries.remove(entry)
-        for widget in self._widgets.pop(id(entry), (entry, []))[1]:
-            await widget.remove()
+        for item in self.window.items_of(entry):
+            await self.window.remove(item)
 
     @on(PageConversation)
     def _page_conversation(self, event: PageConversation) -> None:
+        # at once, not animated: each frame of an animation would move the window too
         if event.down:
-            self.log_view.scroll_page_down()
+            self.log_view.scroll_page_down(animate=False)
         else:
-            self.log_view.scroll_page_up()
+            self.log_view.scroll_page_up(animate=False)
 
     # ---- sending ----
 
@@ -376,7 +427,11 @@ class ChatScreen(Screen[None]):
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
         replies keep their settings)."""
-        view = self._view_of(entry) or self._mount_view(entry)
+        view = self._view_of(entry, draw=True)
+        assert view is not None
+        item = self._reply_item_of(entry)
+        assert item is not None
+        item.pinned += 1  # a streaming reply keeps its widgets wherever the user scrolls
         settings = tuple(r.settings if max_new_tokens is None
                          else replace(r.settings, max_new_tokens=max_new_tokens)
                          for r in entry.replies)
@@ -389,12 +444,13 @@ class ChatScreen(Screen[None]):
         self.generating = True
         self.log_view.anchor()
         self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
-        self._gen_worker = run_reported(self, self._stream(job, request),
+        self._gen_worker = run_reported(self, self._stream(job, request, item),
                                         what="The reply", group="generate")
 
-    async def _stream(self, job: Job, request: GenerationRequest) -> None:
+    async def _stream(self, job: Job, request: GenerationRequest, item: Item) -> None:
         """The one loop that applies engine events to replies (through the recorder) and
-        shows the deltas. The GC policy is held for as long as it streams."""
+        shows the deltas. The GC policy is held, and ``item`` (the reply's) keeps its
+        widgets, for as long as it streams."""
         recorder, view = job.recorder, job.view
         recorder.begin()
         gcpolicy.stream_started()
@@ -431,7 +487,11 @@ class ChatScreen(Screen[None]):
             await view.end()
         finally:
             gcpolicy.stream_ended()
-        await self._after(job)
+        try:
+            await self._after(job)
+        finally:
+            item.pinned -= 1
+            self.window.schedule()
 
     def _reading_prompt(self, tokens: int) -> bool:
         """Say in the status bar that the engine reads the prompt, until the first token (a
@@ -448,9 +508,10 @@ class ChatScreen(Screen[None]):
         text = self.meter.reported(delta, self.info.context_limit if self.info else 0,
                                    "reply" if single else "comparison")
         if text:
-            notice = Notice(text, kind="warning")
-            self.log_view.mount(notice, before=job.view)  # type: ignore[arg-type]
-            self._index(job.entry, notice)
+            reply_item = self._reply_item_of(job.entry)
+            notice = self._notice_item(text, "warning", key=job.entry)
+            if reply_item is not None:
+                self.window.insert_before(notice, reply_item)
             if single:
                 self.app.notify(text, title="Context full", severity="warning", timeout=8)
 
@@ -597,7 +658,7 @@ class ChatScreen(Screen[None]):
         self.inspector.display = on
         if on:
             last = self.state.conversation.last_assistant
-            view = self._view_of(last) if last else None
+            view = self._view_of(last, draw=True) if last else None
             if isinstance(view, CompareView):
                 view = view.views[0]
             if view is not None:

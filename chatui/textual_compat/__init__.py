@@ -10,6 +10,8 @@ private names chatui needs:
   ``Compositor._get_renders`` and ``Compositor.reflow``);
 - :mod:`.strips`: strips without self-references, freed without the cyclic collector (patches
   ``Strip.divide`` and ``Strip.crop_extend``; a Textual bug, see ``docs/upstream/``);
+- :mod:`.styles_cache`: a style cache's drawn lines go with its widget (patches
+  ``StylesCache.get_inner_outer``, whose ``lru_cache`` kept the last 1,024 of them alive);
 - :mod:`.widget_hooks`: no second layout after a resize, only new rows repainted (overrides
   ``Widget._size_updated``, bumps ``Widget._layout_updates``, clears a widget's arrangement
   cache);
@@ -29,7 +31,7 @@ public ones.
 
 from __future__ import annotations
 
-from . import compositor, strips
+from . import compositor, strips, styles_cache
 from .app_hooks import ReportsFatalErrors
 from .gate import ENABLED, ENV_VAR, TESTED_VERSIONS, patches_enabled, textual_version
 from .markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
@@ -48,4 +50,4 @@ def apply() -> bool:
     are patched. The widget and app hooks are decided when their classes are built."""
     if not ENABLED:
         return False
-    return strips.apply() & compositor.apply()
+    return strips.apply() & compositor.apply() & styles_cache.apply()

@@ -12,7 +12,10 @@ path: slower, never wrong.
   (``Footer._bindings_ready``);
 - :func:`visible_regions`: the compositor's map of visible widgets (``Screen._compositor.
   visible_widgets``), so a widget can tell whether it is on screen without
-  ``Screen.find_widget`` building the whole map (~20 ms with 60 replies).
+  ``Screen.find_widget`` building the whole map (~20 ms with 60 replies);
+- :func:`follows_end`: whether an anchored scroll still follows its end (``Widget.
+  _anchor_released``), which a conversation's window asks right after ``/load``, before any
+  layout has given the scroll offset a meaning.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from textual.dom import DOMNode
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer
 
 from .gate import ENABLED
@@ -53,3 +57,13 @@ def visible_regions(screen: Screen) -> dict[Any, Any] | None:
         return None
     visible = getattr(getattr(screen, "_compositor", None), "visible_widgets", None)
     return visible if isinstance(visible, dict) else None
+
+
+def follows_end(widget: Widget) -> bool:
+    """Whether ``widget`` keeps to its end as content is added: anchored, and the anchor not
+    released by the user scrolling away. Off the gate: anchored and scrolled to the end."""
+    if ENABLED and widget.is_anchored:
+        released = getattr(widget, "_anchor_released", None)
+        if isinstance(released, bool):
+            return not released
+    return widget.is_anchored and widget.scroll_y >= widget.max_scroll_y - 1

@@ -40,3 +40,10 @@ class Notice(Static):
     def __init__(self, text: str, *, kind: str = "info", id: str | None = None) -> None:
         super().__init__(Content(safe_text(text)), id=id, classes=f"-{kind}")
         self.kind = kind
+
+
+def estimate_lines(text: str, width: int) -> int:
+    """About how many lines ``text`` takes wrapped at ``width`` cells: the height of a message
+    not drawn yet (the window corrects it when the message is drawn; see ``log_window``)."""
+    width = max(1, width)
+    return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))

@@ -1,0 +1,350 @@
+"""Virtual mounting for the conversation: only the items near the viewport have widgets.
+
+A long chat (issue 21: 200 replies of ~330 tokens of Markdown) drawn with a widget tree per
+message kept ~1,800 objects alive per reply, made every full garbage-collector pass walk all of
+them (609 ms after 200 replies), every PageUp lay out ~1,000 widgets (178 ms a page), ``/load``
+build them all (7.5 s) and ``/clear`` tear them down (0.5 s). Here each message is an
+:class:`Item`: what it shows is the conversation's data (owned elsewhere), and it has widgets
+only while it is within a few screens of the viewport. A run of items without widgets is one
+:class:`Gap` widget as tall as they are: as measured when they were last drawn at this width,
+else estimated from their text. When a drawn item's real height differs from its estimate, the
+scroll position is corrected so that what the user looks at does not move.
+
+The window does not know what the items are: the screen gives each one a ``build`` function
+(returning the widgets to mount) and an ``estimate`` (its height at a width), and pins the ones
+that must keep their widgets (a reply that streams). Everything else (which entry a widget
+shows, focus, the inspector) stays the screen's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from textual.widget import AwaitMount, Widget
+
+from ..textual_compat.internals import follows_end
+
+log = logging.getLogger(__name__)
+
+SCREENS_AROUND = 1.0
+"""Items within this many viewport heights above and below the viewport get widgets..."""
+SCREENS_KEPT = 3.0
+"""...and keep them until they are this far away (so scrolling back and forth does not
+rebuild them)."""
+
+
+class Gap(Widget):
+    """Stands in for a run of items without widgets: as tall as they are, draws nothing."""
+
+    DEFAULT_CSS = "Gap { height: 0; margin: 0; padding: 0; border: none; }"
+
+    def __init__(self, height: int) -> None:
+        super().__init__(classes="log-gap")
+        self.styles.height = height
+        self.lines = height
+
+    def resize(self, height: int) -> None:
+        if height != self.lines:
+            self.lines = height
+            self.styles.height = height
+
+    def render_line(self, y: int):  # type: ignore[no-untyped-def]
+        from textual.strip import Strip
+
+        return Strip.blank(self.size.width)
+
+
+@dataclass(eq=False)
+class Item:
+    """One message (or notice) of the log."""
+
+    build: Callable[[], list[Widget]]
+    """Makes the widgets that show it (called each time it comes near the viewport)."""
+    estimate: Callable[[int], int]
+    """Its height in lines at a width, before it has been drawn there (margin included)."""
+    key: object = None
+    """What the screen knows it by (its entry), for :meth:`LogWindow.items_of`."""
+    tag: str = ""
+    """What kind of item it is, for the screen (the window does not look)."""
+    widgets: list[Widget] | None = None
+    """Its widgets while it has them."""
+    pinned: int = 0
+    """Kept drawn while above zero (a reply that streams)."""
+    measured: dict[int, int] = field(default_factory=dict)
+    """Its height as drawn, by width."""
+    mounting: AwaitMount | None = None
+    """The mount of its widgets when they were added by :meth:`LogWindow.append` and co."""
+    gone: bool = False
+    """Removed from the log (an update that was under way skips it)."""
+
+    def height(self, width: int) -> int:
+        got = self.measured.get(width)
+        return got if got is not None else max(1, self.estimate(width))
+
+    @property
+    def drawn(self) -> bool:
+        return self.widgets is not None
+
+
+class LogWindow:
+    """Keeps the widgets of ``log`` (a vertical scroll) to the items near its viewport."""
+
+    def __init__(self, log: Widget) -> None:
+        self.log = log
+        self.items: list[Item] = []
+        self._busy = False
+        self._again = False
+        self._watching = False
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- the list of items ----
+
+    def items_of(self, key: object) -> list[Item]:
+        return [item for item in self.items if item.key is key]
+
+    def drawn_items(self) -> list[Item]:
+        return [item for item in self.items if item.widgets is not None]
+
+    def append(self, item: Item) -> list[Widget]:
+        """Add ``item`` at the end, drawn at once (the end is where the user looks when they
+        add something; far from the viewport it loses its widgets on the next update)."""
+        self.items.append(item)
+        return self._draw_now(item)
+
+    def add(self, item: Item) -> None:
+        """Add ``item`` at the end without drawing it (``/load``: the next update draws the
+        items that end up near the viewport)."""
+        self.items.append(item)
+        self.schedule()
+
+    def insert_before(self, item: Item, other: Item) -> list[Widget]:
+        """Add ``item`` just before ``other`` (drawn at once)."""
+        self.items.insert(self.items.index(other), item)
+        return self._draw_now(item)
+
+    def _draw_now(self, item: Item) -> list[Widget]:
+        """Mount ``item``'s widgets before the next drawn item (or at the end); the next
+        update puts the gaps around it right."""
+        widgets = item.widgets = item.build()
+        after = self._next_drawn_widget(item)
+        if after is not None:
+            item.mounting = self.log.mount_all(widgets, before=after)
+        else:
+            item.mounting = self.log.mount_all(widgets)
+        self.schedule()
+        return widgets
+
+    def draw(self, item: Item) -> list[Widget]:
+        """``item``'s widgets, mounting them now if it has none."""
+        return item.widgets if item.widgets is not None else self._draw_now(item)
+
+    def _next_drawn_widget(self, item: Item) -> Widget | None:
+        index = self.items.index(item)
+        for later in self.items[index + 1:]:
+            if later.widgets:
+                return later.widgets[0]
+        return None
+
+    async def remove(self, item: Item) -> None:
+        item.gone = True
+        if item in self.items:
+            self.items.remove(item)
+        if item.widgets is not None:
+            widgets, item.widgets, item.mounting = item.widgets, None, None
+            await self.log.remove_children(widgets)
+        self.schedule()
+
+    async def clear(self) -> None:
+        for item in self.items:
+            item.gone = True
+            item.widgets = item.mounting = None
+        self.items.clear()
+        await self.log.remove_children()
+
+    # ---- keeping the widgets to the viewport ----
+
+    def watch(self) -> None:
+        """Update whenever the log scrolls or changes size (called once it is mounted)."""
+        if not self._watching:
+            self._watching = True
+            self.log.watch(self.log, "scroll_y", lambda _old, _new: self.schedule(),
+                           init=False)
+            self.log.watch(self.log, "size", lambda _old, _new: self.schedule(), init=False)
+
+    def schedule(self) -> None:
+        """Update after the next refresh (many calls in one frame make one update)."""
+        if self._busy:
+            self._again = True
+            return
+        self._busy = True
+        # a task of its own, not a callback on the log's queue: the update awaits mounts and
+        # a layout of the log, which that queue would have to process first
+        self.log.call_after_refresh(self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self._again = False
+                await self.update()
+                if not self._again:
+                    break
+        except Exception:  # noqa: BLE001 - a failed update must not stop the next ones
+            log.exception("updating the conversation's window failed")
+        finally:
+            self._busy = False
+
+    def width(self) -> int:
+        return self.log.scrollable_content_region.width
+
+    def _measure(self, width: int) -> None:
+        """Record the height of every drawn item as laid out now (margins collapse: an item
+        reaches from its first widget's top margin to the next item's)."""
+        tops: list[tuple[int, Item | None]] = []
+        owner = {id(w): item for item in self.items if item.widgets for w in item.widgets}
+        for child in self.log.children:
+            if not child.region and not child.virtual_region.height and child.display:
+                return  # not laid out yet
+            item = owner.get(id(child))
+            if item is None and not isinstance(child, Gap):
+                continue  # a widget the window does not manage ends no item
+            if item is not None and child is not item.widgets[0]:  # type: ignore[index]
+                continue
+            if not child.display:
+                continue
+            tops.append((child.virtual_region.y - child.styles.margin.top, item))
+        end = self.log.virtual_size.height
+        for (top, item), (next_top, _) in zip(tops, tops[1:] + [(end, None)]):
+            if item is not None and next_top > top:
+                item.measured[width] = next_top - top
+
+    async def update(self) -> None:
+        """Give widgets to the items near the viewport, take them from those far from it,
+        and size the gaps; what is on screen stays where it is."""
+        log_widget = self.log
+        if not log_widget.is_mounted or not self.items:
+            return
+        width = self.width()
+        view = log_widget.scrollable_content_region.height
+        if width <= 0 or view <= 0:
+            return
+        self._measure(width)
+        following = follows_end(log_widget)
+        heights = [item.height(width) for item in self.items]
+        # following the end, the view shows the last lines (after /load nothing is drawn yet:
+        # the scroll offset would say the top)
+        y0 = max(0, sum(heights) - view) if following else log_widget.scroll_y
+        near_lo, near_hi = y0 - SCREENS_AROUND * view, y0 + (1 + SCREENS_AROUND) * view
+        kept_lo, kept_hi = y0 - SCREENS_KEPT * view, y0 + (1 + SCREENS_KEPT) * view
+        wanted: list[bool] = []
+        top = 0
+        for item, h in zip(self.items, heights):
+            bottom = top + h
+            near = bottom >= near_lo and top <= near_hi
+            kept = item.drawn and bottom >= kept_lo and top <= kept_hi
+            wanted.append(bool(near or kept or item.pinned))
+            top = bottom
+        if following:  # the end is on screen: the items that fill the last screen
+            wanted[-1] = True
+        # items may be added or removed while this awaits: decide by item, not by index
+        want = {id(item): w for item, w in zip(self.items, wanted)}
+        changed = any(item.drawn != w for item, w in zip(self.items, wanted))
+        anchor = None if following else self._anchor(y0, heights)
+        if changed:
+            going: list[Widget] = []
+            for item, w in zip(self.items, wanted):
+                if item.widgets is not None and not w:
+                    going.extend(item.widgets)
+                    item.widgets = item.mounting = None  # (a mount holds its widgets)
+            if going:
+                await log_widget.remove_children(going)
+            next_widget: Widget | None = None
+            for item in reversed(list(self.items)):
+                if item.gone:
+                    continue
+                if want.get(id(item)) and item.widgets is None:
+                    item.widgets = item.build()
+                    if next_widget is not None:
+                        await log_widget.mount_all(item.widgets, before=next_widget)
+                    else:
+                        await log_widget.mount_all(item.widgets)
+                if item.widgets:
+                    next_widget = item.widgets[0]
+        rebuilt = await self._place_gaps(width)
+        if not changed and not rebuilt:
+            return
+        if following:
+            log_widget.scroll_end(animate=False, immediate=True)
+        elif anchor is not None:
+            await self._restore(anchor)
+
+    async def _place_gaps(self, width: int) -> bool:
+        """One gap for each run of items without widgets, just before the drawn item that
+        follows the run (or at the end); True when gaps were added or removed."""
+        runs: list[tuple[int, Widget | None]] = []
+        run = 0
+        for item in self.items:
+            if item.widgets is None:
+                run += item.height(width)
+            elif run:
+                runs.append((run, item.widgets[0] if item.widgets else None))
+                run = 0
+        if run:
+            runs.append((run, None))
+        children = list(self.log.children)
+        gaps = [c for c in children if isinstance(c, Gap)]
+        placed = [(children[children.index(g) + 1] if children.index(g) + 1 < len(children)
+                   else None) for g in gaps]
+        if len(gaps) == len(runs) and all(
+                after is want for after, (_, want) in zip(placed, runs)):
+            for gap, (h, _) in zip(gaps, runs):
+                gap.resize(h)
+            return False
+        if gaps:
+            await self.log.remove_children(gaps)
+        for h, before in runs:
+            if before is not None:
+                await self.log.mount(Gap(h), before=before)
+            else:
+                await self.log.mount(Gap(h))
+        return True
+
+    def _anchor(self, y0: float, heights: list[int]) -> tuple[Item, int] | None:
+        """The item at the top of the view (drawn or not), and where it starts."""
+        top = 0
+        for item, h in zip(self.items, heights):
+            if top + h > y0:
+                return item, top
+            top += h
+        return None
+
+    async def _restore(self, anchor: tuple[Item, int]) -> None:
+        """Move the view by as much as the item at its top moved (items above it drawn in
+        place of their estimates), so that what the user looks at stays where it was; a
+        scroll the user made meanwhile (``scroll_target_y``) is kept."""
+        item, old_top = anchor
+        await asyncio.sleep(0)
+        self.log.refresh(layout=True)
+        await self._after_layout()
+        if item not in self.items:
+            return
+        width = self.width()
+        self._measure(width)
+        top = 0
+        for other in self.items:
+            if other is item:
+                break
+            top += other.height(width)
+        if top != old_top:
+            self.log.scroll_to(y=self.log.scroll_target_y + top - old_top, animate=False,
+                               immediate=True)
+
+    async def _after_layout(self) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.log.call_after_refresh(lambda: done.done() or done.set_result(None))
+        await done

@@ -1,0 +1,101 @@
+"""The conversation's window (issue 21): a long conversation mounts widgets only near the view,
+and scrolling through it shows every message, in order, as a fully drawn one would."""
+
+from __future__ import annotations
+
+import re
+
+from chatui.conversation import Conversation
+from chatui.textual_compat.testing import render_screen
+from chatui.widgets.reply import ReplyView
+from inference.settings import SamplingParams
+from test_app import config_dir, loaded, make_app  # noqa: F401
+
+SIZE = (100, 30)
+EXCHANGES = 100
+PAGED = 40
+
+
+def long_conversation(exchanges: int = EXCHANGES) -> Conversation:
+    conv = Conversation()
+    for i in range(exchanges):
+        conv.add_user(f"question {i}: tell me about item {i}")
+        entry = conv.add_assistant([SamplingParams()])
+        reply = entry.reply
+        assert reply is not None
+        reply.text = (f"## Answer {i}\n\nItem {i} is described here in a paragraph long enough "
+                      "to wrap once or twice on a terminal of a hundred columns, with `code` "
+                      "and **bold** in it.\n\n- one point\n- another point\n\nEnd of answer "
+                      f"{i}.")
+        reply.finish_reason = "stop"
+    return conv
+
+
+async def shown(pilot, app) -> str:
+    for _ in range(3):
+        await pilot.pause(0.05)
+    return "\n".join(s.text for s in render_screen(app))
+
+
+async def test_a_long_conversation_mounts_only_what_is_near_the_view():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        chat = app.chat
+        await chat.show_conversation(long_conversation())
+        screen = await shown(pilot, app)
+        assert f"End of answer {EXCHANGES - 1}." in screen
+        drawn = chat.window.drawn_items()
+        assert 2 <= len(drawn) <= 16, len(drawn)  # 200 messages, a few screens' worth drawn
+        assert len(chat.log_view.children) <= len(drawn) + 2  # the items and their gaps
+        assert screen.splitlines() == [s.text for s in render_screen(app, fresh=True)]
+        chat.log_view.scroll_home(animate=False)
+        screen = await shown(pilot, app)
+        assert "question 0:" in screen and "Answer 0" in screen
+        assert len(chat.window.drawn_items()) <= 24
+
+
+async def test_paging_up_from_the_end_shows_every_message_in_order():
+    """PageUp from the end to the start: each page shows answers no later than the page
+    before, and every answer is seen on some page (nothing skipped while items are drawn in
+    place of their gaps and the view is kept where the user scrolled to)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        chat = app.chat
+        await chat.show_conversation(long_conversation(PAGED))
+        page = await shown(pilot, app)
+        pages = [numbers_on(page)]
+        for _ in range(200):
+            await pilot.press("pageup")
+            page = await shown(pilot, app)
+            if numbers_on(page) == pages[-1] and chat.log_view.scroll_y == 0:
+                break
+            pages.append(numbers_on(page))
+        assert chat.log_view.scroll_y == 0
+        seen = set().union(*pages)
+        assert seen == set(range(PAGED)), sorted(set(range(PAGED)) - seen)
+        shown_pages = [p for p in pages if p]
+        for before, after in zip(shown_pages, shown_pages[1:]):  # never a jump forward
+            assert max(after) <= max(before) and min(after) <= min(before), (before, after)
+
+
+def numbers_on(page: str) -> set[int]:
+    return {int(n) for n in re.findall(r"(?:Answer|question) (\d+)", page)}
+
+
+async def test_replies_drawn_later_take_the_view_in_force():
+    """The token view switched on at the end reaches a reply drawn only when scrolled to."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        chat = app.chat
+        await chat.show_conversation(long_conversation())
+        await shown(pilot, app)
+        chat.token_mode = True
+        await pilot.pause()
+        chat.log_view.scroll_home(animate=False)
+        await shown(pilot, app)
+        first = next(v for v in chat.query(ReplyView)
+                     if v.reply is chat.conversation.entries[1].reply)
+        assert first.token_mode
