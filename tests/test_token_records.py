@@ -122,3 +122,25 @@ def test_clear_empties_like_a_list():
     assert len(records) == 0 and list(records) == []
     records.extend(ODD[:2])
     assert list(records) == ODD[:2]
+
+
+def test_equality_reads_the_columns_and_agrees_with_the_tokens():
+    """The autosave compares each message with the saved one: equal columns answer at once;
+    any difference in a token, an alternative or a flag makes them unequal, as a list of the
+    same tokens would."""
+    tokens = scripted_tokens("The quick brown fox jumps over the lazy dog.")
+    records = TokenRecords()
+    records.extend(tokens)
+    same = records.copy()
+    assert records == same and records._same_columns(same) and records == tokens
+    for i, change in enumerate([
+            lambda t: Token(**{**t.__dict__, "logprob": (t.logprob or 0) - 0.5}),
+            lambda t: Token(**{**t.__dict__, "text": t.text + "!"}),
+            lambda t: Token(**{**t.__dict__, "special": not t.special}),
+            lambda t: Token(**{**t.__dict__, "top": t.top[:-1]})]):
+        other_tokens = list(tokens)
+        k = 1 + i % (len(tokens) - 1)
+        other_tokens[k] = change(tokens[k])
+        other = TokenRecords()
+        other.extend(other_tokens)
+        assert (records == other) is (tokens == other_tokens) is False

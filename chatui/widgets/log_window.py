@@ -100,6 +100,11 @@ class LogWindow:
         self._watching = False
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def busy(self) -> bool:
+        """Whether an update is scheduled or under way."""
+        return self._busy
+
     # ---- the list of items ----
 
     def items_of(self, key: object) -> list[Item]:
