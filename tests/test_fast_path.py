@@ -325,6 +325,7 @@ def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):
     assert bf16.model.rotary_emb.inv_freq.dtype == torch.bfloat16
     fast = FastLlama(bf16, dtype=torch.bfloat16)
     ref = FastLlama(tiny_ckpt.model, dtype=torch.float32)
-    assert fast.inv_freq.dtype == torch.float32
-    assert torch.allclose(fast.inv_freq, ref.inv_freq) and fast.rope_scale == ref.rope_scale
+    spec, ref_spec = fast.ropes["default"].spec, ref.ropes["default"].spec
+    assert spec.inv_freq.dtype == torch.float32
+    assert torch.allclose(spec.inv_freq, ref_spec.inv_freq) and spec.scale == ref_spec.scale
 
