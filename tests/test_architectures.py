@@ -62,9 +62,26 @@ def _qwen3(**kw: Any) -> Any:
     return Qwen3Config(**_small(head_dim=16, **kw))
 
 
+def _mistral(**kw: Any) -> Any:
+    from transformers import MistralConfig
+
+    return MistralConfig(**_small(**kw))
+
+
+def _qwen2(**kw: Any) -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**_small(**kw))
+
+
 CASES = [
     Case("qwen3-tied", _qwen3, dict(tie_word_embeddings=True)),
     Case("qwen3-untied", _qwen3, dict(tie_word_embeddings=False)),
+    # every layer windowed
+    Case("mistral-window", _mistral, dict(sliding_window=16, tie_word_embeddings=False)),
+    # layer 0 full, layer 1 windowed (max_window_layers); q/k/v biases
+    Case("qwen2-window", _qwen2, dict(use_sliding_window=True, sliding_window=20,
+                                      max_window_layers=1, tie_word_embeddings=True)),
 ]
 
 
