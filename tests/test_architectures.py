@@ -90,6 +90,19 @@ def _gemma3(**kw: Any) -> Any:
     return Gemma3TextConfig(**_small(head_dim=16, query_pre_attn_scalar=24, **kw))
 
 
+def _phi3(**kw: Any) -> Any:
+    from transformers import Phi3Config
+
+    return Phi3Config(**_small(**kw))
+
+
+def _longrope(rotated_pairs: int, original: int, **kw: Any) -> dict[str, Any]:
+    """LongRoPE parameters (Phi-3 128k, Phi-4-mini) with distinct short and long factors."""
+    return dict(rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=original,
+                short_factor=[1.0 + 0.1 * i for i in range(rotated_pairs)],
+                long_factor=[2.0 + 0.5 * i for i in range(rotated_pairs)], **kw)
+
+
 CASES = [
     Case("qwen3-tied", _qwen3, dict(tie_word_embeddings=True)),
     Case("qwen3-untied", _qwen3, dict(tie_word_embeddings=False)),
@@ -111,6 +124,14 @@ CASES = [
     Case("gemma3-untied", _gemma3, dict(
         sliding_window=24, tie_word_embeddings=False, final_logit_softcapping=20.0,
         layer_types=["full_attention", "sliding_attention"])),
+    # fused qkv_proj and gate_up_proj, half the head rotated, a window (Phi-3-mini-4k has one)
+    Case("phi3-untied", _phi3, dict(tie_word_embeddings=False, sliding_window=20,
+                                    rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                         partial_rotary_factor=0.5))),
+    # Phi-4-mini's shape: tied, 3/4 of the head rotated, LongRoPE (short factors up to 256)
+    Case("phi4-mini-tied", _phi3, dict(
+        tie_word_embeddings=True, original_max_position_embeddings=256,
+        rope_parameters=_longrope(6, 256, partial_rotary_factor=0.75))),
 ]
 
 
@@ -334,3 +355,30 @@ def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir:
     check_padded_batch(ckpt)
     check_engine(ckpt)
     check_int8(ckpt)
+
+
+def test_longrope_switches_factors_past_the_original_context_as_transformers_does(
+        tokenizer: Any, models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LongRoPE uses its long factors for a forward that reaches past the original context and
+    never recomputes cached keys, so a chunked prompt differs from one full forward there: the
+    fast runner follows transformers' incremental forward (the transformers runner's) chunk for
+    chunk, across the switch, on every decode path."""
+    case = Case("phi4-longrope-switch", _phi3, dict(
+        tie_word_embeddings=True, original_max_position_embeddings=64,
+        rope_parameters=_longrope(6, 64, partial_rotary_factor=0.75)))
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(models_dir / case.name / "cache"))
+    ckpt = checkpoint(case, tokenizer, models_dir)
+    runner = build_runner(ckpt, runner="fast", precision="model")
+    assert runner.fast.ropes["default"].spec.long_after == 64
+    torch.manual_seed(4)
+    prompt = torch.randint(3, ckpt.model.config.vocab_size, (1, PROMPT))
+    for name, decode in _decode_paths(runner).items():
+        hf = HFRunner(ckpt.model)
+        ch, cf = hf.new_cache(), runner.new_cache()
+        for lo, hi in ((0, 30), (30, 55), (55, PROMPT)):  # the last chunk crosses 64
+            a, b = hf.forward(ch, prompt[:, lo:hi]), runner.fast.forward(cf, prompt[:, lo:hi])
+            assert (a - b).abs().max() < ATOL, name
+        for _ in range(10):
+            step = a.argmax(-1, keepdim=True)
+            a, b = hf.forward(ch, step), decode(cf, step)
+            assert (a - b).abs().max() < ATOL, name
