@@ -103,6 +103,20 @@ def _longrope(rotated_pairs: int, original: int, **kw: Any) -> dict[str, Any]:
                 long_factor=[2.0 + 0.5 * i for i in range(rotated_pairs)], **kw)
 
 
+def _mixtral(**kw: Any) -> Any:
+    from transformers import MixtralConfig
+
+    return MixtralConfig(**_small(intermediate_size=64, num_local_experts=4,
+                                  num_experts_per_tok=2, **kw))
+
+
+def _qwen3_moe(**kw: Any) -> Any:
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(**_small(head_dim=16, moe_intermediate_size=32, num_experts=8,
+                                   num_experts_per_tok=2, **kw))
+
+
 CASES = [
     Case("qwen3-tied", _qwen3, dict(tie_word_embeddings=True)),
     Case("qwen3-untied", _qwen3, dict(tie_word_embeddings=False)),
@@ -132,6 +146,13 @@ CASES = [
     Case("phi4-mini-tied", _phi3, dict(
         tie_word_embeddings=True, original_max_position_embeddings=256,
         rope_parameters=_longrope(6, 256, partial_rotary_factor=0.75))),
+    # 4 experts, 2 per token, weights renormalised over the chosen two
+    Case("mixtral-untied", _mixtral, dict(tie_word_embeddings=False)),
+    # 8 experts, 2 per token; layer 0 dense (mlp_only_layers); q/k norms
+    Case("qwen3-moe-tied", _qwen3_moe, dict(tie_word_embeddings=True, norm_topk_prob=False,
+                                            mlp_only_layers=[0])),
+    Case("qwen3-moe-untied", _qwen3_moe, dict(tie_word_embeddings=False, norm_topk_prob=True,
+                                              num_hidden_layers=3, sliding_window=None)),
 ]
 
 
@@ -168,6 +189,8 @@ def checkpoint(case: Case, tokenizer: Any, root: Path) -> Any:
         for name, p in model.named_parameters():  # norms start at 1 (Gemma's at 0): vary them
             if "norm" in name:
                 p.add_(torch.randn_like(p) * 0.2)
+            if name.endswith("mlp.gate.weight"):  # a trained router is decisive
+                p.normal_(0, 0.5)
     out = root / case.name
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -343,6 +366,32 @@ def check_engine(ckpt: Any) -> None:
         assert a.logprob == pytest.approx(b.logprob, abs=ATOL)
 
 
+def check_active_experts(ckpt: Any) -> None:
+    """Only the chosen experts run: top_k per token in decode, each expert at most once per
+    layer for a prompt (its tokens grouped), none unchosen."""
+    runner = build_runner(ckpt, runner="fast", precision="model")
+    fast = runner.fast
+    moe_layers = [L.moe for L in fast.layers if L.moe is not None]
+    assert moe_layers
+    calls: list[int] = []
+    expert = fast._expert
+
+    def counted(x: torch.Tensor, wgu: Any, wd: Any) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return expert(x, wgu, wd)
+
+    fast._expert = counted
+    cache = runner.new_cache()
+    ids = torch.randint(3, ckpt.model.config.vocab_size, (1, 12))
+    runner.forward(cache, ids)
+    n_experts = len(moe_layers[0].experts)
+    assert len(calls) <= len(moe_layers) * n_experts
+    assert sum(calls) == 12 * sum(m.top_k for m in moe_layers)  # each token's k experts
+    calls.clear()
+    runner.forward(cache, ids[:, :1])
+    assert calls == [1] * sum(m.top_k for m in moe_layers)
+
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,6 +403,8 @@ def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir:
     check_exact(ckpt)
     check_padded_batch(ckpt)
     check_engine(ckpt)
+    if any(hasattr(layer.mlp, "experts") for layer in ckpt.model.model.layers):
+        check_active_experts(ckpt)
     check_int8(ckpt)
 
 
