@@ -331,10 +331,11 @@ def check_int8(ckpt: Any) -> float:
         assert (a - b).abs().max() <= tol * b.abs().max(), (a - b).abs().max()
         step = b.argmax(-1, keepdim=True)
         a, b = runner.forward(ca, step), twin.forward(cb, step)
-    return int8_agreement(ckpt, runner)
+    return int8_agreement(ckpt, lambda ids: runner.fast.forward(runner.new_cache(), ids,
+                                                               all_logits=True)[0])
 
 
-def int8_agreement(ckpt: Any, runner: FastRunner) -> float:
+def int8_agreement(ckpt: Any, all_logits: Callable[[torch.Tensor], torch.Tensor]) -> float:
     """Top-1 agreement with the fp32 model, teacher-forced on ``inference.quality``'s text, over
     the positions where fp32 has a choice: its top two log-probabilities more than
     DECIDED apart. A random model's top two are often a near-tie (10 % of positions or less
@@ -343,7 +344,7 @@ def int8_agreement(ckpt: Any, runner: FastRunner) -> float:
     ids = torch.tensor(ckpt.tokenizer.encode(quality.SAMPLE_TEXT))
     with torch.inference_mode():
         ref = torch.log_softmax(ckpt.model(ids[None]).logits[0].float(), dim=-1)
-        got = runner.fast.forward(runner.new_cache(), ids[None], all_logits=True)[0]
+        got = all_logits(ids[None])
     top2 = ref.topk(2, dim=-1).values
     decided = top2[:, 0] - top2[:, 1] > DECIDED
     agree = (ref.argmax(-1) == got.argmax(-1))[decided].float().mean().item()
@@ -433,3 +434,66 @@ def test_longrope_switches_factors_past_the_original_context_as_transformers_doe
             step = a.argmax(-1, keepdim=True)
             a, b = hf.forward(ch, step), decode(cf, step)
             assert (a - b).abs().max() < ATOL, name
+
+
+def _olmo2(**kw: Any) -> Any:
+    from transformers import Olmo2Config
+
+    return Olmo2Config(**_small(**kw))
+
+
+def test_int8_on_transformers_modules_for_an_architecture_the_fast_runner_does_not_know(
+        tokenizer: Any, models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OLMo 2 (norms after attention and MLP, q/k norms over all heads) is not one the fast
+    runner knows: ``--quantize int8`` runs transformers' modules with every Linear layer in
+    chatui's int8 kernel instead of being refused: the same logits as those modules over the
+    dequantized weights, >= 97 % top-1 agreement with fp32, the int8 weights cached on disk,
+    and the checkpoint's own model untouched. int4 stays the fast runner's."""
+    from torch import nn
+
+    from inference import quant
+    from inference.hf_quant import Int8Linear
+    from inference.runner import RunnerError, describe
+
+    case = Case("olmo2-untied", _olmo2, dict(tie_word_embeddings=False))
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(models_dir / case.name / "cache"))
+    ckpt = checkpoint(case, tokenizer, models_dir)
+    assert "olmo2" in unsupported_reason(ckpt.model)
+    backend = LocalBackend.from_checkpoint(ckpt, quantize="int8")
+    runner = backend.runner
+    assert isinstance(runner, HFRunner) and runner.quantize == "int8"
+    assert backend.info.quantization == "int8" and "int8" in describe(runner)
+    n_linear = sum(type(m) is nn.Linear for m in ckpt.model.modules())
+    assert n_linear > 0  # the checkpoint's model keeps its Linear layers
+    assert sum(isinstance(m, Int8Linear) for m in runner.model.modules()) == n_linear
+    assert not any(type(m) is nn.Linear for m in runner.model.modules())
+
+    twin = copy.deepcopy(ckpt.model)  # the same modules over the dequantized weights
+    for name, m in runner.model.named_modules():
+        if isinstance(m, Int8Linear):
+            twin.get_submodule(name).weight.data = m.weight_int8.dequantize(torch.float32)
+    torch.manual_seed(5)
+    ids = torch.randint(3, ckpt.model.config.vocab_size, (1, 40))
+    with torch.inference_mode():
+        a, b = runner.model(ids).logits, twin(ids).logits
+    tol = 2e-3 if runner.model.lm_head.q8 else 0.05
+    assert (a - b).abs().max() <= tol * b.abs().max()
+    with torch.inference_mode():
+        int8_agreement(ckpt, lambda x: runner.model(x).logits[0])
+
+    req = GenerationRequest((Message("user", "Hi"),),
+                            (SamplingParams(temperature=0, max_new_tokens=6),), top_logprobs=2)
+    events = list(backend.generate(req, threading.Event()))
+    assert sum(len(e.tokens) for e in events if isinstance(e, TokenBatch)) == 6
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise AssertionError("quantized again instead of loading the cache")
+
+    assert runner.int8_path.is_file()
+    monkeypatch.setattr(quant.Q8Weight, "quantize", classmethod(boom))
+    monkeypatch.setattr(quant.Int8Weight, "quantize", classmethod(boom))
+    again = build_runner(ckpt, quantize="int8")
+    with torch.inference_mode():
+        assert torch.equal(again.model(ids).logits, a)
+    with pytest.raises(RunnerError, match="int4 needs the fast runner"):
+        build_runner(ckpt, quantize="int4")

@@ -55,9 +55,10 @@ def test_auto_picks_fast_and_env_forces_transformers(tiny_ckpt, monkeypatch):
     assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, FastRunner)
     monkeypatch.setenv("CHATUI_RUNNER", "hf")
     assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, HFRunner)
+    # int8 then runs on transformers' Linear layers (tests/test_architectures.py); int4 cannot
     with pytest.raises(RunnerError, match="fast runner") as e:
-        LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8")
-    assert e.value.user_message.endswith("use --quantize none.")  # reported without traceback
+        LocalBackend.from_checkpoint(tiny_ckpt, quantize="int4")
+    assert e.value.user_message.endswith("use --quantize int8 or none.")  # without traceback
 
 
 def test_unsupported_model_falls_back():
