@@ -176,9 +176,10 @@ class FastLlama:
             called when the disk cache has it (so a cached start never reads the checkpoint's
             full-precision pages of that weight)."""
             # int4 for the decoder; the output layer (often the tied embedding, kept above
-            # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement
-            if quantize == "int4" and name != "lm_head" and Int4Weight.supports_shape(
-                    shape, self.device):
+            # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement.
+            # So does an untied embedding (looked up by rows, which int4 has no kernel for)
+            if (quantize == "int4" and name not in ("lm_head", "embed")
+                    and Int4Weight.supports_shape(shape, self.device)):
                 q4 = stored.get(name)
                 if not isinstance(q4, Int4Weight) or tuple(q4.q.shape) != shape:
                     q4 = Int4Weight.quantize(make())

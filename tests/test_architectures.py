@@ -25,7 +25,7 @@ from inference import quality
 from inference.decode_graph import DecodeStep
 from inference.engine import LocalBackend
 from inference.fast_llama import FastRunner, unsupported_reason
-from inference.quant import Int8Weight, Q8Weight
+from inference.quant import Int4Weight, Int8Weight, Q8Weight
 from inference.runner import HFRunner, build_runner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, TokenBatch
@@ -296,11 +296,12 @@ def check_padded_batch(ckpt: Any) -> None:
 
 def dequantized_twin(runner: FastRunner) -> FastRunner:
     """The same runner with every quantized weight (experts' too) replaced by its dequantized
-    tensor: the int8 model's exact math in fp32."""
+    tensor: the quantized model's exact math on full-precision weights."""
     twin, fast = copy.copy(runner), copy.copy(runner.fast)
 
     def deq(w: Any) -> Any:
-        return w.dequantize(torch.float32) if isinstance(w, (Q8Weight, Int8Weight)) else w
+        quantized = isinstance(w, (Q8Weight, Int8Weight, Int4Weight))
+        return w.dequantize(torch.float32) if quantized else w
 
     fast.layers = [copy.copy(L) for L in fast.layers]
     for L in fast.layers:
@@ -314,23 +315,32 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
     return twin
 
 
-def check_int8(ckpt: Any) -> float:
-    """int8 (chatui's kernel where it builds, else torch's per-channel one): the logits of
-    the same math on the dequantized weights (so each architecture's int8 path computes what
-    its fp32 path does), and >= 97 % top-1 agreement with the fp32 model."""
-    runner = build_runner(ckpt, runner="fast", quantize="int8", precision="auto")
-    assert runner.fast.quantize == "int8" and runner.fast.quantized
+def check_quantized(ckpt: Any, kind: str) -> FastRunner:
+    """int8 (chatui's kernel where it builds, else torch's per-channel one) or int4: the
+    logits of the same math on the dequantized weights over a prompt and 4 decode steps (so
+    each architecture's quantized path computes what its fp32 path does)."""
+    runner = build_runner(ckpt, runner="fast", quantize=kind, precision="auto")
+    assert runner.fast.quantize == kind and runner.fast.quantized
+    if kind == "int4":
+        assert any(isinstance(w, Int4Weight) for w in runner.fast.quantized.values())
     twin = dequantized_twin(runner)
     torch.manual_seed(3)
     prompt = torch.randint(3, ckpt.model.config.vocab_size, (1, 40))
     ca, cb = runner.new_cache(), twin.new_cache()
     a, b = runner.forward(ca, prompt), twin.forward(cb, prompt)
     for _ in range(4):
-        # bf16 activations (torch's kernel): a few bf16 ulps; chatui's int16 ones: far less
+        # bf16 activations (torch's kernels): a few bf16 ulps; chatui's int16 ones: far less
         tol = 0.05 if runner.fast.dtype == torch.bfloat16 else 2e-3
         assert (a - b).abs().max() <= tol * b.abs().max(), (a - b).abs().max()
         step = b.argmax(-1, keepdim=True)
         a, b = runner.forward(ca, step), twin.forward(cb, step)
+    return runner
+
+
+def check_int8(ckpt: Any) -> float:
+    """int8 computes what fp32 does on its weights (``check_quantized``) and keeps >= 97 %
+    top-1 agreement with the fp32 model."""
+    runner = check_quantized(ckpt, "int8")
     return int8_agreement(ckpt, lambda ids: runner.fast.forward(runner.new_cache(), ids,
                                                                all_logits=True)[0])
 
@@ -407,6 +417,7 @@ def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir:
     if any(hasattr(layer.mlp, "experts") for layer in ckpt.model.model.layers):
         check_active_experts(ckpt)
     check_int8(ckpt)
+    check_quantized(ckpt, "int4")
 
 
 def test_longrope_switches_factors_past_the_original_context_as_transformers_does(
