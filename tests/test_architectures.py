@@ -60,6 +60,12 @@ def _small(**kw: Any) -> dict[str, Any]:
     return base
 
 
+def _llama(**kw: Any) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**_small(**kw))
+
+
 def _qwen3(**kw: Any) -> Any:
     from transformers import Qwen3Config
 
@@ -118,6 +124,10 @@ def _qwen3_moe(**kw: Any) -> Any:
 
 
 CASES = [
+    # Llama 3.x's RoPE scaling (the tied Llama is tests/test_fast_path.py's)
+    Case("llama3-untied", _llama, dict(tie_word_embeddings=False, rope_parameters=dict(
+        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+        high_freq_factor=4.0, original_max_position_embeddings=64))),
     Case("qwen3-tied", _qwen3, dict(tie_word_embeddings=True)),
     Case("qwen3-untied", _qwen3, dict(tie_word_embeddings=False)),
     # every layer windowed
