@@ -262,12 +262,12 @@ class RotaryTables:
         half = head_dim // 2
         self.spec = spec
         self.device = device
-        self.rotated = spec.inv_freq.numel()
-        pad = half - self.rotated
+        self.rotated_pairs = spec.inv_freq.numel()
+        pad = half - self.rotated_pairs
         self._freqs = {False: F.pad(spec.inv_freq, (0, pad)).to(device)}
         if spec.long_inv_freq is not None:
             self._freqs[True] = F.pad(spec.long_inv_freq, (0, pad)).to(device)
-        self._mag = torch.cat([torch.full((self.rotated,), spec.scale),
+        self._mag = torch.cat([torch.full((self.rotated_pairs,), spec.scale),
                                torch.ones(pad)]).to(device)
         self._tables: dict[bool, torch.Tensor] = {}
         self._cos_sin: dict[bool, tuple[torch.Tensor, torch.Tensor]] = {}

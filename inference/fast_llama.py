@@ -160,7 +160,7 @@ class FastLlama:
         self.vocab = cfg.vocab_size
         self.ropes = {kind: RotaryTables(spec, self.head_dim, self.device)
                       for kind, spec in rope_specs(model).items()}
-        rotated = 2 * next(iter(self.ropes.values())).rotated
+        rotated = 2 * next(iter(self.ropes.values())).rotated_pairs  # dims RoPE turns
         self.sdpa_scale: float | None = arch.attn_scale
         """The attention scale SDPA is given (None: 1/sqrt(D)); folded into the q norm where
         there is one, so the C attention kernel (which has no scale) computes it too."""
@@ -536,8 +536,7 @@ class FastLlama:
         def ptr(t: Any) -> int | None:
             return None if t is None else t.data_ptr()
 
-        if (self.arch.act != "silu" or len(self.ropes) != 1 or self.arch.embed_scale is not None
-                or any(r.spec.long_after is not None for r in self.ropes.values())):
+        if self.arch.act != "silu" or len(self.ropes) != 1:
             self._c_layer_array = ()
             return None
         structs = []
@@ -575,7 +574,7 @@ class FastLlama:
             mask = attention_mask[:, : start + 1].to(torch.uint8).contiguous()
         layers = self._c_layers()
         if layers is not None:  # every layer in one C call
-            cos, sin = tables["default"]
+            cos, sin = next(iter(tables.values()))  # one RoPE kind (see _c_layers)
             x = x[:, 0].contiguous()
             kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=self.n_heads,
                                  inter=self.inter, write=start, positions=positions, cos=cos,
