@@ -6,8 +6,11 @@ with the default model's tokenizer and loads it as the engine does (``load_check
 ``build_runner``). The fp32 fast runner must give transformers' full-forward log-probabilities
 within 1e-4 at every position of a prompt read in chunks and of 45 greedy tokens (and the same
 greedy tokens), through each of its decode paths (chatui's C attention, torch's attention, the
-fixed-shape step the compiled decode uses); int8 must keep >= 97 % top-1 agreement with fp32
-on ``inference.quality``'s text.
+fixed-shape step the compiled decode uses), and a left-padded batch's logits. int8 and int4
+must compute what fp32 computes on their dequantized weights, and int8 must keep >= 97 % top-1
+agreement with fp32 on ``inference.quality``'s text (where fp32 is not a near-tie). Then
+LongRoPE across its switch, and int8 on transformers' modules for an architecture the fast
+runner does not know.
 """
 
 from __future__ import annotations
