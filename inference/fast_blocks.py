@@ -26,7 +26,10 @@ import torch.nn.functional as F
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 GEMMA = ("gemma2", "gemma3_text")
 MOE = ("mixtral", "qwen3_moe")
-SUPPORTED_MODEL_TYPES = LLAMA_LIKE + GEMMA + MOE
+MULTIMODAL = {"gemma3": "gemma3_text"}
+"""Multimodal model types whose text decoder the fast runner runs (for text-only prompts):
+Gemma 3 4B and up are ``gemma3`` (a vision tower, then ``model.language_model``)."""
+SUPPORTED_MODEL_TYPES = LLAMA_LIKE + GEMMA + MOE + tuple(MULTIMODAL)
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_python_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
@@ -89,11 +92,22 @@ def layer_window(cfg: Any, attention: Any) -> int | None:
     return int(window) if window else None
 
 
+def decoder(model: Any) -> tuple[Any, Any]:
+    """(config, decoder module) of the model's text decoder: ``model.model`` and its config,
+    or a multimodal model's language model and text config. Its ``layers``, ``embed_tokens``,
+    ``norm`` and ``rotary_emb`` are what the fast runner reads; the output layer is always
+    ``model.lm_head``."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) in MULTIMODAL:
+        return cfg.get_text_config(), model.model.language_model
+    return cfg, model.model
+
+
 def read_arch(model: Any) -> Arch:
     """The switches of a supported model (see ``unsupported_reason`` first)."""
-    cfg = model.config
+    cfg, stack = decoder(model)
     mt = cfg.model_type
-    layers = model.model.layers
+    layers = stack.layers
     windows = tuple(layer_window(cfg, layer.self_attn) for layer in layers)
     if mt == "gemma3_text":
         kinds = tuple(cfg.layer_types[: len(layers)])
@@ -102,7 +116,7 @@ def read_arch(model: Any) -> Arch:
     att = layers[0].self_attn
     head_dim = _head_dim(cfg)
     scale = float(getattr(att, "scaling", head_dim ** -0.5))
-    emb = model.model.embed_tokens
+    emb = stack.embed_tokens
     embed_scale = None
     if getattr(emb, "embed_scale", None) is not None:
         embed_scale = float(torch.as_tensor(emb.embed_scale).to(emb.weight.dtype).float())
@@ -113,7 +127,9 @@ def read_arch(model: Any) -> Arch:
         attn_scale=None if math.isclose(scale, head_dim ** -0.5, rel_tol=1e-7) else scale,
         # Gemma 3's config has attn_logit_softcapping but its attention never applies it
         attn_softcap=getattr(cfg, "attn_logit_softcapping", None) if mt == "gemma2" else None,
-        final_softcap=getattr(cfg, "final_logit_softcapping", None) if mt in GEMMA else None,
+        # Gemma3ForConditionalGeneration's forward does not cap the logits its text model's does
+        final_softcap=getattr(cfg, "final_logit_softcapping", None)
+        if mt in GEMMA and model.config.model_type not in MULTIMODAL else None,
         windows=windows, rope_kinds=kinds)
 
 
@@ -123,7 +139,7 @@ def _head_dim(cfg: Any) -> int:
 
 def _rope_types(model: Any) -> dict[str, str]:
     """Each RoPE kind's rope_type (one kind, "default", except Gemma 3's per layer type)."""
-    rot = model.model.rotary_emb
+    rot = decoder(model)[1].rotary_emb
     rope_type = getattr(rot, "rope_type", "default")
     if isinstance(rope_type, dict):
         return dict(rope_type)
@@ -138,11 +154,16 @@ def unsupported_reason(model: Any) -> str | None:
     mt = getattr(cfg, "model_type", None)
     if mt not in SUPPORTED_MODEL_TYPES:
         return f"model type {mt!r} is not one the fast runner knows"
+    if mt in MULTIMODAL:
+        if not hasattr(getattr(model, "model", None), "language_model"):
+            return "unexpected module layout"
+        cfg = cfg.get_text_config()
+        mt = cfg.model_type
     if _act_name(cfg) is None:
         return f"activation {getattr(cfg, 'hidden_activation', None) or cfg.hidden_act!r}"
     if len({p.device for p in model.parameters()}) != 1:
         return "model is sharded over several devices"
-    inner = getattr(model, "model", None)
+    inner = decoder(model)[1]
     layers = getattr(inner, "layers", None)
     if (layers is None or not hasattr(inner, "embed_tokens") or not hasattr(model, "lm_head")
             or not hasattr(inner, "rotary_emb") or not hasattr(inner, "norm")):
@@ -223,8 +244,8 @@ class RopeSpec:
 def rope_specs(model: Any) -> dict[str, RopeSpec]:
     """Each RoPE kind's frequencies recomputed in fp32 from the config, the way the model's own
     rotary module computes them (its buffer is rounded when a model is cast to bf16)."""
-    rot = model.model.rotary_emb
-    cfg = model.config
+    cfg, stack = decoder(model)
+    rot = stack.rotary_emb
     out: dict[str, RopeSpec] = {}
     for kind, rope_type in _rope_types(model).items():
         kw = {} if kind == "default" else {"layer_type": kind}

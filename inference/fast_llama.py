@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .decode_graph import DecodeStep, use_compile
-from .fast_blocks import (SUPPORTED_MODEL_TYPES, MoE, RotaryTables, causal_mask,
+from .fast_blocks import (SUPPORTED_MODEL_TYPES, MoE, RotaryTables, causal_mask, decoder,
                           interleave_index, norm_weight, read_arch, rope_specs,
                           softcap_attention, unsupported_reason, window_start)
 from .kernel_abi import Layer
@@ -145,7 +145,7 @@ class FastLlama:
     def __init__(self, model: Any, *, dtype: torch.dtype, quantize: str = "none",
                  int8_weights: dict[str, Any] | None = None,
                  residual_dtype: torch.dtype | None = None) -> None:
-        cfg = model.config
+        cfg, stack = decoder(model)
         self.device = next(model.parameters()).device
         self.dtype = dtype
         self.rdtype = rdtype = residual_dtype or dtype
@@ -215,7 +215,7 @@ class FastLlama:
         sizes = [H * D, KV * D, KV * D]
         offset = arch.norm_offset
         self.layers: list[_Layer] = []
-        for i, layer in enumerate(model.model.layers):
+        for i, layer in enumerate(stack.layers):
             att, mlp = layer.self_attn, layer.mlp
             (wq, bq), (wk, bk), (wv, bv) = _qkv_parts(att, sizes)
             bqkv = bias(None if bq is None else bq[q_rows], None if bk is None else bk[k_rows],
@@ -262,8 +262,8 @@ class FastLlama:
                               (self.hidden, inter))
                 L.bd = None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach().to(dtype)
             self.layers.append(L)
-        self.norm = norm_weight(model.model.norm, offset, rdtype)
-        emb = model.model.embed_tokens.weight
+        self.norm = norm_weight(stack.norm, offset, rdtype)
+        emb = stack.embed_tokens.weight
         tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
         self.lm_head = weight("lm_head", lambda: model.lm_head.weight,
                               tuple(model.lm_head.weight.shape))

@@ -27,6 +27,7 @@ import torch
 from inference import quality
 from inference.decode_graph import DecodeStep
 from inference.engine import LocalBackend
+from inference.fast_blocks import decoder
 from inference.fast_llama import FastRunner, unsupported_reason
 from inference.quant import Int4Weight, Int8Weight, Q8Weight
 from inference.runner import HFRunner, build_runner
@@ -99,6 +100,20 @@ def _gemma3(**kw: Any) -> Any:
     return Gemma3TextConfig(**_small(head_dim=16, query_pre_attn_scalar=24, **kw))
 
 
+def _gemma3_multimodal(*, vocab_size: int, bos_token_id: int, eos_token_id: int,
+                       pad_token_id: int, **kw: Any) -> Any:
+    """Gemma 3 4B and up: a (tiny) vision tower, then the text decoder the fast runner runs."""
+    from transformers import Gemma3Config, SiglipVisionConfig
+
+    text = _gemma3(vocab_size=vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
+                   pad_token_id=pad_token_id, **kw)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                num_attention_heads=2, image_size=32, patch_size=8)
+    return Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                        mm_tokens_per_image=4, bos_token_id=bos_token_id,
+                        eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+
+
 def _phi3(**kw: Any) -> Any:
     from transformers import Phi3Config
 
@@ -151,6 +166,10 @@ CASES = [
     Case("gemma3-untied", _gemma3, dict(
         sliding_window=24, tie_word_embeddings=False, final_logit_softcapping=20.0,
         layer_types=["full_attention", "sliding_attention"])),
+    # the multimodal checkpoints' text decoder (its final soft-capping is not applied there)
+    Case("gemma3-multimodal-tied", _gemma3_multimodal, dict(
+        sliding_window=16, tie_word_embeddings=True, final_logit_softcapping=20.0,
+        layer_types=["sliding_attention", "full_attention"])),
     # fused qkv_proj and gate_up_proj, half the head rotated, a window (Phi-3-mini-4k has one)
     Case("phi3-untied", _phi3, dict(tie_word_embeddings=False, sliding_window=20,
                                     rope_parameters=dict(rope_type="default", rope_theta=10000.0,
@@ -221,6 +240,10 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ---- checks ----
 
 
+def vocab(ckpt: Any) -> int:
+    return ckpt.model.config.get_text_config().vocab_size
+
+
 def _decode_paths(runner: FastRunner) -> dict[str, Callable[[Any, torch.Tensor], torch.Tensor]]:
     """The one-token forwards a reply may go through (each must be exact)."""
     fast = runner.fast
@@ -267,7 +290,7 @@ def check_exact(ckpt: Any) -> None:
     runner = build_runner(ckpt, runner="fast", quantize="none", precision="model")
     assert isinstance(runner, FastRunner) and runner.fast.dtype == torch.float32
     torch.manual_seed(1)
-    prompt = torch.randint(3, ckpt.model.config.vocab_size, (1, PROMPT))
+    prompt = torch.randint(3, vocab(ckpt), (1, PROMPT))
     ends = [min(sum(CHUNKS[:i + 1]), PROMPT) for i in range(len(CHUNKS))] + [PROMPT]
     for name, decode in _decode_paths(runner).items():
         tokens, logits = _greedy(runner, decode, prompt)
@@ -288,7 +311,7 @@ def check_padded_batch(ckpt: Any) -> None:
     logits as the transformers runner given the same masks."""
     hf, fast = HFRunner(ckpt.model), build_runner(ckpt, runner="fast", precision="model")
     torch.manual_seed(2)
-    x = torch.randint(3, ckpt.model.config.vocab_size, (3, 40))
+    x = torch.randint(3, vocab(ckpt), (3, 40))
     mask = torch.ones_like(x)
     mask[1, :7] = 0
     mask[2, :30] = 0
@@ -338,7 +361,7 @@ def check_quantized(ckpt: Any, kind: str) -> FastRunner:
         assert any(isinstance(w, Int4Weight) for w in runner.fast.quantized.values())
     twin = dequantized_twin(runner)
     torch.manual_seed(3)
-    prompt = torch.randint(3, ckpt.model.config.vocab_size, (1, 40))
+    prompt = torch.randint(3, vocab(ckpt), (1, 40))
     ca, cb = runner.new_cache(), twin.new_cache()
     a, b = runner.forward(ca, prompt), twin.forward(cb, prompt)
     for _ in range(4):
@@ -406,7 +429,7 @@ def check_active_experts(ckpt: Any) -> None:
 
     fast._expert = counted
     cache = runner.new_cache()
-    ids = torch.randint(3, ckpt.model.config.vocab_size, (1, 12))
+    ids = torch.randint(3, vocab(ckpt), (1, 12))
     runner.forward(cache, ids)
     n_experts = len(moe_layers[0].experts)
     assert len(calls) <= len(moe_layers) * n_experts
@@ -427,7 +450,7 @@ def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir:
     check_exact(ckpt)
     check_padded_batch(ckpt)
     check_engine(ckpt)
-    if any(hasattr(layer.mlp, "experts") for layer in ckpt.model.model.layers):
+    if any(hasattr(layer.mlp, "experts") for layer in decoder(ckpt.model)[1].layers):
         check_active_experts(ckpt)
     check_int8(ckpt)
     check_quantized(ckpt, "int4")
@@ -447,7 +470,7 @@ def test_longrope_switches_factors_past_the_original_context_as_transformers_doe
     runner = build_runner(ckpt, runner="fast", precision="model")
     assert runner.fast.ropes["default"].spec.long_after == 64
     torch.manual_seed(4)
-    prompt = torch.randint(3, ckpt.model.config.vocab_size, (1, PROMPT))
+    prompt = torch.randint(3, vocab(ckpt), (1, PROMPT))
     for name, decode in _decode_paths(runner).items():
         hf = HFRunner(ckpt.model)
         ch, cf = hf.new_cache(), runner.new_cache()
@@ -497,7 +520,7 @@ def test_int8_on_transformers_modules_for_an_architecture_the_fast_runner_does_n
         if isinstance(m, Int8Linear):
             twin.get_submodule(name).weight.data = m.weight_int8.dequantize(torch.float32)
     torch.manual_seed(5)
-    ids = torch.randint(3, ckpt.model.config.vocab_size, (1, 40))
+    ids = torch.randint(3, vocab(ckpt), (1, 40))
     with torch.inference_mode():
         a, b = runner.model(ids).logits, twin(ids).logits
     tol = 2e-3 if runner.model.lm_head.q8 else 0.05
