@@ -456,6 +456,23 @@ def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir:
     check_quantized(ckpt, "int4")
 
 
+@pytest.mark.parametrize("name", ["gemma2-tied", "gemma3-untied", "phi4-mini-tied",
+                                  "qwen3-moe-tied"])
+def test_int8_without_chatuis_kernel(name: str, tokenizer: Any, models_dir: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where chatui's kernels cannot be built, int8 is torch's per-channel kernel with bf16
+    activations and torch's attention: the same check against the dequantized weights (Gemma's
+    norms of sub-layer outputs, q/k norms, LongRoPE and experts in bf16)."""
+    from inference import q8kernel
+
+    case = next(c for c in CASES if c.name == name)
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(models_dir / case.name / "cache-per-channel"))
+    ckpt = checkpoint(case, tokenizer, models_dir)
+    monkeypatch.setattr(q8kernel, "load_kernel", lambda: None)
+    runner = check_quantized(ckpt, "int8")
+    assert runner.fast.dtype == torch.bfloat16 and isinstance(runner.fast.lm_head, Int8Weight)
+
+
 def test_longrope_switches_factors_past_the_original_context_as_transformers_does(
         tokenizer: Any, models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """LongRoPE uses its long factors for a forward that reaches past the original context and
