@@ -526,7 +526,8 @@ def test_int8_on_transformers_modules_for_an_architecture_the_fast_runner_does_n
     backend = LocalBackend.from_checkpoint(ckpt, quantize="int8")
     runner = backend.runner
     assert isinstance(runner, HFRunner) and runner.quantize == "int8"
-    assert backend.info.quantization == "int8" and "int8" in describe(runner)
+    assert backend.info.quantization == "int8"
+    assert "int8" in describe(runner) and "olmo2" in describe(runner)  # which runner, and why
     n_linear = sum(type(m) is nn.Linear for m in ckpt.model.modules())
     assert n_linear > 0  # the checkpoint's model keeps its Linear layers
     assert sum(isinstance(m, Int8Linear) for m in runner.model.modules()) == n_linear
