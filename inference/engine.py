@@ -121,7 +121,8 @@ class LocalBackend:
         model_runner = build_runner(ckpt, quantize=quantize or "none", precision=precision,
                                     runner=runner, compile=compile, progress=progress)
         fast = getattr(model_runner, "fast", None)
-        quantization = fast.quantize if fast is not None else "none"
+        quantization = fast.quantize if fast is not None else getattr(model_runner, "quantize",
+                                                                        "none")
         dtype = fast.dtype if fast is not None else ckpt.dtype
 
         info = ModelInfo(

@@ -1,12 +1,15 @@
-"""A compact Llama-family forward with a preallocated KV cache: the fast path of the engine.
+"""A compact decoder with a preallocated KV cache for the Llama family and its relatives: the
+fast path of the engine.
 
 transformers' modules cost more in Python per layer than the int8 matmuls they wrap on a small
 CPU model, so ``FastLlama`` re-implements the decoder (RMSNorm, RoPE, grouped-query attention
-through ``F.scaled_dot_product_attention``, SwiGLU) over weights taken from an already loaded
-transformers model: fused QKV and gate/up projections, q/k rows permuted so RoPE is one complex
-multiply, optional int8 weight-only linears (``inference.quant``). Any checkpoint whose modules
-have the Llama shape (llama, mistral without a sliding window, qwen2) works without custom
-code; ``unsupported_reason`` names why another one falls back to ``HFRunner``.
+through ``F.scaled_dot_product_attention``, gated MLP) over weights taken from an already
+loaded transformers model: fused QKV and gate/up projections, q/k rows permuted so RoPE is one
+complex multiply, optional int8 weight-only linears (``inference.quant``). One decoder loop
+serves Llama, Mistral, Qwen2 and Qwen3, Phi-3, Gemma 2 and 3, Mixtral and Qwen3-MoE; what each
+does differently (q/k norms, sliding windows, Gemma's norms and soft-capping, partial rotary,
+experts) is read from the model by ``fast_blocks``, and ``unsupported_reason`` names why another
+checkpoint falls back to ``HFRunner``.
 
 ``FastRunner`` has ``HFRunner``'s interface over a ``kv_cache.StaticKVCache``. Which runner
 a checkpoint gets (and in which precision) is ``runner.build_runner``'s policy, not this file's.
@@ -14,6 +17,7 @@ a checkpoint gets (and in which precision) is ``runner.build_runner``'s policy, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,13 +25,16 @@ import torch
 import torch.nn.functional as F
 
 from .decode_graph import DecodeStep, use_compile
+from .fast_blocks import (SUPPORTED_MODEL_TYPES, MoE, RotaryTables, causal_mask, decoder,
+                          interleave_index, norm_weight, read_arch, rope_specs,
+                          softcap_attention, unsupported_reason, window_start)
 from .kernel_abi import Layer
 from .kv_cache import StaticKVCache
 from .q8kernel import F32_MAX_ROWS, load_kernel
 from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available,
                     q8_linear)
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+__all__ = ["FastLlama", "FastRunner", "SUPPORTED_MODEL_TYPES", "unsupported_reason"]
 
 Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight or Int4Weight
 
@@ -67,57 +74,10 @@ def _swiglu_linear(gate_up: torch.Tensor, w: Weight, b: torch.Tensor | None = No
     return _linear(F.silu(gate) * up, w, b)
 
 
-def unsupported_reason(model: Any) -> str | None:
-    """None when ``FastLlama`` can run this transformers model exactly, else why not."""
-    cfg = getattr(model, "config", None)
-    if cfg is None:
-        return "no config"
-    if getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
-        return f"model type {getattr(cfg, 'model_type', None)!r} is not Llama-shaped"
-    if getattr(cfg, "hidden_act", "silu") != "silu":
-        return f"activation {cfg.hidden_act!r}"
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) in ("dynamic", "longrope"):
-        return "position-dependent RoPE scaling"
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
-        return "sliding-window attention"
-    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
-        return "non-full attention layers"
-    if len({p.device for p in model.parameters()}) != 1:
-        return "model is sharded over several devices"
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if layers is None or not hasattr(inner, "embed_tokens") or not hasattr(model, "lm_head"):
-        return "unexpected module layout"
-    for layer in layers:
-        att, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        if att is None or mlp is None or hasattr(att, "q_norm"):
-            return "unexpected attention layout"
-        if not all(hasattr(att, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
-            return "unexpected attention layout"
-        if not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
-            return "unexpected MLP layout"
-        if not (hasattr(layer, "input_layernorm") and hasattr(layer, "post_attention_layernorm")):
-            return "unexpected norm layout"
-    return None
-
-
-def _rope_parameters(model: Any) -> tuple[torch.Tensor, float]:
-    """RoPE inverse frequencies recomputed in fp32 from the config, the way the model's own
-    rotary module computes them (its buffer is rounded when a model is cast to bf16)."""
-    rot = model.model.rotary_emb
-    try:
-        rope_type = getattr(rot, "rope_type", "default")
-        if rope_type == "default":
-            fn = type(rot).compute_default_rope_parameters
-        else:
-            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-            fn = ROPE_INIT_FUNCTIONS[rope_type]
-        inv_freq, scale = fn(model.config)
-        return inv_freq.float().cpu(), float(scale)
-    except Exception:  # noqa: BLE001 - an unusual rotary module: trust its buffer
-        return rot.inv_freq.detach().float().cpu(), float(getattr(rot, "attention_scaling", 1.0))
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm in the weight's dtype (the norms transformers computes in fp32 and applies to a
+    sub-layer's output: Gemma's post-attention and post-MLP norms)."""
+    return F.rms_norm(x.to(w.dtype), (x.shape[-1],), w, eps)
 
 
 @dataclass
@@ -127,25 +87,47 @@ class _Layer:
     bqkv: torch.Tensor | None
     wo: Weight  # [hidden, H * D]
     bo: torch.Tensor | None
-    ln2: torch.Tensor
-    wgu: Weight  # [2 * I, hidden]: gate rows, then up rows
+    ln2: torch.Tensor  # the MLP's input norm (Gemma: pre_feedforward_layernorm)
+    wgu: Weight | None  # [2 * I, hidden]: gate rows, then up rows (None for experts)
     bgu: torch.Tensor | None
-    wd: Weight  # [hidden, I]
+    wd: Weight | None  # [hidden, I]
     bd: torch.Tensor | None
+    q_norm: torch.Tensor | None = None  # [D] fp32, per head before RoPE (Qwen3, Gemma 3)
+    k_norm: torch.Tensor | None = None
+    post_attn: torch.Tensor | None = None  # Gemma: norm of the attention output
+    post_mlp: torch.Tensor | None = None  # Gemma: norm of the MLP output
+    window: int | None = None  # sliding window (keys within this many positions)
+    rope: str = "default"  # which RotaryTables
+    moe: MoE | None = None
+
+    @property
+    def llama_shaped(self) -> bool:
+        """Whether chatui's all-layers C decode (``decode.c``) computes this layer exactly."""
+        return (self.q_norm is None and self.post_attn is None and self.post_mlp is None
+                and self.window is None and self.moe is None)
 
 
-def _interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
-    """Reorder each head's rows from rotate-half order (pairs i, i + D/2) to adjacent pairs
-    (2i, 2i + 1), so RoPE becomes a complex multiply. q.k is unchanged when both q and k are
-    permuted alike. w: [n_heads * D, ...] (or a bias [n_heads * D])."""
-    half = head_dim // 2
-    perm = torch.stack([torch.arange(half), torch.arange(half) + half], dim=-1).reshape(-1)
-    idx = (torch.arange(n_heads)[:, None] * head_dim + perm[None, :]).reshape(-1)
-    return w[idx.to(w.device)]
+def _qkv_parts(att: Any, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """(weight, bias) of q, k and v: separate projections, or Phi-3's fused ``qkv_proj``."""
+    if hasattr(att, "qkv_proj"):
+        w = att.qkv_proj.weight.detach()
+        b = att.qkv_proj.bias
+        bs = b.detach().split(sizes) if b is not None else (None,) * 3
+        return list(zip(w.split(sizes), bs))
+    mods = (att.q_proj, att.k_proj, att.v_proj)
+    return [(m.weight.detach(), None if m.bias is None else m.bias.detach()) for m in mods]
+
+
+def _gate_up(mlp: Any) -> torch.Tensor:
+    """[gate rows | up rows] (Phi-3's ``gate_up_proj`` already is)."""
+    if hasattr(mlp, "gate_up_proj"):
+        return mlp.gate_up_proj.weight.detach()
+    return torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
 
 
 class FastLlama:
-    """The decoder over weights copied (and fused) from a transformers Llama-family model.
+    """The decoder over weights copied (and fused) from a transformers model of a supported
+    type (``fast_blocks.SUPPORTED_MODEL_TYPES``).
 
     Args:
         model: the loaded transformers model (see ``unsupported_reason``).
@@ -153,7 +135,8 @@ class FastLlama:
         quantize: "none", "int8" (weight-only: on a CPU where chatui's kernel builds, groups of
             32 along K with int16 activations, ``Q8Weight``; elsewhere per output channel,
             ``Int8Weight``) or "int4" (groups of 32 with scale and zero point, CPU kernel; the
-            output layer and shapes the kernel cannot take stay int8).
+            output layer and shapes the kernel cannot take stay int8). Routers of experts
+            stay in the model's precision (they are small, and pick which weights are read).
         residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
             keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
         int8_weights: previously quantized weights by name (the disk cache), or None.
@@ -162,11 +145,12 @@ class FastLlama:
     def __init__(self, model: Any, *, dtype: torch.dtype, quantize: str = "none",
                  int8_weights: dict[str, Any] | None = None,
                  residual_dtype: torch.dtype | None = None) -> None:
-        cfg = model.config
+        cfg, stack = decoder(model)
         self.device = next(model.parameters()).device
         self.dtype = dtype
         self.rdtype = rdtype = residual_dtype or dtype
         self.quantize = quantize
+        self.arch = arch = read_arch(model)
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.hidden = cfg.hidden_size
@@ -174,19 +158,17 @@ class FastLlama:
         self.inter = cfg.intermediate_size
         self.eps = float(cfg.rms_norm_eps)
         self.vocab = cfg.vocab_size
-        inv_freq, self.rope_scale = _rope_parameters(model)
-        self.inv_freq = inv_freq.to(self.device)  # [D/2] fp32
-        self._rope = torch.empty(0, self.head_dim // 2, dtype=torch.complex64, device=self.device)
-        self._cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.ropes = {kind: RotaryTables(spec, self.head_dim, self.device)
+                      for kind, spec in rope_specs(model).items()}
+        rotated = 2 * next(iter(self.ropes.values())).rotated_pairs  # dims RoPE turns
+        self.sdpa_scale: float | None = arch.attn_scale
+        """The attention scale SDPA is given (None: 1/sqrt(D)); folded into the q norm where
+        there is one, so the C attention kernel (which has no scale) computes it too."""
         self._c_layer_array: Any = None
         self._c_layers_of: list[_Layer] | None = None
         self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight] = {}
         self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
-        self.c_attention = (self.device.type == "cpu" and dtype == torch.float32
-                            and q8_available(self.device))
-        """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
-        CPU where the kernels build."""
         stored = int8_weights or {}
 
         def weight(name: str, make: Callable[[], torch.Tensor], shape: tuple[int, int]) -> Weight:
@@ -194,9 +176,10 @@ class FastLlama:
             called when the disk cache has it (so a cached start never reads the checkpoint's
             full-precision pages of that weight)."""
             # int4 for the decoder; the output layer (often the tied embedding, kept above
-            # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement
-            if quantize == "int4" and name != "lm_head" and Int4Weight.supports_shape(
-                    shape, self.device):
+            # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement.
+            # So does an untied embedding (looked up by rows, which int4 has no kernel for)
+            if (quantize == "int4" and name not in ("lm_head", "embed")
+                    and Int4Weight.supports_shape(shape, self.device)):
                 q4 = stored.get(name)
                 if not isinstance(q4, Int4Weight) or tuple(q4.q.shape) != shape:
                     q4 = Int4Weight.quantize(make())
@@ -217,120 +200,198 @@ class FastLlama:
             self.quantized[name] = q
             return q
 
-        def bias(*mods: Any) -> torch.Tensor | None:
-            bs = [getattr(m, "bias", None) for m in mods]
+        def bias(*bs: torch.Tensor | None, sizes: list[int]) -> torch.Tensor | None:
+            """Biases of fused rows (zeros where a part has none), or None when none has."""
             if all(b is None for b in bs):
                 return None
-            parts = [b if b is not None else torch.zeros(m.weight.shape[0], device=self.device)
-                     for b, m in zip(bs, mods)]
-            return torch.cat([p.detach().float() for p in parts]).to(dtype)
+            parts = [b.detach().float() if b is not None else torch.zeros(n, device=self.device)
+                     for b, n in zip(bs, sizes)]
+            return torch.cat(parts).to(dtype)
 
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        q_rows = interleave_index(H, D, rotated).to(self.device)
+        k_rows = interleave_index(KV, D, rotated).to(self.device)
+        head_rows = interleave_index(1, D, rotated).to(self.device)
+        sizes = [H * D, KV * D, KV * D]
+        offset = arch.norm_offset
         self.layers: list[_Layer] = []
-        for i, layer in enumerate(model.model.layers):
+        for i, layer in enumerate(stack.layers):
             att, mlp = layer.self_attn, layer.mlp
-            bqkv = bias(att.q_proj, att.k_proj, att.v_proj)
-            if bqkv is not None:
-                bq, bk, bv = bqkv.split([H * D, KV * D, KV * D])
-                bqkv = torch.cat([_interleave_rows(bq, H, D), _interleave_rows(bk, KV, D), bv])
+            (wq, bq), (wk, bk), (wv, bv) = _qkv_parts(att, sizes)
+            bqkv = bias(None if bq is None else bq[q_rows], None if bk is None else bk[k_rows],
+                        bv, sizes=sizes)
 
-            def qkv(att: Any = att) -> torch.Tensor:
-                return torch.cat([_interleave_rows(att.q_proj.weight.detach(), H, D),
-                                  _interleave_rows(att.k_proj.weight.detach(), KV, D),
-                                  att.v_proj.weight.detach()])
+            def qkv(wq: torch.Tensor = wq, wk: torch.Tensor = wk,
+                    wv: torch.Tensor = wv) -> torch.Tensor:
+                return torch.cat([wq[q_rows], wk[k_rows], wv])
 
-            def gate_up(mlp: Any = mlp) -> torch.Tensor:
-                return torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
-
-            self.layers.append(_Layer(
-                ln1=layer.input_layernorm.weight.detach().to(rdtype),
+            q_norm = k_norm = None
+            if hasattr(att, "q_norm"):
+                q_norm = norm_weight(att.q_norm, offset, torch.float32)[head_rows]
+                k_norm = norm_weight(att.k_norm, offset, torch.float32)[head_rows]
+                if arch.attn_scale is not None:
+                    q_norm = q_norm * (arch.attn_scale * math.sqrt(D))
+                    self.sdpa_scale = None
+            gemma = hasattr(layer, "pre_feedforward_layernorm")
+            mlp_norm = layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm
+            L = _Layer(
+                ln1=norm_weight(layer.input_layernorm, offset, rdtype),
                 wqkv=weight(f"layers.{i}.qkv", qkv, ((H + 2 * KV) * D, self.hidden)),
                 bqkv=bqkv,
                 wo=weight(f"layers.{i}.o", lambda att=att: att.o_proj.weight,
                           (self.hidden, H * D)),
-                bo=bias(att.o_proj),
-                ln2=layer.post_attention_layernorm.weight.detach().to(rdtype),
-                wgu=weight(f"layers.{i}.gate_up", gate_up, (2 * self.inter, self.hidden)),
-                bgu=bias(mlp.gate_proj, mlp.up_proj),
-                wd=weight(f"layers.{i}.down", lambda mlp=mlp: mlp.down_proj.weight,
-                          (self.hidden, self.inter)),
-                bd=bias(mlp.down_proj)))
-        self.norm = model.model.norm.weight.detach().to(rdtype)
-        emb = model.model.embed_tokens.weight
+                bo=None if att.o_proj.bias is None else att.o_proj.bias.detach().to(dtype),
+                ln2=norm_weight(mlp_norm, offset, rdtype),
+                wgu=None, bgu=None, wd=None, bd=None,
+                q_norm=q_norm, k_norm=k_norm,
+                post_attn=norm_weight(layer.post_attention_layernorm, offset, rdtype)
+                if gemma else None,
+                post_mlp=norm_weight(layer.post_feedforward_layernorm, offset, rdtype)
+                if gemma else None,
+                window=arch.windows[i], rope=arch.rope_kinds[i])
+            if hasattr(mlp, "experts"):
+                L.moe = self._experts(i, mlp, weight)
+            else:
+                inter = mlp.down_proj.weight.shape[1]
+                up_bias = getattr(getattr(mlp, "up_proj", None), "bias", None)
+                gate_bias = getattr(getattr(mlp, "gate_proj", None), "bias", None)
+                L.wgu = weight(f"layers.{i}.gate_up", lambda mlp=mlp: _gate_up(mlp),
+                               (2 * inter, self.hidden))
+                L.bgu = bias(gate_bias, up_bias, sizes=[inter, inter])
+                L.wd = weight(f"layers.{i}.down", lambda mlp=mlp: mlp.down_proj.weight,
+                              (self.hidden, inter))
+                L.bd = None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach().to(dtype)
+            self.layers.append(L)
+        self.norm = norm_weight(stack.norm, offset, rdtype)
+        emb = stack.embed_tokens.weight
         tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
         self.lm_head = weight("lm_head", lambda: model.lm_head.weight,
                               tuple(model.lm_head.weight.shape))
-        self.lm_bias = bias(model.lm_head)
+        lm_bias = model.lm_head.bias
+        self.lm_bias = None if lm_bias is None else lm_bias.detach().to(dtype)
         if tied:
             self.embed: Weight = self.lm_head
         else:
             self.embed = weight("embed", lambda: emb, tuple(emb.shape))
         self.tied = tied
+        self.c_attention = (self.device.type == "cpu" and dtype == torch.float32
+                            and q8_available(self.device) and arch.attn_softcap is None
+                            and self.sdpa_scale is None)
+        """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
+        CPU where the kernels build, for attention without soft-capping or its own scale."""
+
+    def _experts(self, i: int, mlp: Any, weight: Callable[..., Weight]) -> MoE:
+        """A sparse MLP's router and experts (each expert's weights quantized on their own)."""
+        gate_up, down = mlp.experts.gate_up_proj, mlp.experts.down_proj  # [E, 2I, h], [E, h, I]
+        moe = MoE(router=mlp.gate.weight.detach(), top_k=int(mlp.gate.top_k),
+                  normalize=bool(getattr(mlp.gate, "norm_topk_prob", True)))
+        for e in range(gate_up.shape[0]):
+            moe.experts.append((
+                weight(f"layers.{i}.experts.{e}.gate_up", lambda e=e: gate_up[e],
+                       tuple(gate_up.shape[1:])),
+                weight(f"layers.{i}.experts.{e}.down", lambda e=e: down[e],
+                       tuple(down.shape[1:]))))
+        return moe
 
     # ---- sizes ----
 
+    @property
+    def has_experts(self) -> bool:
+        return any(L.moe is not None for L in self.layers)
+
     def weight_bytes(self) -> int:
-        """Bytes the decode step reads per token (each tensor once)."""
+        """Bytes the decode step reads per token (each tensor once; of a mixture of experts,
+        the router and top_k experts' worth)."""
         seen: set[int] = set()
-        total = 0
 
-        def add(t: Any) -> None:
-            nonlocal total
+        def size(t: Any) -> int:
             if t is None:
-                return
+                return 0
             if isinstance(t, Int8Weight):
-                add(t.q)
-                add(t.scales)
-                return
+                return size(t.q) + size(t.scales)
             if isinstance(t, Q8Weight):
-                add(t.packed)
-                add(t.scales)
-                return
+                return size(t.packed) + size(t.scales)
             if isinstance(t, Int4Weight):
-                add(t.packed)
-                add(t.scales_zeros)
-                return
-            if t.data_ptr() not in seen:
-                seen.add(t.data_ptr())
-                total += t.numel() * t.element_size()
+                return size(t.packed) + size(t.scales_zeros)
+            if t.data_ptr() in seen:
+                return 0
+            seen.add(t.data_ptr())
+            return t.numel() * t.element_size()
 
+        total = 0
         for L in self.layers:
-            for t in (L.ln1, L.wqkv, L.bqkv, L.wo, L.bo, L.ln2, L.wgu, L.bgu, L.wd, L.bd):
-                add(t)
+            for t in (L.ln1, L.wqkv, L.bqkv, L.wo, L.bo, L.ln2, L.wgu, L.bgu, L.wd, L.bd,
+                      L.q_norm, L.k_norm, L.post_attn, L.post_mlp):
+                total += size(t)
+            if L.moe is not None:
+                experts = sum(size(w) for pair in L.moe.experts for w in pair)
+                total += size(L.moe.router) + experts * L.moe.top_k // len(L.moe.experts)
         for t in (self.norm, self.lm_head, self.lm_bias):
-            add(t)
+            total += size(t)
         return total
 
     def new_cache(self, batch: int = 1) -> StaticKVCache:
         return StaticKVCache(len(self.layers), self.n_kv, self.head_dim, dtype=self.dtype,
                              device=self.device, batch=batch)
 
-    # ---- forward ----
-
-    def _rotations(self, n: int) -> torch.Tensor:
-        """scale * exp(i * pos * inv_freq) for positions [0, n): [n, D/2] complex64."""
-        if self._rope.shape[0] < n:
-            size = max(n, 2 * self._rope.shape[0], 1024)
-            pos = torch.arange(size, device=self.device, dtype=torch.float32)
-            angles = pos[:, None] * self.inv_freq[None, :]
-            self._rope = torch.polar(torch.full_like(angles, self.rope_scale), angles)
-            self._cos_sin = None
-        return self._rope
+    # ---- pieces of a layer ----
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if isinstance(self.embed, (Int8Weight, Q8Weight)):
-            return self.embed.rows(ids, self.rdtype)
-        return F.embedding(ids, self.embed).to(self.rdtype)
+            x = self.embed.rows(ids, self.rdtype)
+        else:
+            x = F.embedding(ids, self.embed).to(self.rdtype)
+        return x if self.arch.embed_scale is None else x * self.arch.embed_scale
+
+    def _qk_norm(self, qk: torch.Tensor, L: _Layer) -> torch.Tensor:
+        """Per-head RMSNorm of q and k before RoPE. qk: [..., H + KV, D] fp32."""
+        H, D = self.n_heads, self.head_dim
+        q = F.rms_norm(qk[..., :H, :], (D,), L.q_norm, self.eps)
+        k = F.rms_norm(qk[..., H:, :], (D,), L.k_norm, self.eps)
+        return torch.cat([q, k], dim=-2)
+
+    def _glu_down(self, gate_up: torch.Tensor, w: Weight, b: torch.Tensor | None) -> torch.Tensor:
+        """The down projection of ``act(gate) * up`` (SiLU: fused in the int8 kernel)."""
+        if self.arch.act == "silu":
+            return _swiglu_linear(gate_up, w, b)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return _linear(self.arch.act_fn(gate) * up, w, b)
+
+    def _expert(self, x: torch.Tensor, wgu: Weight, wd: Weight) -> torch.Tensor:
+        return self._glu_down(_linear(x, wgu), wd, None)
+
+    def _after_attention(self, x: torch.Tensor, o: torch.Tensor, L: _Layer) -> torch.Tensor:
+        """The rest of a layer once attention gave ``o`` [B, T, H * D]: output projection
+        (and Gemma's post-attention norm) into the residual, then the MLP block."""
+        a = _linear(o, L.wo, L.bo)
+        if L.post_attn is not None:
+            a = _rms(a, L.post_attn, self.eps)
+        x = x + a
+        if L.moe is not None:
+            xn = F.rms_norm(x, (self.hidden,), L.ln2, self.eps)
+            y = L.moe.forward(xn.reshape(-1, self.hidden), self._expert).view(x.shape)
+        else:
+            y = self._glu_down(_norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu), L.wd, L.bd)
+        if L.post_mlp is not None:
+            y = _rms(y, L.post_mlp, self.eps)
+        return x + y  # promotes to the residual dtype
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        logits = _norm_linear(x, self.norm, self.eps, self.lm_head, self.lm_bias).float()
+        cap = self.arch.final_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    # ---- forward ----
 
     def rope_tables(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin) x scale for positions [0, n): [n, D/2] fp32 each (the step's RoPE as
-        real arithmetic, the same products as the complex multiply of ``forward``); views of
-        tables kept until the rotations grow."""
-        table = self._rotations(n)
-        if self._cos_sin is None:
-            self._cos_sin = (table.real.contiguous(), table.imag.contiguous())
-        cos, sin = self._cos_sin
-        return cos[:n], sin[:n]
+        """(cos, sin) x scale for positions [0, n) of the one-token ``step``: [n, R * D/2] fp32
+        each, the R RoPE kinds side by side (in ``self.ropes``' order); the real arithmetic of
+        the complex multiply of ``forward``."""
+        tables = [rope.step_table(n) for rope in self.ropes.values()]
+        if len(tables) == 1:
+            return tables[0]
+        return (torch.cat([c for c, _ in tables], dim=-1).contiguous(),
+                torch.cat([s for _, s in tables], dim=-1).contiguous())
 
     def step(self, ks: list[torch.Tensor], vs: list[torch.Tensor], ids: torch.Tensor,
              pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -339,33 +400,46 @@ class FastLlama:
         ks, vs: each layer's cache [B, KV, C, D] (position ``pos`` is written in place);
         ids: [B, 1]; pos: [1] long, the position of the new token in every row (no padding);
         cos, sin: ``rope_tables`` of at least C positions. Attention covers the whole capacity
-        with a mask (keys after ``pos`` are hidden), so the shapes never change while the cache
-        does not grow. Returns logits [B, V] fp32.
+        with a mask (keys after ``pos``, and before a layer's window, are hidden), so the
+        shapes never change while the cache does not grow. Returns logits [B, V] fp32.
+        Not for mixtures of experts (their expert choice is data-dependent).
         """
         B = ids.shape[0]
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
         G, half = H // KV, D // 2
         C = ks[0].shape[2]
-        c, s = cos[pos].view(1, 1, half), sin[pos].view(1, 1, half)  # [1, 1, D/2]
-        mask = (torch.arange(C, device=ids.device) <= pos).view(1, 1, 1, C)
+        kinds = {kind: r for r, kind in enumerate(self.ropes)}
+        c = cos[pos].view(1, 1, len(kinds), half)
+        s = sin[pos].view(1, 1, len(kinds), half)
+        slots = torch.arange(C, device=ids.device)
+        masks: dict[int | None, torch.Tensor] = {}
         x = self._embed(ids)  # [B, 1, hidden]
         nqk = (H + KV) * D
         for i, L in enumerate(self.layers):
+            if L.window not in masks:
+                m = slots <= pos
+                if L.window is not None:
+                    m = m & (slots > pos - L.window)
+                masks[L.window] = m.view(1, 1, 1, C)
             qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)[:, 0]  # [B, (H + 2KV) * D]
-            qk = qkv[:, :nqk].float().view(B, H + KV, half, 2)
+            qk = qkv[:, :nqk].float().view(B, H + KV, D)
+            if L.q_norm is not None:
+                qk = self._qk_norm(qk, L)
+            qk = qk.view(B, H + KV, half, 2)
+            cr, sr = c[:, :, kinds[L.rope]], s[:, :, kinds[L.rope]]
             a, b = qk[..., 0], qk[..., 1]
-            qk = torch.stack([a * c - b * s, a * s + b * c], dim=-1).view(B, H + KV, D)
+            qk = torch.stack([a * cr - b * sr, a * sr + b * cr], dim=-1).view(B, H + KV, D)
             q = qk[:, :H].to(self.dtype).view(B, KV, G, D)
-            k_new = qk[:, H:].to(self.dtype).view(B, KV, 1, D)
-            v_new = qkv[:, nqk:].to(self.dtype).view(B, KV, 1, D)
-            ks[i].index_copy_(2, pos, k_new)
-            vs[i].index_copy_(2, pos, v_new)
-            o = F.scaled_dot_product_attention(q, ks[i], vs[i], attn_mask=mask)
-            x = x + _linear(o.reshape(B, 1, H * D), L.wo, L.bo)
-            gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
-            x = x + _swiglu_linear(gate_up, L.wd, L.bd)
-        return _norm_linear(x[:, -1], self.norm, self.eps, self.lm_head,
-                            self.lm_bias).float()  # [B, V]
+            ks[i].index_copy_(2, pos, qk[:, H:].to(self.dtype).view(B, KV, 1, D))
+            vs[i].index_copy_(2, pos, qkv[:, nqk:].to(self.dtype).view(B, KV, 1, D))
+            if self.arch.attn_softcap is not None:
+                o = softcap_attention(q, ks[i], vs[i], masks[L.window],
+                                      self.sdpa_scale or D ** -0.5, self.arch.attn_softcap)
+            else:
+                o = F.scaled_dot_product_attention(q, ks[i], vs[i], attn_mask=masks[L.window],
+                                                   scale=self.sdpa_scale)
+            x = self._after_attention(x, o.reshape(B, 1, H * D), L)
+        return self._logits(x[:, -1])  # [B, V]
 
     @torch.inference_mode()
     def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
@@ -377,7 +451,8 @@ class FastLlama:
 
         attention_mask: [B, >= length + T] (1 = a real token) for left-padded batches;
         position_ids: [B, >= T] (the last T are used). Without them, positions continue from
-        the cache length for every row.
+        the cache length for every row. Sliding windows count cache slots, as transformers'
+        masks do.
         """
         B, T = input_ids.shape
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
@@ -387,57 +462,73 @@ class FastLlama:
         cache.reserve(end, B)
         if T == 1 and self.c_attention and not all_logits:
             return self._decode_c(cache, self._embed(input_ids), attention_mask, position_ids)
-        table = self._rotations(end if position_ids is None else int(position_ids.max()) + 1)
-        if position_ids is None:
-            rot = table[start:end][None, :, None, :]  # [1, T, 1, D/2]
-        else:
-            rot = table[position_ids[:, -T:]][:, :, None, :]  # [B, T, 1, D/2]
-
-        mask: torch.Tensor | None = None
-        causal = False
-        if attention_mask is not None or (T > 1 and start > 0):
-            if T == 1:
-                mask = attention_mask[:, None, None, :end].bool()  # [B, 1, 1, S]
+        last = end - 1 if position_ids is None else int(position_ids.max())
+        rots: dict[str, torch.Tensor] = {}
+        for kind, rope in self.ropes.items():
+            table = rope.table(last + 1, rope.use_long(last))
+            if position_ids is None:
+                rots[kind] = table[start:end][None, :, None, :]  # [1, T, 1, D/2]
             else:
-                q_pos = torch.arange(start, end, device=self.device)[:, None]
-                k_pos = torch.arange(end, device=self.device)[None, :]
-                m = (k_pos <= q_pos)[None]  # [1, T, S]
-                if attention_mask is not None:  # padding; a position always sees itself
-                    m = (m & attention_mask[:, None, :end].bool()) | (k_pos == q_pos)[None]
-                mask = m[:, None]  # [B or 1, 1, T, S]
-        elif T > 1:
-            causal = True
+                rots[kind] = table[position_ids[:, -T:]][:, :, None, :]  # [B, T, 1, D/2]
+        softcap = self.arch.attn_softcap
+        masks: dict[int | None, tuple[int, torch.Tensor | None, bool]] = {}
+
+        def mask_for(window: int | None) -> tuple[int, torch.Tensor | None, bool]:
+            """(first key slot, mask or None, causal) of the layers with this window."""
+            if window not in masks:
+                lo = window_start(start, window)
+                mask, causal = None, False
+                if T == 1:
+                    if attention_mask is not None:
+                        mask = attention_mask[:, None, None, lo:end].bool()  # [B, 1, 1, S]
+                elif (attention_mask is None and start == 0 and softcap is None
+                      and (window is None or T <= window)):
+                    causal = True
+                else:
+                    mask = causal_mask(start, end, lo, attention_mask, window, self.device)
+                masks[window] = (lo, mask, causal)
+            return masks[window]
 
         x = self._embed(input_ids)  # [B, T, hidden]
         nqk = (H + KV) * D
         for i, L in enumerate(self.layers):
             qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)  # [B, T, (H + 2KV) * D]
-            qk = qkv[..., :nqk].float().view(B, T, H + KV, D // 2, 2)
-            qk = torch.view_as_real(torch.view_as_complex(qk) * rot).view(B, T, H + KV, D)
+            qk = qkv[..., :nqk].float().view(B, T, H + KV, D)
+            if L.q_norm is not None:
+                qk = self._qk_norm(qk, L)
+            qk = qk.view(B, T, H + KV, D // 2, 2)
+            qk = torch.view_as_real(torch.view_as_complex(qk) * rots[L.rope]).view(B, T, H + KV, D)
             kc, vc = cache.k[i], cache.v[i]  # [B, KV, C, D]
             kc[:, :, start:end] = qk[:, :, H:].transpose(1, 2)
             vc[:, :, start:end] = qkv[..., nqk:].view(B, T, KV, D).transpose(1, 2)
-            keys, values = kc[:, :, :end], vc[:, :, :end]
+            lo, mask, causal = mask_for(L.window)
+            keys, values = kc[:, :, lo:end], vc[:, :, lo:end]
             if T == 1:  # the G query heads of a KV head act as G query rows: no K/V copies
                 q = qk[:, :, :H].to(self.dtype).view(B, KV, G, D)
-                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+                if softcap is not None:
+                    o = softcap_attention(q, keys, values, mask, self.sdpa_scale or D ** -0.5,
+                                          softcap)
+                else:
+                    o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                       scale=self.sdpa_scale)
                 o = o.reshape(B, 1, H * D)
             else:
                 q = qk[:, :, :H].to(self.dtype).transpose(1, 2)  # [B, H, T, D]
-                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                   is_causal=causal, enable_gqa=G > 1)
+                if softcap is not None:
+                    o = softcap_attention(q, keys, values, mask, self.sdpa_scale or D ** -0.5,
+                                          softcap)
+                else:
+                    o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                       is_causal=causal, enable_gqa=G > 1,
+                                                       scale=self.sdpa_scale)
                 o = o.transpose(1, 2).reshape(B, T, H * D)
-            x = x + _linear(o, L.wo, L.bo)
-            gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
-            x = x + _swiglu_linear(gate_up, L.wd, L.bd)  # promotes to the residual dtype
+            x = self._after_attention(x, o, L)
         cache.length = end
-        return _norm_linear(x if all_logits else x[:, -1], self.norm, self.eps, self.lm_head,
-                            self.lm_bias).float()  # [B, V] or [B, T, V]
-
+        return self._logits(x if all_logits else x[:, -1])  # [B, V] or [B, T, V]
 
     def _c_layers(self) -> Any:
         """The layers as ``kernel_abi.Layer`` structs for ``decode_layers`` (built once), or None
-        when a layer has a weight the C kernel does not take."""
+        when a layer has a weight or a step the C kernel does not take."""
         if self._c_layers_of is self.layers or not self.c_attention:
             return self._c_layer_array or None  # built for these layers (or none possible)
         self._c_layers_of = self.layers
@@ -445,11 +536,14 @@ class FastLlama:
         def ptr(t: Any) -> int | None:
             return None if t is None else t.data_ptr()
 
+        if self.arch.act != "silu" or len(self.ropes) != 1:
+            self._c_layer_array = ()
+            return None
         structs = []
         for L in self.layers:
             ws = (L.wqkv, L.wo, L.wgu, L.wd)
             vectors = (L.ln1, L.ln2, L.bqkv, L.bo, L.bgu, L.bd)
-            if not all(isinstance(w, Q8Weight) for w in ws) or not all(
+            if not L.llama_shaped or not all(isinstance(w, Q8Weight) for w in ws) or not all(
                     v is None or (v.dtype == torch.float32 and v.is_contiguous()) for v in vectors):
                 self._c_layer_array = ()
                 return None
@@ -472,27 +566,48 @@ class FastLlama:
             positions = torch.full((B,), start, dtype=torch.long)
         else:
             positions = position_ids[:, -1].to(torch.long).contiguous()
-        cos, sin = self.rope_tables(int(positions.max()) + 1)
+        last = int(positions.max())
+        tables = {kind: rope.cos_sin(last + 1, rope.use_long(last))
+                  for kind, rope in self.ropes.items()}
         mask = None
         if attention_mask is not None:
             mask = attention_mask[:, : start + 1].to(torch.uint8).contiguous()
         layers = self._c_layers()
         if layers is not None:  # every layer in one C call
+            cos, sin = next(iter(tables.values()))  # one RoPE kind (see _c_layers)
             x = x[:, 0].contiguous()
             kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=self.n_heads,
                                  inter=self.inter, write=start, positions=positions, cos=cos,
                                  sin=sin, mask=mask, eps=self.eps)
             x = x[:, None]
         else:
+            masks: dict[int | None, torch.Tensor | None] = {None: mask}
+            nqk = (self.n_heads + self.n_kv) * self.head_dim
             for i, L in enumerate(self.layers):
                 qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)[:, 0].contiguous()
+                if L.q_norm is not None:
+                    qk = qkv[:, :nqk].view(B, self.n_heads + self.n_kv, self.head_dim)
+                    qkv[:, :nqk] = self._qk_norm(qk, L).view(B, nqk)
+                if L.window not in masks:
+                    masks[L.window] = _window_mask(B, start, L.window, mask)
+                cos, sin = tables[L.rope]
                 o = kernel.attention(qkv, cache.k[i], cache.v[i], start, positions, cos, sin,
-                                     mask, self.n_heads)
-                x = x + _linear(o[:, None], L.wo, L.bo)
-                gate_up = _norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu)
-                x = x + _swiglu_linear(gate_up, L.wd, L.bd)
+                                     masks[L.window], self.n_heads)
+                x = self._after_attention(x, o[:, None], L)
         cache.length = start + 1
-        return _norm_linear(x[:, -1], self.norm, self.eps, self.lm_head, self.lm_bias).float()
+        return self._logits(x[:, -1])
+
+
+def _window_mask(batch: int, write: int, window: int | None,
+                 mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The C attention's mask [B, write + 1] uint8 for a layer with this sliding window: the
+    padding mask with slots older than the window cleared (None: every slot)."""
+    lo = window_start(write, window)
+    if lo == 0:
+        return mask
+    m = torch.ones((batch, write + 1), dtype=torch.uint8) if mask is None else mask.clone()
+    m[:, :lo] = 0
+    return m
 
 
 class FastRunner:
@@ -518,7 +633,8 @@ class FastRunner:
         """Where the int8 weights are cached on disk (None when not quantized)."""
         self.decode: DecodeStep | None = None
         """The compiled (and on CUDA graph-captured) one-token step, when in use."""
-        if use_compile(compile, self.device):
+        if use_compile(compile, self.device) and not self.fast.has_experts:
+            # experts are chosen per token: no fixed-shape step (they decode eagerly)
             self.decode = DecodeStep(self.fast, compile=True, cache_dir=compile_dir)
 
     def new_cache(self) -> StaticKVCache:

@@ -36,11 +36,17 @@ class RunnerError(ValueError):
 
 
 class HFRunner:
-    """A transformers causal LM with a dynamic KV cache."""
+    """A transformers causal LM with a dynamic KV cache.
 
-    def __init__(self, model: Any) -> None:
+    ``quantize`` says what its Linear layers are: "none", or "int8" when ``model`` is a copy
+    whose Linear layers run chatui's int8 kernel (``hf_quant.quantize_linears``)."""
+
+    def __init__(self, model: Any, *, quantize: str = "none") -> None:
         self.model = model
         self.device = next(model.parameters()).device
+        self.quantize = quantize
+        self.int8_path: Any = None
+        """Where the int8 weights are cached on disk (None when not quantized)."""
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -118,10 +124,12 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     if quantize == "auto":
         quantize = auto_quantization(ckpt.device, precision, runner, reason)
     if runner == "hf" or (runner == "auto" and reason is not None):
-        if quantize != "none":
-            raise RunnerError(f"--quantize {quantize} needs the fast runner, which cannot run this "
+        if quantize == "int4":
+            raise RunnerError(f"--quantize int4 needs the fast runner, which cannot run this "
                               f"model ({reason or 'transformers runner forced'}); use --quantize "
-                              "none.")
+                              "int8 or none.")
+        if quantize == "int8":
+            return _quantized_hf_runner(ckpt, progress)
         return HFRunner(model)
     if reason is not None:
         raise RunnerError(f"The fast runner cannot run this model: {reason}.")
@@ -184,11 +192,46 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     return fast
 
 
+def _quantized_hf_runner(ckpt: Any, progress: Callable[[Any], None] | None) -> HFRunner:
+    """transformers' modules with every Linear layer in int8 (the fast runner cannot run this
+    model, or the transformers runner was asked for); the int8 weights are cached on disk as
+    the fast runner's are."""
+    from .hf_quant import quantize_linears
+
+    q8 = q8_available(ckpt.device)
+    path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
+                           cache_root(), "hf-int8" + ("-q8" if q8 else ""))
+    stage = "quantizing weights to int8"
+    if progress:
+        progress(Progress(stage, 0, 1))
+    stored = load_int8(path, ckpt.device)
+    model, weights = quantize_linears(ckpt.model, stored)
+    if stored is None or set(stored) != set(weights):
+        try:
+            save_int8(path, weights)
+        except OSError as exc:  # a read-only cache costs start-up time, nothing else
+            log.warning("could not cache int8 weights: %s", exc)
+    if progress:
+        progress(Progress(stage, 1, 1))
+    runner = HFRunner(model, quantize="int8")
+    runner.int8_path = path
+    return runner
+
+
 def describe(runner: Any) -> str:
     """One line: which runner and precision a backend picked (shown by ``chatui bench``)."""
     fast = getattr(runner, "fast", None)
     if fast is None:
-        return "transformers runner (" + str(next(runner.model.parameters()).dtype) + ")"
+        dtype = str(next(runner.model.parameters()).dtype).replace("torch.", "")
+        reason = unsupported_reason(runner.model)
+        why = f"; the fast runner cannot run this model: {reason}" if reason else ""
+        if getattr(runner, "quantize", "none") == "int8":
+            kernel = q8kernel.load_kernel() if q8_available(runner.device) else None
+            how = (f"chatui's {kernel.isa} kernel, groups of 32" if kernel is not None
+                   else "per channel")
+            return (f"transformers runner (int8 weights on its Linear layers, {how}; {dtype} "
+                    f"elsewhere{why})")
+        return f"transformers runner ({dtype}{why})"
     name = str(fast.dtype).replace("torch.", "")
     res = str(fast.rdtype).replace("torch.", "")
     q = f"{fast.quantize} weights, " if fast.quantize != "none" else ""

@@ -55,9 +55,10 @@ def test_auto_picks_fast_and_env_forces_transformers(tiny_ckpt, monkeypatch):
     assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, FastRunner)
     monkeypatch.setenv("CHATUI_RUNNER", "hf")
     assert isinstance(LocalBackend.from_checkpoint(tiny_ckpt).runner, HFRunner)
+    # int8 then runs on transformers' Linear layers (tests/test_architectures.py); int4 cannot
     with pytest.raises(RunnerError, match="fast runner") as e:
-        LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8")
-    assert e.value.user_message.endswith("use --quantize none.")  # reported without traceback
+        LocalBackend.from_checkpoint(tiny_ckpt, quantize="int4")
+    assert e.value.user_message.endswith("use --quantize int8 or none.")  # without traceback
 
 
 def test_unsupported_model_falls_back():
@@ -325,6 +326,7 @@ def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):
     assert bf16.model.rotary_emb.inv_freq.dtype == torch.bfloat16
     fast = FastLlama(bf16, dtype=torch.bfloat16)
     ref = FastLlama(tiny_ckpt.model, dtype=torch.float32)
-    assert fast.inv_freq.dtype == torch.float32
-    assert torch.allclose(fast.inv_freq, ref.inv_freq) and fast.rope_scale == ref.rope_scale
+    spec, ref_spec = fast.ropes["default"].spec, ref.ropes["default"].spec
+    assert spec.inv_freq.dtype == torch.float32
+    assert torch.allclose(spec.inv_freq, ref_spec.inv_freq) and spec.scale == ref_spec.scale
 

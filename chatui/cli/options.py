@@ -107,9 +107,9 @@ class ModelOptions:
         if self.runner == "hf" and self.compile != "auto":
             raise UserError("--compile applies to the fast runner; --runner hf runs "
                             "transformers' modules, so leave --compile out")
-        if self.runner == "hf" and self.quantize in ("int8", "int4"):
-            raise UserError(f"--quantize {self.quantize} needs the fast runner; with --runner hf "
-                            "use --quantize none (or leave it out)")
+        if self.runner == "hf" and self.quantize == "int4":
+            raise UserError("--quantize int4 needs the fast runner; with --runner hf use "
+                            "--quantize int8 or none (or leave it out)")
 
     def given(self) -> list[str]:
         """The flags set to something other than their default."""
