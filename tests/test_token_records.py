@@ -144,3 +144,26 @@ def test_equality_reads_the_columns_and_agrees_with_the_tokens():
         other = TokenRecords()
         other.extend(other_tokens)
         assert (records == other) is (tokens == other_tokens) is False
+
+
+def test_reply_statistics_from_the_columns_equal_those_from_the_tokens():
+    """A finished reply drawn again computes its statistics line from the columns: the same
+    count, mean logprob and least likely token as from the tokens, in one go or in steps."""
+    from chatui.widgets.reply import RunningStats
+
+    tokens = scripted_tokens("Statistics of a reply: some tokens are likelier than others.")
+    tokens[3] = Token(**{**tokens[3].__dict__, "special": True})
+    records = TokenRecords()
+    records.extend(tokens)
+    whole = RunningStats().sync(tokens)
+    columns = RunningStats().sync(records)
+    stepped = RunningStats()
+    for end in (2, 7, len(records)):
+        part = TokenRecords()
+        part.extend(tokens[:end])
+        stepped.sync(part)
+    for stats in (columns, stepped):
+        assert (stats.count, stats.logprob_count, stats.seen) == (
+            whole.count, whole.logprob_count, whole.seen)
+        assert abs(stats.logprob_sum - whole.logprob_sum) < 1e-9
+        assert stats.least == whole.least

@@ -32,6 +32,7 @@ from ..conversation import Reply
 from ..recorder import Delta, TokensAdded
 from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
                               forget_arrangement)
+from ..token_records import TokenRecords
 from .markdown_lines import MarkdownLines
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
@@ -90,6 +91,8 @@ class RunningStats:
         """Take the tokens appended since the last call (start over if the list shrank)."""
         if len(tokens) < self.seen:
             self.__init__()  # type: ignore[misc]
+        if isinstance(tokens, TokenRecords):
+            return self._sync_columns(tokens)
         for tok in tokens[self.seen:]:
             if tok.special:
                 continue
@@ -99,6 +102,26 @@ class RunningStats:
                 self.logprob_count += 1
                 if self.least is None or tok.logprob < self.least.logprob:  # type: ignore[operator]
                     self.least = tok
+        self.seen = len(tokens)
+        return self
+
+    def _sync_columns(self, tokens: TokenRecords) -> RunningStats:
+        """:meth:`sync` from the columns, making only the least likely token (a finished
+        reply drawn again as the user scrolls back: 8 ms for 330 tokens made one by one)."""
+        least_at = -1
+        least = self.least.logprob if self.least is not None else None
+        for i in range(self.seen, len(tokens)):
+            if tokens.is_special(i):
+                continue
+            self.count += 1
+            logprob = tokens.logprob_at(i)
+            if logprob is not None:
+                self.logprob_sum += logprob
+                self.logprob_count += 1
+                if least is None or logprob < least:
+                    least, least_at = logprob, i
+        if least_at >= 0:
+            self.least = tokens[least_at]
         self.seen = len(tokens)
         return self
 
