@@ -12,6 +12,7 @@ from inference.settings import FIELD_NAMES, SamplingParams, SettingsError
 from inference.types import Alternative, Token, Usage
 
 from ..conversation import Conversation, Entry, ModelRef, Reply
+from ..token_records import TokenRecords
 from .schema import (
     _ENTROPY_EPS, _FINISH, _ID_RE, _LOGPROB_EPS, _MAX_COUNT, _MAX_ENTROPY, _MAX_INDEX,
     _MAX_RATE, _MAX_REPLIES, _MAX_SECONDS, _MAX_SHORT, _MAX_TIME, _MAX_TOKEN_ID, _MAX_TOP,
@@ -104,38 +105,57 @@ class _Obj:
         return v
 
 
+def _fields(v: Any) -> tuple[Any, ...] | None:
+    """The fields of a common, valid token (transcripts hold many thousands) with its
+    alternatives as the ``[id, text, logprob]`` lists they are; None for anything unusual,
+    which :func:`_token_checked` then finds and words."""
+    if type(v) is not dict:
+        return None
+    index = v.get("index")
+    tid = v.get("id", ...)
+    text = v.get("text")
+    lp = v.get("logprob", ...)
+    ent = v.get("entropy", ...)
+    top = v.get("top", ())
+    special = v.get("special", False)
+    raw = v.get("raw", "")
+    if not (type(index) is int and 0 <= index <= _MAX_INDEX
+            and (tid is None or (type(tid) is int and 0 <= tid <= _MAX_TOKEN_ID))
+            and type(text) is str
+            and (lp is None or (type(lp) in _NUM and _MIN_LOGPROB <= lp <= _LOGPROB_EPS))
+            and (ent is None or (type(ent) in _NUM and -_ENTROPY_EPS <= ent <= _MAX_ENTROPY))
+            and type(top) in (list, tuple) and len(top) <= _MAX_TOP
+            and type(special) is bool
+            and v.get("glyph_start") is None and type(raw) is str):
+        return None
+    for a in top:
+        if not (type(a) is list and len(a) == 3):
+            return None
+        aid, atext, alp = a
+        if not ((aid is None or (type(aid) is int and 0 <= aid <= _MAX_TOKEN_ID))
+                and type(atext) is str
+                and type(alp) in _NUM and _MIN_LOGPROB <= alp <= _LOGPROB_EPS):
+            return None
+    return index, tid, text, lp, ent, special, raw, top
+
+
 def _token(v: Any, where: str) -> Token:
-    # Fast path for the common, valid token (transcripts hold many thousands); anything
-    # unusual goes to _token_checked, which finds and words the problem.
-    if type(v) is dict:
-        index = v.get("index")
-        tid = v.get("id", ...)
-        text = v.get("text")
-        lp = v.get("logprob", ...)
-        ent = v.get("entropy", ...)
-        top = v.get("top", ())
-        if (type(index) is int and 0 <= index <= _MAX_INDEX
-                and (tid is None or (type(tid) is int and 0 <= tid <= _MAX_TOKEN_ID))
-                and type(text) is str
-                and (lp is None or (type(lp) in _NUM and _MIN_LOGPROB <= lp <= _LOGPROB_EPS))
-                and (ent is None or (type(ent) in _NUM and -_ENTROPY_EPS <= ent <= _MAX_ENTROPY))
-                and type(top) in (list, tuple) and len(top) <= _MAX_TOP
-                and type(v.get("special", False)) is bool
-                and v.get("glyph_start") is None and type(v.get("raw", "")) is str):
-            alts = []
-            for a in top:
-                if not (type(a) is list and len(a) == 3):
-                    break
-                aid, atext, alp = a
-                if not ((aid is None or (type(aid) is int and 0 <= aid <= _MAX_TOKEN_ID))
-                        and type(atext) is str
-                        and type(alp) in _NUM and _MIN_LOGPROB <= alp <= _LOGPROB_EPS):
-                    break
-                alts.append(Alternative(aid, atext, alp))
-            else:
-                return Token(index, tid, text, lp, ent, tuple(alts), v.get("special", False),
-                             None, v.get("raw", ""))
-    return _token_checked(v, where)
+    fields = _fields(v)
+    if fields is None:
+        return _token_checked(v, where)
+    index, tid, text, lp, ent, special, raw, top = fields
+    return Token(index, tid, text, lp, ent, tuple(Alternative(*a) for a in top), special,
+                 None, raw)
+
+
+def _tokens(items: list[Any], where: str) -> TokenRecords:
+    """A reply's tokens, read straight into columns (no object per token or alternative);
+    a reply with an unusual token goes token by token through :func:`_token`, which checks
+    each in full."""
+    rows = [_fields(v) for v in items]
+    if None not in rows:
+        return TokenRecords.from_fields(rows)  # type: ignore[arg-type]
+    return TokenRecords([_token(v, f"{where}[{i}]") for i, v in enumerate(items)])
 
 
 def _token_checked(v: Any, where: str) -> Token:
@@ -222,7 +242,7 @@ def _reply(v: Any, where: str) -> Reply:
     return Reply(
         settings=_settings(o.get("settings"), o.at("settings")),
         text=o.str("text"),
-        tokens=[_token(t, f"{tw}[{i}]") for i, t in enumerate(tokens)],
+        tokens=_tokens(tokens, tw),
         finish_reason=finish,
         usage=_usage(o.get("usage", None), o.at("usage")),
         error=o.str("error", ""),
