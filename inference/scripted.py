@@ -7,12 +7,13 @@ for trying the interface without a model.
 from __future__ import annotations
 
 import hashlib
-import os
-from dataclasses import dataclass
 import math
+import os
 import re
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .types import (
@@ -53,6 +54,9 @@ def _score(piece: str, index: int, row: int) -> float:
     return -4.0 * (h[0] / 255.0) ** 2  # logprob in [-4, 0]
 
 
+KEPT_REQUESTS = 32
+
+
 class ScriptedBackend:
     """Streams scripted replies token by token; honours cancel, max tokens and stop strings."""
 
@@ -62,7 +66,9 @@ class ScriptedBackend:
         self.delay_s = delay_s
         self.info = ModelInfo(name=name, backend="scripted", device="cpu", dtype="none",
                               context_limit=context_limit)
-        self.requests: list[GenerationRequest] = []
+        self.requests: deque[GenerationRequest] = deque(maxlen=KEPT_REQUESTS)
+        """The latest requests (for tests); a long session must not keep every one, each
+        holding the whole conversation's messages."""
         self.resets = 0
         self.prefill_chunk = 512
         """Prompts longer than this report ``PromptProgress`` per chunk, as the engine does."""
