@@ -179,10 +179,10 @@ def gc_policy_off() -> Callable[[], None]:
     """Make :mod:`chatui.gcpolicy` do nothing; returns a function that restores it."""
     from chatui import gcpolicy
 
-    names = ("stream_started", "stream_ended", "release")
+    names = ("stream_started", "stream_ended", "release", "freeze_imports")
     saved = {n: getattr(gcpolicy, n) for n in names}
     for n in names:
-        setattr(gcpolicy, n, lambda: None)
+        setattr(gcpolicy, n, lambda: 0)
 
     def restore() -> None:
         for n, f in saved.items():
@@ -213,7 +213,7 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
 
     ``inspect(app)`` runs after the last reply; ``after_reply(app)`` after each one (to try
     a change to finished replies before it is wired in)."""
-    from chatui import transcript
+    from chatui import gcpolicy, transcript
     from chatui.app import ChatApp
     from chatui.config import AppConfig
     from chatui.transcript.writer import AutosaveWriter
@@ -232,6 +232,7 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
         holder["backend"] = ScriptedBackend(script)
         return holder["backend"]
 
+    gcpolicy.freeze_imports()  # as run_chat does before it builds the app
     app = ChatApp(factory, config=AppConfig(stable_timings=True, autosave=False,
                                             settings=SamplingParams(max_new_tokens=2000)))
     if terminal:

@@ -27,7 +27,7 @@ from inference.types import Failed, Progress
 from inference.worker import InferenceWorker, describe_error
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
-from . import chat_commands
+from . import chat_commands, gcpolicy
 from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
@@ -403,6 +403,7 @@ def run_chat(factory: BackendFactory, config: AppConfig | None = None) -> int:
     """Run the chat app until it quits; returns the process exit code."""
     config = config or AppConfig()
     setup_logging(config)
+    gcpolicy.freeze_imports()
     app = ChatApp(factory, config=config)
     try:
         result = app.run()

@@ -64,3 +64,24 @@ async def test_a_finished_reply_keeps_few_objects_alive():
                             terminal=False, on_sample=check, inspect=frozen_garbage)
     assert set(seen) >= {20, 40}
     assert dead_frozen[0] < 100, f"{dead_frozen[0]:,} frozen objects had died"
+
+
+async def test_full_collections_wait_from_the_moment_a_reply_is_asked_for():
+    """The submit's own allocations once set off the full collection that was due (200-600
+    ms after 200 replies) just as the reply began: the policy holds from ``start_reply``,
+    before the reply's worker runs, until the reply has ended."""
+    from chatui import gcpolicy
+    from test_app import make_app, send, settle
+
+    app = make_app(lambda request, row: "a short answer", delay_s=0.01)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, app, "first")
+        chat = app.chat
+        assert not gcpolicy.streaming()
+        threshold = gc.get_threshold()
+        entry = chat.conversation.add_user("second")
+        chat._mount_user(entry)
+        chat.answer("second")  # no await: the reply's worker has not run yet
+        assert gcpolicy.streaming() and gc.get_threshold()[2] == gcpolicy.DEFERRED
+        await settle(pilot, app)
+        assert not gcpolicy.streaming() and gc.get_threshold() == threshold

@@ -427,6 +427,9 @@ class ChatScreen(Screen[None]):
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
         replies keep their settings)."""
+        # full collections wait from here (the submit's own allocations once set off the
+        # one that was due: 200-600 ms as the reply began) until _stream ends
+        gcpolicy.stream_started()
         view = self._view_of(entry, draw=True)
         assert view is not None
         item = self._reply_item_of(entry)
@@ -449,11 +452,10 @@ class ChatScreen(Screen[None]):
 
     async def _stream(self, job: Job, request: GenerationRequest, item: Item) -> None:
         """The one loop that applies engine events to replies (through the recorder) and
-        shows the deltas. The GC policy is held, and ``item`` (the reply's) keeps its
-        widgets, for as long as it streams."""
+        shows the deltas. The GC policy (held by :meth:`start_reply`) is released, and
+        ``item`` (the reply's) unpinned, when it ends."""
         recorder, view = job.recorder, job.view
         recorder.begin()
-        gcpolicy.stream_started()
         try:
             try:
                 if isinstance(view, CompareView) and view.mounting is not None:
