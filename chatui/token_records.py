@@ -306,7 +306,8 @@ class TokenRecords(Sequence[Token]):
         still make equal tokens, e.g. a value stored where its flag says absent)."""
         return (self is other or (
             self._flags == other._flags
-            and all(getattr(self, name) == getattr(other, name) for name in (
+            # as bytes: array's own == makes a float object per element of a 'd' column
+            and all(getattr(self, name).tobytes() == getattr(other, name).tobytes() for name in (
                 "_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
                 "_alt_ids", "_alt_logprobs"))
             and all(getattr(self, name).ends == getattr(other, name).ends
