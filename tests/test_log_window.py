@@ -99,3 +99,24 @@ async def test_replies_drawn_later_take_the_view_in_force():
         first = next(v for v in chat.query(ReplyView)
                      if v.reply is chat.conversation.entries[1].reply)
         assert first.token_mode
+
+
+async def test_page_keys_faster_than_the_screen_draws_each_move_a_page():
+    """PageUp held in a terminal: keys that arrive before the screen has drawn the last page
+    each move one page (Textual's scroll_page_up scrolled after the next refresh, from where
+    the view was, so 30 keys moved 3 pages)."""
+    from chatui.messages import PageConversation
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        chat = app.chat
+        await chat.show_conversation(long_conversation())
+        await shown(pilot, app)
+        log_view = chat.log_view
+        start, page = log_view.scroll_y, log_view.scrollable_content_region.height
+        for _ in range(10):
+            chat.post_message(PageConversation(down=False))
+        await shown(pilot, app)
+        moved = (start - log_view.scroll_y) / page
+        assert 8 <= moved <= 11, moved  # (the view follows items drawn above it: +-1)

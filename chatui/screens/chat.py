@@ -375,11 +375,15 @@ class ChatScreen(Screen[None]):
 
     @on(PageConversation)
     def _page_conversation(self, event: PageConversation) -> None:
-        # at once, not animated: each frame of an animation would move the window too
-        if event.down:
-            self.log_view.scroll_page_down(animate=False)
-        else:
-            self.log_view.scroll_page_up(animate=False)
+        # At once: Textual's own scroll_page_up scrolls after the next refresh, from where
+        # the view is now, so keys that came faster than the screen drew (PageUp held in a
+        # terminal) made one page between them; and not animated, as each frame of an
+        # animation would move the window too.
+        log_view = self.log_view
+        page = log_view.scrollable_content_region.height
+        target = log_view.scroll_y + (page if event.down else -page)
+        log_view.scroll_to(y=max(0, min(log_view.max_scroll_y, target)), animate=False,
+                           immediate=True)
 
     # ---- sending ----
 

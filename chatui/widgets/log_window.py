@@ -284,7 +284,8 @@ class LogWindow:
         if not changed and not rebuilt:
             return
         if following:
-            log_widget.scroll_end(animate=False, immediate=True)
+            if follows_end(log_widget):  # (not if the user scrolled away meanwhile)
+                log_widget.scroll_end(animate=False, immediate=True)
         elif anchor is not None:
             await self._restore(anchor)
 
@@ -319,20 +320,26 @@ class LogWindow:
                 await self.log.mount(Gap(h))
         return True
 
-    def _anchor(self, y0: float, heights: list[int]) -> tuple[Item, int] | None:
-        """The item at the top of the view (drawn or not), and where it starts."""
+    def _anchor(self, y0: float, heights: list[int]) -> tuple[Item, int, float] | None:
+        """The item at the top of the view (drawn or not), where it starts, and the view's
+        offset then."""
         top = 0
         for item, h in zip(self.items, heights):
             if top + h > y0:
-                return item, top
+                return item, top, y0
             top += h
         return None
 
-    async def _restore(self, anchor: tuple[Item, int]) -> None:
+    async def _restore(self, anchor: tuple[Item, int, float]) -> None:
         """Move the view by as much as the item at its top moved (items above it drawn in
         place of their estimates), so that what the user looks at stays where it was; a
-        scroll the user made meanwhile (``scroll_target_y``) is kept."""
-        item, old_top = anchor
+        scroll the user made meanwhile (``scroll_target_y``) is kept.
+
+        While widgets were swapped for gaps the log was briefly shorter than the offset, and
+        Textual, clamping the offset to the end, took the user back to following the end
+        (the anchor re-engaged, and the next layout scrolled there): then the view goes back
+        to the anchor item and the anchor is released again."""
+        item, old_top, y0 = anchor
         await asyncio.sleep(0)
         self.log.refresh(layout=True)
         await self._after_layout()
@@ -345,9 +352,14 @@ class LogWindow:
             if other is item:
                 break
             top += other.height(width)
-        if top != old_top:
-            self.log.scroll_to(y=self.log.scroll_target_y + top - old_top, animate=False,
-                               immediate=True)
+        if follows_end(self.log):
+            self.log.release_anchor()
+            moved = 0.0
+        else:
+            moved = self.log.scroll_target_y - y0
+        target = top + (y0 - old_top) + moved
+        if abs(target - self.log.scroll_y) >= 1:
+            self.log.scroll_to(y=target, animate=False, immediate=True)
 
     async def _after_layout(self) -> None:
         done = asyncio.get_running_loop().create_future()
