@@ -408,15 +408,21 @@ class ChatScreen(Screen[None]):
             self.app.notify("A reply is still being generated: press Esc to stop it first.",
                             severity="warning")
             return
-        entry = state.conversation.add_user(text)
-        self._mount_user(entry)
-        self.log_view.anchor()
-        if state.info is None:
-            state.waiting_for_model = True
-            self.notice("The model is still loading; your message will be sent when it is "
-                        "ready.")
-            return
-        self.answer(text)
+        # full collections wait from the submit (drawing the message set off the one that
+        # was due: 338 ms as the 200th reply was asked for); start_reply holds them on
+        gcpolicy.stream_started()
+        try:
+            entry = state.conversation.add_user(text)
+            self._mount_user(entry)
+            self.log_view.anchor()
+            if state.info is None:
+                state.waiting_for_model = True
+                self.notice("The model is still loading; your message will be sent when it "
+                            "is ready.")
+                return
+            self.answer(text)
+        finally:
+            gcpolicy.stream_ended()
 
     def answer(self, prompt_text: str, again: Entry | None = None) -> None:
         """Answer the last user message: as a comparison when one is armed (or when
@@ -431,8 +437,8 @@ class ChatScreen(Screen[None]):
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
         replies keep their settings)."""
-        # full collections wait from here (the submit's own allocations once set off the
-        # one that was due: 200-600 ms as the reply began) until _stream ends
+        # full collections wait from here (a retry or continue; send holds them from the
+        # submit) until _stream ends
         gcpolicy.stream_started()
         view = self._view_of(entry, draw=True)
         assert view is not None
