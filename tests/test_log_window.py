@@ -3,6 +3,7 @@ and scrolling through it shows every message, in order, as a fully drawn one wou
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from chatui.conversation import Conversation
@@ -37,13 +38,19 @@ async def shown(pilot, app) -> str:
     return "\n".join(s.text for s in render_screen(app))
 
 
-async def test_a_long_conversation_mounts_only_what_is_near_the_view():
+@contextlib.asynccontextmanager
+async def opened(exchanges: int = EXCHANGES):
+    """The app under the pilot with a conversation of ``exchanges`` exchanges shown."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
+        await app.chat.show_conversation(long_conversation(exchanges))
+        yield app, pilot, await shown(pilot, app)
+
+
+async def test_a_long_conversation_mounts_only_what_is_near_the_view():
+    async with opened() as (app, pilot, screen):
         chat = app.chat
-        await chat.show_conversation(long_conversation())
-        screen = await shown(pilot, app)
         assert f"End of answer {EXCHANGES - 1}." in screen
         drawn = chat.window.drawn_items()
         assert 2 <= len(drawn) <= 16, len(drawn)  # 200 messages, a few screens' worth drawn
@@ -59,12 +66,8 @@ async def test_paging_up_from_the_end_shows_every_message_in_order():
     """PageUp from the end to the start: each page shows answers no later than the page
     before, and every answer is seen on some page (nothing skipped while items are drawn in
     place of their gaps and the view is kept where the user scrolled to)."""
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot, app)
+    async with opened(PAGED) as (app, pilot, page):
         chat = app.chat
-        await chat.show_conversation(long_conversation(PAGED))
-        page = await shown(pilot, app)
         pages = [numbers_on(page)]
         for _ in range(200):
             await pilot.press("pageup")
@@ -86,12 +89,8 @@ def numbers_on(page: str) -> set[int]:
 
 async def test_replies_drawn_later_take_the_view_in_force():
     """The token view switched on at the end reaches a reply drawn only when scrolled to."""
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot, app)
+    async with opened() as (app, pilot, _):
         chat = app.chat
-        await chat.show_conversation(long_conversation())
-        await shown(pilot, app)
         chat.token_mode = True
         await pilot.pause()
         chat.log_view.scroll_home(animate=False)
@@ -107,12 +106,8 @@ async def test_page_keys_faster_than_the_screen_draws_each_move_a_page():
     the view was, so 30 keys moved 3 pages)."""
     from chatui.messages import PageConversation
 
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot, app)
+    async with opened() as (app, pilot, _):
         chat = app.chat
-        await chat.show_conversation(long_conversation())
-        await shown(pilot, app)
         log_view = chat.log_view
         start, page = log_view.scroll_y, log_view.scrollable_content_region.height
         for _ in range(10):
