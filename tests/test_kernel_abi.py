@@ -68,8 +68,10 @@ def _build_variant(tmp_path: Path, cc: str, header_edit=None, sources=None) -> P
 
 def test_a_library_of_another_abi_version_is_refused(tmp_path, x86_gcc):
     path = _build_variant(tmp_path, x86_gcc, lambda h: h.replace(
-        "#define CHATUI_KERNELS_ABI 1", "#define CHATUI_KERNELS_ABI 99"), ["abi.c"])
-    with pytest.raises(KernelABIError, match="ABI version 99, this code expects 1"):
+        f"#define CHATUI_KERNELS_ABI {kernel_abi.ABI_VERSION}", "#define CHATUI_KERNELS_ABI 99"),
+        ["abi.c"])
+    with pytest.raises(KernelABIError,
+                       match=f"ABI version 99, this code expects {kernel_abi.ABI_VERSION}"):
         kernel_abi.bind(ctypes.CDLL(str(path)))
 
 
@@ -77,7 +79,7 @@ def test_a_library_whose_layer_struct_grew_is_refused(tmp_path, x86_gcc):
     """A field added in C but not in Python: refused before any kernel is called."""
     path = _build_variant(tmp_path, x86_gcc, lambda h: h.replace(
         "const int8_t *wd;", "const float *extra; const int8_t *wd;"), ["abi.c"])
-    with pytest.raises(KernelABIError, match=r"layer_t is 120 bytes .* but 112 in Python"):
+    with pytest.raises(KernelABIError, match=r"layer_t is 128 bytes .* but 120 in Python"):
         kernel_abi.bind(ctypes.CDLL(str(path)))
 
 
@@ -104,7 +106,7 @@ def test_a_python_struct_that_drifted_is_refused_and_the_runtime_falls_back(
     try:
         with caplog.at_level(logging.WARNING, logger="inference.q8kernel"):
             assert q8kernel.load_kernel() is None
-        assert "does not match this code (layer_t is 112 bytes" in caplog.text
+        assert "does not match this code (layer_t is 120 bytes" in caplog.text
         with pytest.raises(kernel_build.KernelBuildError, match="do not match this chatui"):
             kernel_build.build_all()
     finally:
