@@ -1,10 +1,18 @@
-"""Weight-only int8 quantization (gpt-fast style): int8 weights with one scale per output
-channel, activations stay in floating point.
+"""Weight-only quantization: the weight types the runners hold, and their disk cache.
 
-``Int8Weight.quantize(w)`` is symmetric round-to-nearest over each row; ``linear`` runs it with
-``torch.ops.aten._weight_int8pack_mm`` on CPU (bf16 activations), and elsewhere dequantizes
-on the fly (``x @ w.T * scales``), which ``torch.compile`` fuses on CUDA. Quantized weights are
-cached on disk as safetensors next to the model, keyed by the checkpoint's weights hash.
+- ``Q8Weight``: int8 in groups of 32 with an fp16 scale (GGUF Q8_0's numbers), chatui's CPU
+  kernel (``q8kernel``, ``kernels/q8.c``); the CPU default where the kernels build.
+- ``Q4Weight``: 4-bit in groups of 32 with an fp16 scale and min (GGUF Q4_1's numbers; Q4_0
+  and Q4_K load into it by a repack, ``Q4Weight.from_gguf_blocks``), chatui's CPU kernel
+  (``kernels/q4.c``); ``--quantize int4`` where the kernels build. Its docstring is the format's
+  reference for loaders.
+- ``Int8Weight``: int8 with one scale per output channel (gpt-fast style), run with
+  ``torch.ops.aten._weight_int8pack_mm`` on CPU (bf16 activations) and dequantized on the fly
+  elsewhere (``x @ w.T * scales``, which ``torch.compile`` fuses on CUDA); the fallback.
+- ``Int4Weight``: torch's int4pack layout and kernel (bf16 activations); int4's fallback.
+
+Quantized weights are cached on disk as safetensors next to the model, keyed by the
+checkpoint's weights hash.
 """
 
 from __future__ import annotations
@@ -268,7 +276,8 @@ exactly)."""
 @dataclass
 class Int4Weight:
     """A weight [N, K] as 4-bit values in groups of ``INT4_GROUP`` along K, each group with a
-    scale and zero point: w = (q - 8) * scale + zero (torch's int4pack convention)."""
+    scale and zero point: w = (q - 8) * scale + zero (torch's int4pack convention), for torch's
+    int4 kernel: where chatui's kernels do not build (they run ``Q4Weight``)."""
 
     q: torch.Tensor  # [N, K] uint8 in 0..15 (unpacked; kept for the disk cache)
     scales_zeros: torch.Tensor  # [K / G, N, 2] bf16
