@@ -17,7 +17,7 @@ import torch
 
 from inference import kernel_abi, kernel_build, q8kernel
 from inference.kernel_abi import KernelABIError, KernelArgumentError
-from inference.quant import Q8Weight
+from inference.quant import Q4Weight, Q8Weight
 
 KERNELS = q8kernel.KERNELS
 HEADER = KERNELS / "chatui_kernels.h"
@@ -200,6 +200,24 @@ def test_debug_checks_refuse_bad_matmul_arguments(checked):
         checked.matmul(torch.randn(3, 71), w.packed, w.scales, 40, swiglu=True)
     with pytest.raises(KernelArgumentError, match=r"out must be \[3, 40\]"):
         checked.run(x, w.packed, w.scales, torch.empty(2, 40), None, 0.0, False)
+
+
+def test_debug_checks_cover_the_int4_kernel(kernel, checked):
+    """The same checks for ``q4_matmul``: good calls give the unchecked results, a weight packed
+    for another shape or scales of another dtype are refused before C runs."""
+    torch.manual_seed(1)
+    w = Q4Weight.quantize(torch.randn(40, 70))
+    x, norm = torch.randn(3, 70), torch.rand(70) + 0.5
+    assert torch.equal(checked.q4_matmul(x, w.packed, w.scales, 40, norm, 1e-5),
+                       kernel.q4_matmul(x, w.packed, w.scales, 40, norm, 1e-5))
+    with pytest.raises(KernelArgumentError, match="packed must hold 4608 values, got 2304"):
+        checked.q4_matmul(x, w.packed, w.scales, 90)  # too few rows packed
+    with pytest.raises(KernelArgumentError, match="packed must be torch.uint8"):
+        checked.q4_matmul(x, w.packed.view(torch.int8), w.scales, 40)  # an int8 weight's bytes
+    with pytest.raises(KernelArgumentError, match="scales must hold 288 values, got 144"):
+        checked.q4_matmul(x, w.packed, w.scales[:, :, 0].contiguous(), 40)  # no mins
+    with pytest.raises(KernelArgumentError, match="swiglu needs"):
+        checked.q4_matmul(torch.randn(3, 71), w.packed, w.scales, 40, swiglu=True)
 
 
 def test_debug_checks_refuse_bad_f32_arguments(checked):
