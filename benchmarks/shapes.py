@@ -171,6 +171,23 @@ def _fill(model: Any, seed: int, vocab_keep: int) -> None:
         model.lm_head.weight[vocab_keep:] = 0
 
 
+def _truncate_tokenizer(directory: Path, size: int) -> None:
+    """Keep the first ``size`` ids of a saved BPE tokenizer (and the merges among them), for a
+    shape whose vocabulary is smaller than the default model's (Phi-3's 32064, Mistral's
+    32768): its special tokens are its first ids, so the chat template still works."""
+    path = directory / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocab = {t: i for t, i in data["model"]["vocab"].items() if i < size}
+    merges = []
+    for m in data["model"]["merges"]:
+        a, b = m if isinstance(m, list) else m.split(" ", 1)
+        if a in vocab and b in vocab and a + b in vocab:
+            merges.append(m)
+    data["model"]["vocab"], data["model"]["merges"] = vocab, merges
+    data["added_tokens"] = [t for t in data.get("added_tokens", []) if t["id"] < size]
+    path.write_text(json.dumps(data))
+
+
 def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's q/k row order for the "llama" architecture (convert_hf_to_gguf's permute):
     RoPE pairs interleaved instead of transformers' two halves."""
@@ -310,7 +327,7 @@ def build(shape: Shape, root: Path, tokenizer_dir: Path, threads: int,
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float16)
     model.to_empty(device="cpu")
     model.tie_weights()  # to_empty gives tied parameters storages of their own
-    _fill(model, seed=sum(map(ord, shape.name)), vocab_keep=len(tok))
+    _fill(model, seed=sum(map(ord, shape.name)), vocab_keep=min(len(tok), cfg.vocab_size))
     params = sum(p.numel() for p in model.parameters())
     active = params
     if getattr(cfg, "num_experts", None):
@@ -318,6 +335,8 @@ def build(shape: Shape, root: Path, tokenizer_dir: Path, threads: int,
         active = params - experts + experts * cfg.num_experts_per_tok // cfg.num_experts
     model.save_pretrained(hf_dir)
     tok.save_pretrained(hf_dir)
+    if len(tok) > cfg.vocab_size:
+        _truncate_tokenizer(hf_dir, cfg.vocab_size)
     GenerationConfig(eos_token_id=2, pad_token_id=2, bos_token_id=1).save_pretrained(hf_dir)
     log(f"  {shape.name}: {params / 1e9:.2f}B parameters written ({time.perf_counter() - t0:.0f} s)")
     f16 = out / f"{shape.name}.F16.gguf"
