@@ -31,17 +31,19 @@ from .fast_blocks import (SUPPORTED_MODEL_TYPES, MoE, RotaryTables, causal_mask,
 from .kernel_abi import Layer
 from .kv_cache import StaticKVCache
 from .q8kernel import F32_MAX_ROWS, load_kernel
-from .quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_linear, q8_available,
-                    q8_linear)
+from .quant import (Int4Weight, Int8Weight, Q4Weight, Q8Weight, int4_linear, int8_linear,
+                    q4_linear, q8_available, q8_linear)
 
 __all__ = ["FastLlama", "FastRunner", "SUPPORTED_MODEL_TYPES", "unsupported_reason"]
 
-Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight or Int4Weight
+Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight, Q4Weight or Int4Weight
 
 
 def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(w, Q8Weight):
         out = q8_linear(x, w)
+    elif isinstance(w, Q4Weight):
+        out = q4_linear(x, w)
     elif isinstance(w, Int8Weight):
         out = int8_linear(x, w)
     elif isinstance(w, Int4Weight):
@@ -58,8 +60,9 @@ def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.
 def _norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, w: Weight,
                  b: torch.Tensor | None = None) -> torch.Tensor:
     """``_linear(F.rms_norm(x, ..., norm, eps), w, b)``; one kernel call for int8 on the CPU."""
-    if isinstance(w, Q8Weight) and x.dtype == torch.float32:
-        out = q8_linear(x, w, norm=norm, eps=eps)
+    if isinstance(w, (Q8Weight, Q4Weight)) and x.dtype == torch.float32:
+        f = q8_linear if isinstance(w, Q8Weight) else q4_linear
+        out = f(x, w, norm=norm, eps=eps)
         return out if b is None else out + b
     return _linear(F.rms_norm(x, (x.shape[-1],), norm, eps), w, b)
 
@@ -67,8 +70,9 @@ def _norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, w: Weight,
 def _swiglu_linear(gate_up: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
     """``_linear(F.silu(gate) * up, w, b)`` for gate_up = [gate | up]; one kernel call for int8
     on the CPU."""
-    if isinstance(w, Q8Weight) and gate_up.dtype == torch.float32:
-        out = q8_linear(gate_up, w, swiglu=True)
+    if isinstance(w, (Q8Weight, Q4Weight)) and gate_up.dtype == torch.float32:
+        f = q8_linear if isinstance(w, Q8Weight) else q4_linear
+        out = f(gate_up, w, swiglu=True)
         return out if b is None else out + b
     gate, up = gate_up.chunk(2, dim=-1)
     return _linear(F.silu(gate) * up, w, b)
@@ -134,8 +138,9 @@ class FastLlama:
         dtype: dtype of matmul inputs and the KV cache (bf16 for int8 weights on CPU).
         quantize: "none", "int8" (weight-only: on a CPU where chatui's kernel builds, groups of
             32 along K with int16 activations, ``Q8Weight``; elsewhere per output channel,
-            ``Int8Weight``) or "int4" (groups of 32 with scale and zero point, CPU kernel; the
-            output layer and shapes the kernel cannot take stay int8). Routers of experts
+            ``Int8Weight``) or "int4" (groups of 32 with an fp16 scale and min: chatui's
+            ``Q4Weight`` kernel where it builds, else torch's ``Int4Weight`` one; the output
+            layer, an untied embedding and shapes torch's kernel cannot take stay int8). Routers of experts
             stay in the model's precision (they are small, and pick which weights are read).
         residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
             keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
@@ -166,7 +171,7 @@ class FastLlama:
         there is one, so the C attention kernel (which has no scale) computes it too."""
         self._c_layer_array: Any = None
         self._c_layers_of: list[_Layer] | None = None
-        self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight] = {}
+        self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight | Q4Weight] = {}
         self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
         stored = int8_weights or {}
@@ -178,6 +183,12 @@ class FastLlama:
             # int4 for the decoder; the output layer (often the tied embedding, kept above
             # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement.
             # So does an untied embedding (looked up by rows, which int4 has no kernel for)
+            if quantize == "int4" and name not in ("lm_head", "embed") and self.q8:
+                q4c = stored.get(name)
+                if not isinstance(q4c, Q4Weight) or q4c.shape != shape:
+                    q4c = Q4Weight.quantize(make())
+                self.quantized[name] = q4c
+                return q4c
             if (quantize == "int4" and name not in ("lm_head", "embed")
                     and Int4Weight.supports_shape(shape, self.device)):
                 q4 = stored.get(name)
@@ -309,7 +320,7 @@ class FastLlama:
                 return 0
             if isinstance(t, Int8Weight):
                 return size(t.q) + size(t.scales)
-            if isinstance(t, Q8Weight):
+            if isinstance(t, (Q8Weight, Q4Weight)):
                 return size(t.packed) + size(t.scales)
             if isinstance(t, Int4Weight):
                 return size(t.packed) + size(t.scales_zeros)
@@ -543,13 +554,15 @@ class FastLlama:
         for L in self.layers:
             ws = (L.wqkv, L.wo, L.wgu, L.wd)
             vectors = (L.ln1, L.ln2, L.bqkv, L.bo, L.bgu, L.bd)
-            if not L.llama_shaped or not all(isinstance(w, Q8Weight) for w in ws) or not all(
+            kinds = {type(w) for w in ws}
+            if not L.llama_shaped or kinds not in ({Q8Weight}, {Q4Weight}) or not all(
                     v is None or (v.dtype == torch.float32 and v.is_contiguous()) for v in vectors):
                 self._c_layer_array = ()
                 return None
             structs.append(Layer(ptr(L.ln1), ptr(L.ln2), *(
                 p for w, b in ((L.wqkv, L.bqkv), (L.wo, L.bo), (L.wgu, L.bgu), (L.wd, L.bd))
-                for p in (w.packed.data_ptr(), w.scales.data_ptr(), ptr(b)))))
+                for p in (w.packed.data_ptr(), w.scales.data_ptr(), ptr(b))),
+                4 if kinds == {Q4Weight} else 8))
         self._c_layer_array = (Layer * len(structs))(*structs)
         return self._c_layer_array
 
@@ -624,7 +637,7 @@ class FastRunner:
         self.device = next(model.parameters()).device
         model_dtype = next(model.parameters()).dtype
         if dtype is None:  # torch's int8 and int4 kernels want bf16 activations, chatui's fp32
-            bf16 = quantize == "int4" or (quantize == "int8" and not q8_available(self.device))
+            bf16 = quantize in ("int8", "int4") and not q8_available(self.device)
             dtype = torch.bfloat16 if bf16 and model_dtype == torch.float32 else model_dtype
         self.fast = FastLlama(model, dtype=dtype, quantize=quantize, int8_weights=int8_weights,
                               residual_dtype=residual_dtype)

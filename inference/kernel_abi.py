@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -38,9 +38,9 @@ class KernelArgumentError(ValueError):
 class Layer(ctypes.Structure):
     """One decoder layer's tensors for ``decode_layers`` (the header's ``layer_t``)."""
 
-    _fields_ = [(name, ctypes.c_void_p) for name in (
+    _fields_ = [*((name, ctypes.c_void_p) for name in (
         "ln1", "ln2", "wqkv", "sqkv", "bqkv", "wo", "so", "bo", "wgu", "sgu", "bgu",
-        "wd", "sd", "bd")]
+        "wd", "sd", "bd")), ("wbits", ctypes.c_int)]
 
 
 STRUCTS: dict[str, type[ctypes.Structure]] = {"layer_t": Layer}
@@ -55,6 +55,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "q8_openmp": (_i, []),
     "q8_isa": (ctypes.c_char_p, []),
     "q8_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
+    "q4_isa": (ctypes.c_char_p, []),
+    "q4_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
     "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _p, _i]),
     "decode_layers": (None, [_p, _i, _i, _i, ctypes.POINTER(Layer), _p, _p, _i, _i, _i, _i, _i,
                              _i, _p, _p, _p, _p, _f, _i]),
@@ -137,6 +139,29 @@ def check_q8_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
     g, nb = -(-kin // group), -(-n // rows)
     _tensor("packed", packed, torch.int8, nb * g * group * rows)
     _tensor("scales", scales, torch.float16, nb * g * rows)
+    if norm is not None:
+        _tensor("norm", norm, torch.float32, kin)
+
+
+def check_q4_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+                    out: torch.Tensor, norm: torch.Tensor | None, swiglu: bool, *, group: int,
+                    rows: int) -> None:
+    """``q4_matmul``'s arguments: as ``check_q8_matmul``'s, for the packed nibbles (uint8, half
+    a byte a weight) and the scales and mins (two fp16 per row and group) of a ``Q4Weight``."""
+    _tensor("x", x, torch.float32)
+    k = x.shape[-1]
+    if swiglu and (k % 2 or norm is not None):
+        raise KernelArgumentError("swiglu needs x of [gate | up] (an even width) and no norm")
+    kin = k >> swiglu
+    m = x.numel() // k if k else 0
+    _tensor("out", out, torch.float32)
+    n = out.shape[-1]
+    if out.numel() != m * n:
+        raise KernelArgumentError(f"out must be [{m}, {n}] for {m} rows of x, got "
+                                  f"{tuple(out.shape)}")
+    g, nb = -(-kin // group), -(-n // rows)
+    _tensor("packed", packed, torch.uint8, nb * g * group * rows // 2)
+    _tensor("scales", scales, torch.float16, nb * g * rows * 2)
     if norm is not None:
         _tensor("norm", norm, torch.float32, kin)
 

@@ -1,10 +1,10 @@
-"""chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, one-token attention
-``attn.c``, a whole int8 decode step ``decode.c`` and the fp32 matrix-vector product
-``f32.c``, all declared in ``kernels/chatui_kernels.h``), built on first use with the machine's
-C compiler (or ahead of time by ``kernel_build.build_all``) and cached on disk; ``None`` where
-they cannot be built (no compiler, an unknown CPU) or do not match ``kernel_abi``'s table, and
-the runner then falls back to torch's per-channel int8 kernel, torch's attention and torch's
-GEMV.
+"""chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, the int4 one ``q4.c``,
+one-token attention ``attn.c``, a whole int8 decode step ``decode.c`` and the fp32
+matrix-vector product ``f32.c``, all declared in ``kernels/chatui_kernels.h``), built on first
+use with the machine's C compiler (or ahead of time by ``kernel_build.build_all``) and cached
+on disk; ``None`` where they cannot be built (no compiler, an unknown CPU) or do not match
+``kernel_abi``'s table, and the runner then falls back to torch's per-channel int8 kernel,
+torch's int4 kernel, torch's attention and torch's GEMV.
 
 The library is built with ``-march=native`` for the CPU it runs on (the cache key includes the
 CPU's flags) and with OpenMP only when torch's own OpenMP runtime is ``libgomp.so.1``: the
@@ -80,6 +80,26 @@ class Q8Kernel:
                                        rows=ROWS)
         k = x.shape[-1]
         self.lib.q8_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
+                           scales.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(),
+                           1 if norm is not None else 2 * swiglu,
+                           None if norm is None else norm.data_ptr(), eps)
+
+    def q4_matmul(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
+                  norm: torch.Tensor | None = None, eps: float = 0.0,
+                  swiglu: bool = False) -> torch.Tensor:
+        """``matmul`` for an int4 ``quant.Q4Weight``'s packed nibbles and scales (``q4.c``)."""
+        out = torch.empty((x.shape[0], n), dtype=torch.float32)
+        self.run4(x, packed, scales, out, norm, eps, swiglu)
+        return out
+
+    def run4(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+             out: torch.Tensor, norm: torch.Tensor | None, eps: float, swiglu: bool) -> None:
+        """``q4_matmul`` into ``out``, with as few checks as ``run``."""
+        if self.debug:
+            kernel_abi.check_q4_matmul(x, packed, scales, out, norm, swiglu, group=GROUP,
+                                       rows=ROWS)
+        k = x.shape[-1]
+        self.lib.q4_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
                            scales.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(),
                            1 if norm is not None else 2 * swiglu,
                            None if norm is None else norm.data_ptr(), eps)

@@ -1,10 +1,18 @@
-"""Weight-only int8 quantization (gpt-fast style): int8 weights with one scale per output
-channel, activations stay in floating point.
+"""Weight-only quantization: the weight types the runners hold, and their disk cache.
 
-``Int8Weight.quantize(w)`` is symmetric round-to-nearest over each row; ``linear`` runs it with
-``torch.ops.aten._weight_int8pack_mm`` on CPU (bf16 activations), and elsewhere dequantizes
-on the fly (``x @ w.T * scales``), which ``torch.compile`` fuses on CUDA. Quantized weights are
-cached on disk as safetensors next to the model, keyed by the checkpoint's weights hash.
+- ``Q8Weight``: int8 in groups of 32 with an fp16 scale (GGUF Q8_0's numbers), chatui's CPU
+  kernel (``q8kernel``, ``kernels/q8.c``); the CPU default where the kernels build.
+- ``Q4Weight``: 4-bit in groups of 32 with an fp16 scale and min (GGUF Q4_1's numbers; Q4_0
+  and Q4_K load into it by a repack, ``Q4Weight.from_gguf_blocks``), chatui's CPU kernel
+  (``kernels/q4.c``); ``--quantize int4`` where the kernels build. Its docstring is the format's
+  reference for loaders.
+- ``Int8Weight``: int8 with one scale per output channel (gpt-fast style), run with
+  ``torch.ops.aten._weight_int8pack_mm`` on CPU (bf16 activations) and dequantized on the fly
+  elsewhere (``x @ w.T * scales``, which ``torch.compile`` fuses on CUDA); the fallback.
+- ``Int4Weight``: torch's int4pack layout and kernel (bf16 activations); int4's fallback.
+
+Quantized weights are cached on disk as safetensors next to the model, keyed by the
+checkpoint's weights hash.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,6 +205,11 @@ def save_int8(path: Path, weights: dict[str, Any]) -> None:
             tensors[f"{name}.q8scales"] = w.scales.contiguous().cpu()
             tensors[f"{name}.q8shape"] = torch.tensor([w.n, w.k])
             continue
+        if isinstance(w, Q4Weight):
+            tensors[f"{name}.q4p"] = w.packed.contiguous().cpu()
+            tensors[f"{name}.q4scales"] = w.scales.contiguous().cpu()
+            tensors[f"{name}.q4shape"] = torch.tensor([w.n, w.k])
+            continue
         if isinstance(w, Int4Weight):
             tensors[f"{name}.q4"] = w.q.contiguous().cpu()
             tensors[f"{name}.sz"] = w.scales_zeros.contiguous().cpu()
@@ -244,6 +258,10 @@ def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:
             name = key[:-3]
             n, k = tensors[f"{name}.q8shape"].tolist()
             out[name] = Q8Weight(t, tensors[f"{name}.q8scales"], n, k)
+        elif key.endswith(".q4p"):
+            name = key[:-4]
+            n, k = tensors[f"{name}.q4shape"].tolist()
+            out[name] = Q4Weight(t, tensors[f"{name}.q4scales"], n, k)
         elif key.endswith(".q4"):
             name = key[:-3]
             out[name] = Int4Weight(t, tensors[f"{name}.sz"]).pack()
@@ -258,7 +276,8 @@ exactly)."""
 @dataclass
 class Int4Weight:
     """A weight [N, K] as 4-bit values in groups of ``INT4_GROUP`` along K, each group with a
-    scale and zero point: w = (q - 8) * scale + zero (torch's int4pack convention)."""
+    scale and zero point: w = (q - 8) * scale + zero (torch's int4pack convention), for torch's
+    int4 kernel: where chatui's kernels do not build (they run ``Q4Weight``)."""
 
     q: torch.Tensor  # [N, K] uint8 in 0..15 (unpacked; kept for the disk cache)
     scales_zeros: torch.Tensor  # [K / G, N, 2] bf16
@@ -306,3 +325,210 @@ def int4_linear(x: torch.Tensor, w: Int4Weight) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
     out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, w.packed, w.group, w.scales_zeros)
     return out.view(*x.shape[:-1], out.shape[-1])
+
+
+GGUF_Q4_TYPES = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q4_K": (256, 144)}
+"""GGUF 4-bit block types ``Q4Weight.from_gguf_blocks`` takes: (weights, bytes) per block."""
+
+
+@dataclass
+class Q4Weight:
+    """A weight [N, K] as 4-bit values in GGUF's blocks, for chatui's int4 CPU kernel (``q4.c``).
+
+    The format, for whoever loads weights into it: each row is cut into groups of 32 along K
+    (a Q4_0/Q4_1 block, a Q4_K sub-block), and each group holds 32 values q in 0..15, an fp16
+    scale d and an fp16 min m:
+
+        w[n, 32g + i] = q[n, 32g + i] * d[n, g] + m[n, g]
+
+    That is Q4_1's formula as is; Q4_0 is m = -8 d (exact in fp16); Q4_K's sub-block s of a
+    super-block is d = d_K * sc_s and m = -dmin_K * mn_s, each rounded once to fp16 (relative
+    error at most 2^-11 on a scale, far below the 4-bit rounding). ``from_groups(q, d, m)``
+    builds the kernel's layout from those three arrays, ``from_gguf_blocks(raw, "Q4_0" |
+    "Q4_1" | "Q4_K", (N, K))`` from a GGUF tensor's raw block bytes; both are a reorder of
+    nibbles and scales, one tensor at a time, no float round trip of the weights.
+
+    The kernel's layout (see ``kernels/q4.c``): rows in blocks of 16; ``packed`` [N/16, G, 4,
+    64] uint8, where byte i of pair p holds row 16b + i // 4's columns 32g + 8p + i % 4 (low
+    nibble) and 32g + 8p + 4 + i % 4 (high nibble); ``scales`` [N/16, G, 2, 16] fp16, the 16
+    rows' d then their m. N is padded with zero rows to a multiple of 16, K with zeros to a
+    multiple of 32. 5 bits a weight (Q4_1's size).
+    """
+
+    packed: torch.Tensor  # [N/16, K/32, 4, 64] uint8
+    scales: torch.Tensor  # [N/16, K/32, 2, 16] fp16: d, then m
+    n: int
+    k: int
+
+    @staticmethod
+    def _empty(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, group = q8kernel.ROWS, q8kernel.GROUP
+        nb, g = -(-n // rows), -(-k // group)
+        return (torch.zeros((nb, g, 4, 64), dtype=torch.uint8),
+                torch.zeros((nb, g, 2, rows), dtype=torch.float16))
+
+    @staticmethod
+    def _pack_rows(packed: torch.Tensor, scales: torch.Tensor, r0: int, q: torch.Tensor,
+                   d: torch.Tensor, m: torch.Tensor) -> None:
+        """Write rows r0.. (r0 a multiple of 16) given as q [r, K] uint8 0..15, d, m [r, G]
+        fp16 into the packed tensors (the rows and columns past N and K stay zero)."""
+        rows, group = q8kernel.ROWS, q8kernel.GROUP
+        g = packed.shape[1]
+        r = -(-q.shape[0] // rows) * rows
+        q = F.pad(q, (0, g * group - q.shape[1], 0, r - q.shape[0]))
+        d = F.pad(d, (0, g - d.shape[1], 0, r - d.shape[0]))
+        m = F.pad(m, (0, g - m.shape[1], 0, r - m.shape[0]))
+        nb = r // rows
+        q6 = q.view(nb, rows, g, 4, 2, 4).permute(0, 2, 3, 1, 5, 4)  # [b, g, p, row, j, half]
+        b0 = r0 // rows
+        packed[b0:b0 + nb] = (q6[..., 0] | (q6[..., 1] << 4)).reshape(nb, g, 4, 64)
+        scales[b0:b0 + nb, :, 0] = d.view(nb, rows, g).transpose(1, 2)
+        scales[b0:b0 + nb, :, 1] = m.view(nb, rows, g).transpose(1, 2)
+
+    @classmethod
+    def from_groups(cls, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> Q4Weight:
+        """From q [N, K] (uint8, 0..15), d and m [N, ceil(K / 32)] (cast to fp16)."""
+        n, k = q.shape
+        packed, scales = cls._empty(n, k)
+        cls._pack_rows(packed, scales, 0, q.to(torch.uint8), d.to(torch.float16),
+                       m.to(torch.float16))
+        return cls(packed, scales, n, k)
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor, chunk_rows: int = 4096) -> Q4Weight:
+        """Asymmetric round-to-nearest per group of 32: m = the group's min, d = (max - min)
+        / 15, both stored in fp16 and q rounded against the stored values. ``chunk_rows`` rows
+        at a time (no fp32 temporaries the size of a large output layer)."""
+        n, k = w.shape
+        group = q8kernel.GROUP
+        kp = -(-k // group) * group
+        packed, scales = cls._empty(n, k)
+        src = w.detach()
+        chunk_rows = max(q8kernel.ROWS, chunk_rows // q8kernel.ROWS * q8kernel.ROWS)
+        for r0 in range(0, n, chunk_rows):
+            part = src[r0:r0 + chunk_rows].float().cpu()
+            wg = F.pad(part, (0, kp - k)).view(part.shape[0], kp // group, group)
+            lo, hi = wg.amin(-1), wg.amax(-1)
+            d16 = ((hi - lo) / 15).clamp(max=65504).to(torch.float16)
+            m16 = lo.clamp(-65504, 65504).to(torch.float16)
+            d32, m32 = d16.float()[..., None], m16.float()[..., None]
+            q = torch.where(d32 > 0, torch.round((wg - m32) / d32.clamp(min=1e-30)), 0.0)
+            q = q.clamp_(0, 15).to(torch.uint8).view(part.shape[0], kp)
+            cls._pack_rows(packed, scales, r0, q, d16, m16)
+        return cls(packed, scales, n, k)
+
+    @classmethod
+    def from_gguf_blocks(cls, data: Any, ggml_type: str, shape: tuple[int, int]) -> Q4Weight:
+        """From a GGUF tensor's raw bytes (bytes, a buffer, a numpy uint8 array such as
+        ``gguf.GGUFReader``'s ``tensor.data``, or a uint8 tensor; read, never written, and not
+        copied before the repack): ``shape`` (N, K) as transformers sees the weight
+        (GGUF lists it as ne = [K, N]), ``ggml_type`` "Q4_0", "Q4_1" or "Q4_K" (the blocks of
+        each row in order, as llama.cpp's ``block_q4_0`` / ``block_q4_1`` / ``block_q4_K``).
+
+        Raises:
+            ValueError: another type, K not a multiple of the block, or a size that does not
+                match the shape.
+        """
+        if ggml_type not in GGUF_Q4_TYPES:
+            raise ValueError(f"{ggml_type} is not a 4-bit GGUF block type this loader takes "
+                             f"({', '.join(GGUF_Q4_TYPES)})")
+        per, size = GGUF_Q4_TYPES[ggml_type]
+        n, k = shape
+        if k % per:
+            raise ValueError(f"{ggml_type} rows of {k} weights are not whole blocks of {per}")
+        if isinstance(data, torch.Tensor):
+            raw = data
+        elif hasattr(data, "__array_interface__"):  # a numpy array (a memory map of the file)
+            with warnings.catch_warnings():  # read-only memory is only read here
+                warnings.simplefilter("ignore", UserWarning)
+                raw = torch.from_numpy(data)  # type: ignore[arg-type]
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                raw = torch.frombuffer(data, dtype=torch.uint8)
+        raw = raw.reshape(-1).view(torch.uint8)
+        if raw.numel() != n * k // per * size:
+            raise ValueError(f"{ggml_type} [{n}, {k}] takes {n * k // per * size} bytes, got "
+                             f"{raw.numel()}")
+        blocks = raw.view(n, k // per, size)
+        g = k // 32
+
+        def f16(t: torch.Tensor) -> torch.Tensor:  # [..., 2] uint8 -> [...] fp16
+            return t.contiguous().view(torch.float16)[..., 0]
+
+        if ggml_type == "Q4_K":
+            d = f16(blocks[..., 0:2]).float()[..., None]  # [N, S, 1]
+            dmin = f16(blocks[..., 2:4]).float()[..., None]
+            sc6 = blocks[..., 4:16].view(n, -1, 3, 4).to(torch.int32)
+            a, b, c = sc6[..., 0, :], sc6[..., 1, :], sc6[..., 2, :]
+            sc = torch.cat([a & 0x3F, (c & 0x0F) | ((a >> 2) & 0x30)], -1)  # [N, S, 8]
+            mn = torch.cat([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], -1)
+            qs = blocks[..., 16:].reshape(n, -1, 4, 1, 32)  # 4 chunks of 32 bytes
+            q = torch.cat([qs & 0x0F, qs >> 4], dim=3)  # [N, S, 4, 2 (low: sub 2j), 32]
+            return cls.from_groups(q.reshape(n, k), (d * sc).reshape(n, g),
+                                   (-(dmin * mn)).reshape(n, g))
+        d = f16(blocks[..., 0:2])  # [N, G]
+        m = -8 * d if ggml_type == "Q4_0" else f16(blocks[..., 2:4])
+        qs = blocks[..., size - 16:]  # [N, G, 16]: byte j holds weights j and j + 16
+        q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)
+        return cls.from_groups(q.reshape(n, k), d, m)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+    def groups(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q [N, K] uint8, d [N, G] fp16, m [N, G] fp16): ``from_groups``' inverse."""
+        nb, g = self.packed.shape[:2]
+        lo, hi = self.packed & 0x0F, self.packed >> 4
+        q6 = torch.stack([lo, hi], -1).view(nb, g, 4, 16, 4, 2)  # [b, g, p, row, j, half]
+        q = q6.permute(0, 3, 1, 2, 5, 4).reshape(nb * 16, g * 32)
+        d = self.scales[:, :, 0].transpose(1, 2).reshape(nb * 16, g)
+        m = self.scales[:, :, 1].transpose(1, 2).reshape(nb * 16, g)
+        return q[: self.n, : self.k], d[: self.n], m[: self.n]
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        q, d, m = self.groups()
+        g = d.shape[1]
+        qg = F.pad(q.float(), (0, g * 32 - self.k)).view(self.n, g, 32)
+        w = qg * d.float()[..., None] + m.float()[..., None]
+        return w.view(self.n, g * 32)[:, : self.k].to(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.numel() + self.scales.numel() * self.scales.element_size()
+
+
+@torch.library.custom_op("chatui::q4_matmul", mutates_args=())
+def _q4_matmul_op(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
+                  norm: torch.Tensor | None, eps: float, swiglu: bool) -> torch.Tensor:
+    kernel = q8kernel.load_kernel()
+    assert kernel is not None, "Q4Weight runs only where the kernel loads"
+    return kernel.q4_matmul(x, packed, scales, n, norm, eps, swiglu)
+
+
+@_q4_matmul_op.register_fake
+def _(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, n: int,
+      norm: torch.Tensor | None, eps: float, swiglu: bool) -> torch.Tensor:
+    return x.new_empty((x.shape[0], n), dtype=torch.float32)
+
+
+def q4_linear(x: torch.Tensor, w: Q4Weight, *, norm: torch.Tensor | None = None,
+              eps: float = 0.0, swiglu: bool = False) -> torch.Tensor:
+    """``q8_linear`` for an int4 ``Q4Weight`` (the same fused norm and SwiGLU); x: [..., K]
+    (any float dtype, CPU) -> [..., N] fp32."""
+    if (x.dtype is torch.float32 and x.is_contiguous() and not torch.compiler.is_compiling()
+            and (norm is None or (norm.dtype is torch.float32 and norm.is_contiguous()))):
+        out = torch.empty(x.shape[:-1] + (w.n,), dtype=torch.float32)
+        q8kernel.load_kernel().run4(x, w.packed, w.scales, out, norm, eps, swiglu)  # type: ignore[union-attr]
+        return out
+    flat = x.reshape(-1, x.shape[-1]).float().contiguous()
+    if norm is not None:
+        norm = norm.float().contiguous()
+    if torch.compiler.is_compiling():
+        out = _q4_matmul_op(flat, w.packed, w.scales, w.n, norm, float(eps), swiglu)
+    else:
+        kernel = q8kernel.load_kernel()
+        assert kernel is not None, "Q4Weight runs only where the kernel loads"
+        out = kernel.q4_matmul(flat, w.packed, w.scales, w.n, norm, eps, swiglu)
+    return out.view(*x.shape[:-1], w.n)

@@ -148,8 +148,9 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     else:
         dtype = getattr(torch, precision)
     q8 = quantize != "none" and q8_available(ckpt.device)
-    if quantize == "int8" and q8:
-        # chatui's kernel quantizes activations to int16 itself: fp32 in, fp32 out
+    if q8:
+        # chatui's kernels quantize activations (int16 for int8 weights, int8 for int4) itself:
+        # fp32 in, fp32 out
         dtype, residual = model_dtype, None
     elif quantize != "none":
         if dtype == torch.float32:
@@ -161,7 +162,8 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     stage = f"quantizing weights to {quantize}"
     if quantize != "none":
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
-                               cache_root(), quantize + ("-q8" if q8 else ""))
+                               cache_root(), quantize + ({"int8": "-q8", "int4": "-q4"}.get(
+                                   quantize, "") if q8 else ""))
         if progress:
             progress(Progress(stage, 0, 1))
         stored = load_int8(path, ckpt.device)
@@ -238,7 +240,8 @@ def describe(runner: Any) -> str:
     if fast.q8:
         kernel = q8kernel.load_kernel()
         isa = kernel.isa if kernel is not None else "?"
-        q = (f"{fast.quantize} weights ({'int8 output layer, ' if fast.quantize == 'int4' else ''}"
-             f"int8 in groups of 32, chatui's {isa} kernel), ")
+        q = (f"int4 weights (groups of 32 with fp16 scale and min, int8 output layer; chatui's "
+             f"{isa} kernels), " if fast.quantize == "int4" else
+             f"int8 weights (int8 in groups of 32, chatui's {isa} kernel), ")
     step = runner.decode.describe() if runner.decode is not None else "eager"
     return f"fast runner ({q}{name} matmuls and KV cache, {res} residual; {step} decode step)"

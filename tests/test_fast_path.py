@@ -15,7 +15,7 @@ from inference import q8kernel
 from inference.engine import LocalBackend
 from inference.fast_llama import FastLlama, FastRunner, unsupported_reason
 from inference.kv_cache import StaticKVCache
-from inference.quant import Int4Weight, Int8Weight, Q8Weight
+from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q8Weight
 from inference.runner import HFRunner, RunnerError, build_runner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, RowDone, TokenBatch
@@ -262,7 +262,7 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
     twin = copy.copy(runner)
     fast = copy.copy(runner.fast)
     deq = lambda w: (w.dequantize(fast.dtype)  # noqa: E731
-                     if isinstance(w, (Int8Weight, Int4Weight, Q8Weight)) else w)
+                     if isinstance(w, (Int8Weight, Int4Weight, Q8Weight, Q4Weight)) else w)
     fast.layers = [copy.copy(L) for L in fast.layers]
     for L in fast.layers:
         L.wqkv, L.wo, L.wgu, L.wd = deq(L.wqkv), deq(L.wo), deq(L.wgu), deq(L.wd)
@@ -275,7 +275,8 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
 @pytest.mark.parametrize("kind", ["int8", "int8-per-channel", "int4", "int4-no-kernel"])
 def test_quantized_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monkeypatch, kind):
     """int8 runs chatui's group-wise kernel (fp32 activations) where it builds, as here;
-    "int8-per-channel" is the fallback elsewhere (torch's kernel, bf16 activations). Each kind
+    "int8-per-channel" is the fallback elsewhere (torch's kernel, bf16 activations); "int4" runs
+    chatui's int4 kernel (``Q4Weight``, int8 activations), "int4-no-kernel" torch's. Each kind
     names which path it tests, so every machine tests both (no branch on the machine)."""
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
     q8 = kind in ("int8", "int4")
@@ -288,14 +289,16 @@ def test_quantized_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monk
     assert isinstance(runner.fast, FastLlama)
     assert isinstance(runner.fast.lm_head, Q8Weight if q8 else Int8Weight)
     if kind == "int4":
+        assert isinstance(runner.fast.layers[0].wgu, Q4Weight)
+    elif kind == "int4-no-kernel":
         assert isinstance(runner.fast.layers[0].wgu, Int4Weight)
     elif kind == "int8" and q8:
         assert isinstance(runner.fast.layers[0].wgu, Q8Weight)
     twin = dequantized_twin(runner)
     ids = torch.randint(3, 1000, (1, 40))
     a, b = runner.forward(runner.new_cache(), ids), twin.forward(twin.new_cache(), ids)
-    # bf16 activations: a few bf16 ulps; the kernel's int16 activations: far less
-    tol = 0.05 if runner.dtype == torch.bfloat16 else 1e-3
+    # bf16 activations, or int4's int8 ones: a few bf16 ulps; int8's int16 activations: far less
+    tol = 0.05 if runner.dtype == torch.bfloat16 or quantize == "int4" else 1e-3
     assert torch.allclose(a, b, atol=tol * b.abs().max().item())
     q = LocalBackend.from_checkpoint(tiny_ckpt, quantize=quantize, precision="auto")
     e = LocalBackend.from_checkpoint(tiny_ckpt, precision="auto")
@@ -303,7 +306,7 @@ def test_quantized_same_tokens_as_eager_same_precision(tiny_ckpt, tmp_path, monk
     for settings in ((GREEDY,), (GREEDY, GREEDY.with_values(max_tokens=10))):
         assert_same_tokens(tokens(run(q, MSGS, *settings)), tokens(run(e, MSGS, *settings)),
                            abs_tol=tol)
-    dtype = "float32" if kind == "int8" and q8 else "bfloat16"
+    dtype = "float32" if q8 else "bfloat16"  # chatui's kernels take fp32 activations
     assert q.info.quantization == quantize and q.info.dtype == dtype
 
 

@@ -17,7 +17,7 @@ import torch
 
 from inference import kernel_abi, kernel_build, q8kernel
 from inference.kernel_abi import KernelABIError, KernelArgumentError
-from inference.quant import Q8Weight
+from inference.quant import Q4Weight, Q8Weight
 
 KERNELS = q8kernel.KERNELS
 HEADER = KERNELS / "chatui_kernels.h"
@@ -68,8 +68,10 @@ def _build_variant(tmp_path: Path, cc: str, header_edit=None, sources=None) -> P
 
 def test_a_library_of_another_abi_version_is_refused(tmp_path, x86_gcc):
     path = _build_variant(tmp_path, x86_gcc, lambda h: h.replace(
-        "#define CHATUI_KERNELS_ABI 1", "#define CHATUI_KERNELS_ABI 99"), ["abi.c"])
-    with pytest.raises(KernelABIError, match="ABI version 99, this code expects 1"):
+        f"#define CHATUI_KERNELS_ABI {kernel_abi.ABI_VERSION}", "#define CHATUI_KERNELS_ABI 99"),
+        ["abi.c"])
+    with pytest.raises(KernelABIError,
+                       match=f"ABI version 99, this code expects {kernel_abi.ABI_VERSION}"):
         kernel_abi.bind(ctypes.CDLL(str(path)))
 
 
@@ -77,7 +79,7 @@ def test_a_library_whose_layer_struct_grew_is_refused(tmp_path, x86_gcc):
     """A field added in C but not in Python: refused before any kernel is called."""
     path = _build_variant(tmp_path, x86_gcc, lambda h: h.replace(
         "const int8_t *wd;", "const float *extra; const int8_t *wd;"), ["abi.c"])
-    with pytest.raises(KernelABIError, match=r"layer_t is 120 bytes .* but 112 in Python"):
+    with pytest.raises(KernelABIError, match=r"layer_t is 128 bytes .* but 120 in Python"):
         kernel_abi.bind(ctypes.CDLL(str(path)))
 
 
@@ -104,7 +106,7 @@ def test_a_python_struct_that_drifted_is_refused_and_the_runtime_falls_back(
     try:
         with caplog.at_level(logging.WARNING, logger="inference.q8kernel"):
             assert q8kernel.load_kernel() is None
-        assert "does not match this code (layer_t is 112 bytes" in caplog.text
+        assert "does not match this code (layer_t is 120 bytes" in caplog.text
         with pytest.raises(kernel_build.KernelBuildError, match="do not match this chatui"):
             kernel_build.build_all()
     finally:
@@ -198,6 +200,24 @@ def test_debug_checks_refuse_bad_matmul_arguments(checked):
         checked.matmul(torch.randn(3, 71), w.packed, w.scales, 40, swiglu=True)
     with pytest.raises(KernelArgumentError, match=r"out must be \[3, 40\]"):
         checked.run(x, w.packed, w.scales, torch.empty(2, 40), None, 0.0, False)
+
+
+def test_debug_checks_cover_the_int4_kernel(kernel, checked):
+    """The same checks for ``q4_matmul``: good calls give the unchecked results, a weight packed
+    for another shape or scales of another dtype are refused before C runs."""
+    torch.manual_seed(1)
+    w = Q4Weight.quantize(torch.randn(40, 70))
+    x, norm = torch.randn(3, 70), torch.rand(70) + 0.5
+    assert torch.equal(checked.q4_matmul(x, w.packed, w.scales, 40, norm, 1e-5),
+                       kernel.q4_matmul(x, w.packed, w.scales, 40, norm, 1e-5))
+    with pytest.raises(KernelArgumentError, match="packed must hold 4608 values, got 2304"):
+        checked.q4_matmul(x, w.packed, w.scales, 90)  # too few rows packed
+    with pytest.raises(KernelArgumentError, match="packed must be torch.uint8"):
+        checked.q4_matmul(x, w.packed.view(torch.int8), w.scales, 40)  # an int8 weight's bytes
+    with pytest.raises(KernelArgumentError, match="scales must hold 288 values, got 144"):
+        checked.q4_matmul(x, w.packed, w.scales[:, :, 0].contiguous(), 40)  # no mins
+    with pytest.raises(KernelArgumentError, match="swiglu needs"):
+        checked.q4_matmul(torch.randn(3, 71), w.packed, w.scales, 40, swiglu=True)
 
 
 def test_debug_checks_refuse_bad_f32_arguments(checked):

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from inference import q8kernel
-from inference.quant import (Int4Weight, Int8Weight, Q8Weight, int4_linear, int8_cache_path,
-                             int8_linear, load_int8, q8_linear, save_int8)
+from inference.quant import (Int4Weight, Int8Weight, Q4Weight, Q8Weight, int4_linear,
+                             int8_cache_path, int8_linear, load_int8, q4_linear, q8_linear,
+                             save_int8)
 
 
 def test_quantize_round_trip_error_is_at_most_half_a_step():
@@ -83,6 +84,13 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
             (kernel.matmul(x, w.packed, w.scales, 40, norm=norm, eps=1e-5),
              torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5) @ deq.t())):
         assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    w4 = Q4Weight.quantize(torch.randn(40, 70))
+    assert kernel.lib.q4_isa().decode() == kernel.isa
+    for norm4 in (None, norm):
+        out = kernel.q4_matmul(x, w4.packed, w4.scales, 40, norm=norm4, eps=1e-5)
+        xin = x if norm4 is None else torch.nn.functional.rms_norm(x, (70,), norm4, 1e-5)
+        ref = q4_reference(xin, w4)
+        assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
     wf = torch.randn(70, 37)
     xf = torch.randn(2, 37)
     ref = xf.double() @ wf.double().t()
@@ -164,12 +172,129 @@ def test_f32_kernel_matches_a_float64_matmul(m, nk, kernel):
     assert out.shape == (m, n) and (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
 
 
+def int8_groups(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] as the int4 kernel quantizes it: int8 per group of 32 along K, symmetric, round
+    to nearest (float64, dequantized; padded with zeros to whole groups)."""
+    m, k = x.shape
+    g = -(-k // 32)
+    xp = torch.nn.functional.pad(x.double(), (0, g * 32 - k)).view(m, g, 32)
+    amax = xp.abs().amax(-1, keepdim=True)
+    xq = torch.where(amax > 0, torch.round(xp * (127 / amax.clamp(min=1e-300))), 0.0)
+    return (xq * amax / 127).view(m, g * 32)
+
+
+def q4_reference(x: torch.Tensor, w: Q4Weight) -> torch.Tensor:
+    """What the int4 kernel computes, in float64: the dequantized weights times the int8
+    activations (so the kernel is checked to ~1e-6, not to the activations' rounding)."""
+    deq = torch.nn.functional.pad(w.dequantize(torch.float64), (0, -(-w.k // 32) * 32 - w.k))
+    return int8_groups(x.reshape(-1, x.shape[-1])) @ deq.t()
+
+
+def test_q4_groups_round_trip_and_gguf_blocks():
+    """The layout is a reorder: groups() gives back what from_groups took; Q4_0 and Q4_1
+    blocks written by the gguf package load to exactly the weights gguf dequantizes them to,
+    and Q4_K blocks to within the fp16 rounding of each sub-block's scale and min."""
+    import numpy as np
+    from gguf import GGMLQuantizationType as T
+    from gguf import quants
+
+    torch.manual_seed(11)
+    n, k = 40, 96
+    q = torch.randint(0, 16, (n, k), dtype=torch.uint8)
+    d, m = torch.rand(n, 3).half(), -torch.rand(n, 3).half()
+    w = Q4Weight.from_groups(q, d, m)
+    assert w.packed.shape == (3, 3, 4, 64) and w.scales.shape == (3, 3, 2, 16)
+    q2, d2, m2 = w.groups()
+    assert torch.equal(q2, q) and torch.equal(d2, d) and torch.equal(m2, m)
+    deq = (q.float().view(n, 3, 32) * d.float()[..., None] + m.float()[..., None]).view(n, k)
+    assert torch.equal(w.dequantize(torch.float32), deq)
+    wf = (torch.randn(n, 256) * torch.rand(n, 1)).numpy()
+    for name, qtype in (("Q4_0", T.Q4_0), ("Q4_1", T.Q4_1)):
+        raw = quants.quantize(wf, qtype)  # [n, 256 / 32 * block bytes] uint8
+        ref = torch.from_numpy(quants.dequantize(raw, qtype))
+        got = Q4Weight.from_gguf_blocks(raw.tobytes(), name, (n, 256))
+        assert torch.equal(got.dequantize(torch.float32), ref), name
+    # Q4_K: random super-blocks (finite fp16 d and dmin), as llama.cpp's block_q4_K
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (n, 2, 144), dtype=np.uint8)
+    blocks[..., :4] = np.frombuffer(rng.uniform(0.001, 0.05, (n, 2, 2)).astype(np.float16)
+                                    .tobytes(), dtype=np.uint8).reshape(n, 2, 4)
+    ref = torch.from_numpy(quants.dequantize(blocks.reshape(n, 288), T.Q4_K)).double()
+    got = Q4Weight.from_gguf_blocks(torch.from_numpy(blocks), "Q4_K", (n, 512))
+    q, d, m = got.groups()
+    bound = 15 * d.double().abs() * 2 ** -11 + m.double().abs() * 2 ** -11  # [n, G]
+    err = (got.dequantize(torch.float64) - ref).abs().view(n, 16, 32)
+    assert (err <= bound[..., None] + 1e-9).all()
+    with pytest.raises(ValueError, match="Q5_K is not a 4-bit GGUF block type"):
+        Q4Weight.from_gguf_blocks(b"", "Q5_K", (1, 32))
+    with pytest.raises(ValueError, match="takes 36 bytes, got 18"):
+        Q4Weight.from_gguf_blocks(bytes(18), "Q4_0", (1, 64))
+
+
+def test_q4_quantize_within_half_a_step():
+    torch.manual_seed(12)
+    w = torch.randn(40, 70) * torch.rand(40, 1)
+    q = Q4Weight.quantize(w)
+    assert q.shape == (40, 70)
+    wp = torch.nn.functional.pad(w, (0, 26)).view(40, 3, 32)
+    step = (wp.amax(-1) - wp.amin(-1)) / 15
+    err = torch.nn.functional.pad(q.dequantize(torch.float32) - w, (0, 26)).view(40, 3, 32)
+    # half a step, plus fp16's rounding of the scale (15 steps) and of the min
+    assert (err.abs() <= step[..., None] * (0.5 + 15 * 2 ** -11) + wp.abs().amax(-1, True)
+            * 2 ** -10 + 1e-6).all()
+    chunked = Q4Weight.quantize(w, chunk_rows=16)
+    assert torch.equal(chunked.packed, q.packed) and torch.equal(chunked.scales, q.scales)
+
+
+@pytest.mark.parametrize("m", [1, 3, 9, 17])
+@pytest.mark.parametrize("nk", [(48, 64), (40, 70), (1000, 576)])
+def test_q4_kernel_matches_the_dequantized_matmul(m, nk, kernel):
+    """The int4 kernel against a float64 reference: to ~1e-6 of the dequantized weights times
+    the int8 activations it computes with, and to ~1 % of the exact product (the activations'
+    int8 rounding, as llama.cpp's Q8 activations)."""
+    torch.manual_seed(13)
+    n, k = nk
+    w = Q4Weight.quantize(torch.randn(n, k))
+    x = torch.randn(2, m, k) * torch.logspace(-2, 2, k)
+    out = q4_linear(x, w)
+    assert out.shape == (2, m, n) and out.dtype == torch.float32
+    ref = q4_reference(x, w).view(2, m, n)
+    assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    exact = x.double() @ w.dequantize(torch.float64).t()
+    assert (out.double() - exact).abs().max() <= 2e-2 * exact.abs().max()
+    assert torch.equal(q4_linear(x.bfloat16(), w), q4_linear(x.bfloat16().float(), w))
+
+
+@pytest.mark.parametrize("m", [1, 6])
+def test_q4_kernel_fuses_the_norm_and_swiglu(m, kernel):
+    torch.manual_seed(14)
+    w = Q4Weight.quantize(torch.randn(40, 70))
+    x, norm = torch.randn(m, 70) * 3, torch.rand(70) + 0.5
+    ref = q4_reference(torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5), w)
+    out = q4_linear(x, w, norm=norm, eps=1e-5)
+    assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    gate_up = torch.randn(m, 140) * 2
+    gate, up = gate_up.double().chunk(2, dim=-1)
+    ref = q4_reference(torch.nn.functional.silu(gate) * up, w)
+    out = q4_linear(gate_up, w, swiglu=True)
+    assert out.shape == (m, 40) and (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    # the disk cache keeps the kernel's layout as is
+    path = Path(__import__("tempfile").mkdtemp()) / "q4.safetensors"
+    save_int8(path, {"w": w})
+    back = load_int8(path, torch.device("cpu"))["w"]
+    assert isinstance(back, Q4Weight) and back.shape == (40, 70)
+    assert torch.equal(q4_linear(gate_up, back, swiglu=True), out)
+
+
 def test_q8_kernel_inside_torch_compile(kernel):
     w = Q8Weight.quantize(torch.randn(64, 96))
     x = torch.randn(2, 96)
     norm = torch.rand(96)
     f = lambda t: torch.relu(q8_linear(t, w)) * 2 + q8_linear(t, w, norm=norm, eps=1e-6)  # noqa: E731
     assert torch.allclose(torch.compile(f, fullgraph=True)(x), f(x))
+    w4 = Q4Weight.quantize(torch.randn(64, 96))
+    f4 = lambda t: torch.relu(q4_linear(t, w4)) * 2 + q4_linear(t, w4, norm=norm, eps=1e-6)  # noqa: E731
+    assert torch.allclose(torch.compile(f4, fullgraph=True)(x), f4(x))
 
 
 def test_embedding_rows_are_dequantized_rows():
@@ -255,8 +380,10 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
 
     The issue's bar is >= 97 % top-1 agreement and <= 2 % perplexity for int8. chatui's
     group-wise kernel measures 97.9 % / +0.32 %; torch's per-channel kernel with bf16
-    activations (the fallback where ours cannot build) only about 94.7 %. int4 (groups of 32,
-    int8 output layer) measures 99.2 %: this model's decoder was Q4_1, which int4 round-trips.
+    activations (the fallback where ours cannot build) only about 94.7 %. int4 (chatui's
+    kernel: groups of 32 with fp16 scale and min, int8 activations, int8 output layer) measures
+    97.8 % / +0.21 %: this model's decoder was Q4_1, which int4 round-trips, so what it loses
+    is the activations' int8 rounding (torch's int4 kernel, bf16 activations: 99.2 %).
     """
     from conftest import skip_unless_ci
     from inference import quality

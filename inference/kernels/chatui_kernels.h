@@ -15,15 +15,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 1
+#define CHATUI_KERNELS_ABI 2
 
-/* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer. */
+/* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
+ * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
+ * packed nibbles, read as bytes, and scales and mins of q4.c). */
 typedef struct {
     const float *ln1, *ln2;
     const int8_t *wqkv; const uint16_t *sqkv; const float *bqkv;
     const int8_t *wo; const uint16_t *so; const float *bo;
     const int8_t *wgu; const uint16_t *sgu; const float *bgu;
     const int8_t *wd; const uint16_t *sd; const float *bd;
+    int wbits;
 } layer_t;
 
 /* abi.c: what the loader checks before it calls anything else. */
@@ -38,6 +41,12 @@ int q8_row_block(void);
 int q8_openmp(void);
 const char *q8_isa(void);
 void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *sp, int N, float *y,
+               int threads, int mode, const float *aux, float eps);
+
+/* q4.c: int4 weights (q * d + m, 4-bit q, fp16 d and m per row and group of 32 along K),
+ * packed in blocks of 16 rows (layout in q4.c); y [M, N] = f(x) W^T with f as q8_matmul's. */
+const char *q4_isa(void);
+void q4_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *sp, int N, float *y,
                int threads, int mode, const float *aux, float eps);
 
 /* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w. */

@@ -1,5 +1,5 @@
-/* All decoder layers of one decode step in one call, for int8 weights and fp32 activations:
- * per layer, the fused norm + QKV projection (q8.c), attention with RoPE and the cache write
+/* All decoder layers of one decode step in one call, for int8 or int4 weights and fp32
+ * activations: per layer, the fused norm + QKV projection (q8.c or q4.c), attention with RoPE and the cache write
  * (attn.c), the output projection and residual, the fused norm + gate/up projection, the fused
  * silu(gate) * up + down projection and residual. The same math as FastLlama.forward's loop,
  * without a Python round trip per operation (121 kernel calls a token for the default model).
@@ -19,6 +19,15 @@ static void add_into(float *x, const float *y, int n) {
     for (int i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* One of a layer's projections through the int8 or the int4 kernel (layer_t.wbits). */
+static void qmm(const layer_t *L, const float *x, int M, int K, const int8_t *w, const uint16_t *s,
+                int N, float *y, int threads, int mode, const float *aux, float eps) {
+    if (L->wbits == 4)
+        q4_matmul(x, M, K, (const uint8_t *)w, s, N, y, threads, mode, aux, eps);
+    else
+        q8_matmul(x, M, K, w, s, N, y, threads, mode, aux, eps);
+}
+
 /* x: [B, hidden] residual stream, updated in place. kc, vc: per layer [B, KV, C, D]. */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
                    float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
@@ -31,15 +40,15 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
     float *gu = (float *)malloc(sizeof(float) * (size_t)B * 2 * inter);
     for (int i = 0; i < n_layers; i++) {
         const layer_t *L = layers + i;
-        q8_matmul(x, B, hidden, L->wqkv, L->sqkv, nqkv, qkv, threads, 1, L->ln1, eps);
+        qmm(L, x, B, hidden, L->wqkv, L->sqkv, nqkv, qkv, threads, 1, L->ln1, eps);
         add_bias(qkv, L->bqkv, B, nqkv);
         attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t, sin_t, mask, o, threads);
-        q8_matmul(o, B, H * D, L->wo, L->so, hidden, t, threads, 0, NULL, 0.f);
+        qmm(L, o, B, H * D, L->wo, L->so, hidden, t, threads, 0, NULL, 0.f);
         add_bias(t, L->bo, B, hidden);
         add_into(x, t, B * hidden);
-        q8_matmul(x, B, hidden, L->wgu, L->sgu, 2 * inter, gu, threads, 1, L->ln2, eps);
+        qmm(L, x, B, hidden, L->wgu, L->sgu, 2 * inter, gu, threads, 1, L->ln2, eps);
         add_bias(gu, L->bgu, B, 2 * inter);
-        q8_matmul(gu, B, inter, L->wd, L->sd, hidden, t, threads, 2, NULL, 0.f);
+        qmm(L, gu, B, inter, L->wd, L->sd, hidden, t, threads, 2, NULL, 0.f);
         add_bias(t, L->bd, B, hidden);
         add_into(x, t, B * hidden);
     }

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "chatui_kernels.h"
-#include "fastmath.h"
+#include "rowprep.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -46,19 +46,6 @@ static void quantize_row(const float *x, int K, int G, int16_t *xq, float *xs) {
             xq[g * GS + k] = (int16_t)lrintf(v);
         }
     }
-}
-
-/* IEEE half (the scales' storage) to float, for the portable path. */
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    union { uint32_t u; float f; } v;
-    if (exp == 0) {
-        v.f = (float)man * 5.9604644775390625e-8f; /* subnormal: man * 2^-24 */
-        v.u |= sign;
-        return v.f;
-    }
-    v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
-    return v.f;
 }
 
 static inline void block_generic(const int16_t *xq, const float *xs, int M, int G, const int8_t *wb,
@@ -157,26 +144,6 @@ const char *q8_isa(void) {
 #else
     return "generic";
 #endif
-}
-
-/* The matmul's input row from x's row: x itself (mode 0), RMS-normalized and scaled by aux
- * (mode 1, a transformer block's norm before its projection), or silu(gate) * up from a row
- * [gate | up] of 2K values (mode 2, the MLP's down projection). */
-static void prepare_row(const float *x, int K, int mode, const float *aux, float eps,
-                        float *out) {
-    if (mode == 1) {
-        double ss = 0.0;
-        for (int k = 0; k < K; k++) ss += (double)x[k] * x[k];
-        float r = 1.0f / sqrtf((float)(ss / K) + eps);
-        for (int k = 0; k < K; k++) out[k] = x[k] * r * aux[k];
-    } else if (mode == 2) {
-        for (int k = 0; k < K; k++) {
-            float g = x[k];
-            out[k] = g / (1.0f + fast_exp(-g)) * x[K + k];
-        }
-    } else {
-        memcpy(out, x, sizeof(float) * K);
-    }
 }
 
 /* y [M, N] = f(x) [M, K] (fp32) times the packed weight's transpose, f given by mode (see
