@@ -1,7 +1,8 @@
 """Tests for inference.checkpoint: spec resolution, loading, EOS ids, templates, every error.
 
 Tiny random Llama checkpoints are built in tmp_path with a small WordLevel tokenizer; only the
-default-model tests touch the real SmolLM2 GGUF (converted once into chatui's cache).
+default-model tests touch the real SmolLM2 GGUF (its metadata converted once into chatui's
+cache); the GGUF tests write a tiny one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import torch
 
 from inference import checkpoint as ck
 from inference.checkpoint import gguf as ck_gguf
-from inference.checkpoint.errors import report
 from inference.checkpoint import (
     CheckpointError,
     DeviceChoice,
@@ -507,51 +507,68 @@ def test_hf_cache_missing_revision(tiny, tmp_path, monkeypatch):
         load_checkpoint("org/tiny@v9")
 
 
-# ---- GGUF conversion cache (fake converter: fast) ----
+# ---- GGUF: metadata converted once, tensors read from the file ----
 
 
-def _fake_converter(tiny: Path, calls: list[Path], fail: bool = False):
+@pytest.fixture(scope="module")
+def tiny_gguf_model(tmp_path_factory) -> Path:
+    """A tiny random Llama as a Q8_0 GGUF file with the default model's tokenizer."""
+    from transformers import LlamaForCausalLM
+
+    from inference.checkpoint.gguf_write import write_model
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(_config(49152))
+    out = tmp_path_factory.mktemp("gguf") / "source.gguf"
+    return write_model(model, out, "Q8_0", ck.default_gguf_path())
+
+
+_CONVERT = ck_gguf._convert_gguf_into
+
+
+def _counting_converter(calls: list[Path], fail: bool = False):
     def convert(gguf, out, progress):
         calls.append(gguf)
-        report(progress, "Converting GGUF", 0, 1)
-        for f in tiny.iterdir():
-            (out / f.name).write_bytes(f.read_bytes())
+        _CONVERT(gguf, out, progress)
         if fail:
-            raise KeyboardInterrupt  # killed half-way
-        report(progress, "Converting GGUF", 1, 1)
+            raise KeyboardInterrupt  # killed after writing part of the entry
     return convert
 
 
-def test_gguf_converted_once(tiny, tmp_path, monkeypatch):
+def test_gguf_converted_once(tiny_gguf_model, tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[Path] = []
-    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls))
-    gguf = tmp_path / "Tiny.Q4_0.gguf"
-    gguf.write_bytes(b"GGUF fake")
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _counting_converter(calls))
+    gguf = tmp_path / "Tiny.Q8_0.gguf"
+    gguf.write_bytes(tiny_gguf_model.read_bytes())
     events: list[Progress] = []
     first = load_checkpoint(str(gguf), progress=events.append)
-    assert first.name == "Tiny.Q4_0" and first.path == str(gguf.resolve())
+    assert first.name == "Tiny.Q8_0" and first.path == str(gguf.resolve())
     assert Path(first.load_dir).parent == tmp_path / "cache" / "models"
-    assert Path(first.load_dir).name.startswith("Tiny.Q4_0-")
-    assert any(e.stage == "Converting GGUF" for e in events)
+    assert Path(first.load_dir).name.startswith("Tiny.Q8_0-")
+    assert any(e.stage.startswith("Reading the GGUF") for e in events)
+    # only the metadata is converted: the weights stay in the GGUF file
+    assert not list(Path(first.load_dir).glob("*.safetensors"))
     second = load_checkpoint(str(gguf))
     assert calls == [gguf.resolve()]  # no reconversion
     assert second.load_dir == first.load_dir
     assert [p.name for p in (tmp_path / "cache" / "models").iterdir()] == [Path(first.load_dir).name]
+    for (name, p), q in zip(first.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(p, q), name
     # a directory holding a single GGUF resolves to it
     assert load_checkpoint(str(tmp_path)).load_dir == first.load_dir
 
 
-def test_gguf_interrupted_conversion_leaves_no_cache(tiny, tmp_path, monkeypatch):
+def test_gguf_interrupted_conversion_leaves_no_cache(tiny_gguf_model, tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[Path] = []
-    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls, fail=True))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _counting_converter(calls, fail=True))
     gguf = tmp_path / "Tiny.gguf"
-    gguf.write_bytes(b"GGUF fake")
+    gguf.write_bytes(tiny_gguf_model.read_bytes())
     with pytest.raises(KeyboardInterrupt):
         load_checkpoint(str(gguf))
     assert list((tmp_path / "cache" / "models").iterdir()) == []
-    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _counting_converter(calls))
     load_checkpoint(str(gguf))
     assert len(calls) == 2
 
@@ -607,10 +624,10 @@ def test_default_gguf_cache_reused(default_dir, tmp_path, monkeypatch):
         raise AssertionError("converted again")
 
     monkeypatch.setattr(ck_gguf, "_convert_gguf_into", boom)
-    mtime = (default_dir / "model.safetensors").stat().st_mtime_ns
+    mtime = (default_dir / "config.json").stat().st_mtime_ns
     assert ck.default_model_path() == default_dir
     # the same GGUF named by path (through a symlink) hits the same cache entry
     link = tmp_path / ck.DEFAULT_GGUF
     link.symlink_to(ck.default_gguf_path())
     assert load_checkpoint(str(link)).load_dir == str(default_dir)
-    assert (default_dir / "model.safetensors").stat().st_mtime_ns == mtime
+    assert (default_dir / "config.json").stat().st_mtime_ns == mtime

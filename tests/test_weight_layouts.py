@@ -93,7 +93,8 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> dic
                                    root / name, fmt)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("CHATUI_CACHE_DIR", str(root / "cache"))
-                built[key] = load_checkpoint(str(spec), device="cpu", dtype="float32")
+                built[key] = load_checkpoint(str(spec), device="cpu", dtype="float32",
+                                             lazy=True)  # as the app loads it
         return built[key]
 
     return get  # type: ignore[return-value]

@@ -239,6 +239,8 @@ def model_tensors(model: Any, qtype: str | Callable[[str, tuple[int, ...]], str]
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=cfg.to_dict())
     gguf_of: dict[str, list[str]] = {}
     for gguf_name, hf_name in get_gguf_hf_weights_map(model, processor).items():
+        if not gguf_name.endswith((".weight", ".bias")):  # stacked experts: as llama.cpp names
+            gguf_name += ".weight"
         gguf_of.setdefault(hf_name, []).append(gguf_name)
     state = model.state_dict()
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
