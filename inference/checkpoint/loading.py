@@ -16,6 +16,7 @@ from .device import DeviceChoice, resolve_device
 from . import lazy_model
 from .errors import CheckpointError, reason, report
 from .gguf_tensors import GGUFWeights, lazy_supported, read_layout
+from .st_tensors import NotPlain, SafetensorsWeights
 from .safety import (check_model_type, check_safetensors, gguf_weights_hash, read_config,
                      weight_files, weights_hash)
 from .spec import resolve_spec
@@ -118,8 +119,16 @@ def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str |
                             trust_remote_code=trust_remote_code, is_pickle=False,
                             gguf_file=gguf.name)
     else:
-        model = _load_model(directory, choice, device_map=device_map,
-                            trust_remote_code=trust_remote_code, is_pickle=is_pickle)
+        model = None
+        if lazy and from_file:
+            try:
+                model = _from_source(directory, choice, trust_remote_code, lazy,
+                                     lambda m: SafetensorsWeights(files, m))
+            except NotPlain:  # names or shapes transformers converts on load: its loader
+                model = None
+        if model is None:
+            model = _load_model(directory, choice, device_map=device_map,
+                                trust_remote_code=trust_remote_code, is_pickle=is_pickle)
     report(progress, stage, 2, 3)
     embeddings = model.get_input_embeddings()
     rows = getattr(getattr(embeddings, "weight", None), "shape", (None,))[0]
