@@ -4,7 +4,8 @@ channel, activations stay in floating point.
 ``Int8Weight.quantize(w)`` is symmetric round-to-nearest over each row; ``linear`` runs it with
 ``torch.ops.aten._weight_int8pack_mm`` on CPU (bf16 activations), and elsewhere dequantizes
 on the fly (``x @ w.T * scales``), which ``torch.compile`` fuses on CUDA. Quantized weights are
-cached on disk as safetensors next to the model, keyed by the checkpoint's weights hash.
+cached on disk as safetensors next to the model, keyed by the checkpoint's weights hash (its
+files' contents), and mapped into memory on later starts (``st_io``).
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def int8_cache_path(load_dir: str | os.PathLike | None, weights_hash: str,
 def save_int8(path: Path, weights: dict[str, Any]) -> None:
     """Write int8 and int4 weights atomically (a temp file renamed into place); int4 is stored
     unpacked, the kernel layout is built on load."""
-    from safetensors.torch import save_file
+    from . import st_io
 
     tensors: dict[str, torch.Tensor] = {}
     for name, w in weights.items():
@@ -230,7 +231,7 @@ def save_int8(path: Path, weights: dict[str, Any]) -> None:
         tensors[f"{name}.scales"] = w.scales.contiguous().cpu()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    save_file(tensors, str(tmp), metadata={"format": "chatui-int8", "version": str(QUANT_VERSION)})
+    st_io.save(tensors, tmp, metadata={"format": "chatui-int8", "version": str(QUANT_VERSION)})
     os.replace(tmp, path)
     _remove_older_versions(path)
 
@@ -251,13 +252,16 @@ def _remove_older_versions(path: Path) -> None:
 
 
 def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:
-    """The cached weights, or None when missing or unreadable."""
+    """The cached weights (mapped from the file on a CPU: ``st_io.load_mapped``), or None when
+    missing or unreadable."""
     if not path.is_file():
         return None
     try:
-        from safetensors.torch import load_file
+        from . import st_io
 
-        tensors = load_file(str(path), device=str(device))
+        tensors = st_io.load_mapped(path)
+        if device.type != "cpu":
+            tensors = {k: v.to(device) for k, v in tensors.items()}
     except Exception as exc:  # noqa: BLE001 - a corrupt cache is rebuilt, not fatal
         log.warning("ignoring unreadable int8 cache %s: %s", path, exc)
         return None

@@ -163,6 +163,7 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     path = None
     stage = f"quantizing weights to {quantize}"
     if quantize != "none":
+        _check_memory(model, quantize, q8)
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
                                cache_root(), quantize + ("-q8" if q8 else ""))
         if progress:
@@ -195,12 +196,35 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     return fast
 
 
+def _check_memory(model: Any, quantize: str, q8: bool) -> None:
+    """Refuse, in one sentence, weights that will not fit in memory: those still in the file
+    at the size they will be held at, and the quantized copies of those already loaded.
+
+    Raises:
+        RunnerError: they do not fit.
+    """
+    from .checkpoint.lazy_model import LAZY
+    from .checkpoint.memory import fits_sentence, weight_bytes
+
+    params = [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters()
+              if p.is_meta or (quantize != "none" and LAZY.search(n) and p.dim() >= 2)]
+    what = f"its {quantize} weights" if quantize != "none" else "its full-precision weights"
+    sentence = fits_sentence(weight_bytes(params, quantize, q8), what)
+    if sentence:
+        raise RunnerError(sentence)
+
+
 def _materialize(ckpt: Any, progress: Callable[[Any], None] | None) -> None:
-    """Load the weights a lazily loaded checkpoint left in its file (``lazy_model``)."""
+    """Load the weights a lazily loaded checkpoint left in its file (``lazy_model``).
+
+    Raises:
+        RunnerError: they do not fit in memory (nothing is loaded then).
+    """
     from .checkpoint import lazy_model
 
     if not lazy_model.is_lazy(ckpt.model):
         return
+    _check_memory(ckpt.model, "none", False)
     stage = "loading the full-precision weights"
     if progress:
         progress(Progress(stage, 0, 1))

@@ -110,3 +110,75 @@ def test_a_checkpoint_transformers_converts_on_load_falls_back(cache: Path,
     assert build_runner(lazy, quantize="int8", precision="auto").fast.quantized
 
 
+
+
+def test_weights_that_do_not_fit_get_one_sentence_before_loading(
+        cache: Path, default_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too little memory: one sentence with the size the weights need, before they are read
+    (never an OOM kill); for a whole load, for a quantization, and for the full precision a
+    lazily loaded model needs for transformers' runner."""
+    from inference.checkpoint import memory
+    from inference.checkpoint.errors import CheckpointError
+    from inference.runner import RunnerError
+
+    ckpt_dir = _bf16_checkpoint(cache, default_model_dir)
+    lazy = load_checkpoint(str(ckpt_dir), device="cpu", dtype="float32", lazy=True)
+    need = memory.weight_bytes([(n, tuple(p.shape), p.dtype)
+                                for n, p in lazy.model.named_parameters() if p.is_meta],
+                               "int8", True)
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.WORKING_ROOM + need // 2)
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("weights were read")
+
+    monkeypatch.setattr(SafetensorsRows, "read", refuse)
+    for call in (lambda: load_checkpoint(str(ckpt_dir), device="cpu", dtype="float32"),
+                 lambda: build_runner(lazy, quantize="int8", precision="auto"),
+                 lambda: build_runner(lazy, runner="hf")):
+        with pytest.raises((CheckpointError, RunnerError)) as e:
+            call()
+        text = str(e.value)
+        assert "\n" not in text and text.endswith(".") and "needs" in text and "GB" in text
+        assert "available" in text
+    assert lazy_model.is_lazy(lazy.model)
+
+
+def test_the_estimate_is_what_the_runner_holds(cache: Path, default_model_dir: Path) -> None:
+    """The size the memory check uses is the size of the weights the runner ends up with."""
+    from inference.checkpoint import memory
+    from inference.quant import q8_available
+
+    ckpt_dir = _bf16_checkpoint(cache, default_model_dir)
+    for kind in ("int8", "int4"):
+        lazy = load_checkpoint(str(ckpt_dir), device="cpu", dtype="float32", lazy=True)
+        params = [(n, tuple(p.shape), p.dtype) for n, p in lazy.model.named_parameters()
+                  if p.is_meta]
+        estimate = memory.weight_bytes(params, kind, q8_available(torch.device("cpu")))
+        runner = build_runner(lazy, quantize=kind, precision="auto")
+        held = sum(t.numel() * t.element_size() for w in runner.fast.quantized.values()
+                   for t in vars(w).values() if isinstance(t, torch.Tensor))
+        assert abs(estimate - held) <= 0.05 * held, (kind, estimate, held)
+
+
+def test_the_disk_cache_is_mapped_not_copied(cache: Path, default_model_dir: Path) -> None:
+    """A later start maps the cached weights from the file (no copy in memory): each one a
+    view of the mapped file."""
+    from inference import quant
+
+    ckpt_dir = _bf16_checkpoint(cache, default_model_dir)
+    first = build_runner(load_checkpoint(str(ckpt_dir), device="cpu", dtype="float32",
+                                         lazy=True), quantize="int8", precision="auto")
+    stored = quant.load_int8(first.int8_path, torch.device("cpu"))
+    assert stored is not None
+    w = stored["lm_head"]
+    assert isinstance(w, Q8Weight) and torch.equal(w.packed, first.fast.lm_head.packed)
+    maps = Path("/proc/self/maps")
+    if not maps.is_file():
+        pytest.skip("no /proc/self/maps to see the mapping in")
+    spans = []
+    for line in maps.read_text().splitlines():
+        if line.endswith(str(first.int8_path.resolve())):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            spans.append((lo, hi))
+    for t in (w.packed, w.scales):
+        assert any(lo <= t.data_ptr() < hi for lo, hi in spans)

@@ -7,8 +7,8 @@ writes real-size random ones. The ``gguf`` package quantizes Q8_0/Q4_0/Q4_1 but 
 k-quants; ``quantize_blocks`` here writes valid Q4_K/Q5_K/Q6_K blocks with plain min/max
 scales (llama.cpp searches for better ones; a reader only needs the layout to be right).
 
-Tensors are written one at a time after the header (``GGUFWriter``'s streaming calls), so a
-multi-gigabyte file never has all its blocks in memory.
+Tensors are written one at a time after the header (``GGUFWriter``'s streaming calls), a
+block of rows at a time, so a multi-gigabyte file never has all its blocks in memory.
 """
 
 from __future__ import annotations
@@ -159,13 +159,38 @@ def tokenizer_fields(gguf_path: Path) -> list[tuple[str, Any, Any, Any]]:
     return fields
 
 
+RowMaker = Callable[[int, int], np.ndarray]
+"""A tensor's values by rows: ``rows(r0, r1)`` is fp32 [r1 - r0, ..., K] (first dimension)."""
+
+
+class _Chunked:
+    """A tensor ``GGUFWriter.write_tensor_data`` writes by ``tofile``: made, quantized and
+    written ``CHUNK_ROWS`` rows at a time (a real-size output layer never whole in fp32)."""
+
+    CHUNK_ROWS = 4096
+
+    def __init__(self, shape: tuple[int, ...], qtype: str, rows: RowMaker, nbytes: int):
+        self.shape, self.qtype, self.rows, self.nbytes = shape, qtype, rows, nbytes
+
+    def tofile(self, fout: Any) -> None:
+        for r0 in range(0, self.shape[0], self.CHUNK_ROWS):
+            r1 = min(r0 + self.CHUNK_ROWS, self.shape[0])
+            values = np.asarray(self.rows(r0, r1), dtype=np.float32)
+            if self.qtype == "F32":
+                data = values
+            elif self.qtype == "F16":
+                data = values.astype(np.float16)
+            else:
+                data = quantize(values, self.qtype)
+            np.ascontiguousarray(data).tofile(fout)
+
+
 def write_gguf(path: Path, arch: str, metadata: dict[str, Any],
                tokenizer: list[tuple[str, Any, Any, Any]],
-               tensors: Iterable[tuple[str, tuple[int, ...], str, Callable[[], np.ndarray]]]
-               ) -> Path:
+               tensors: Iterable[tuple[str, tuple[int, ...], str, RowMaker]]) -> Path:
     """Write a GGUF file: ``metadata`` (key -> int, float, bool or str), the tokenizer fields
-    and ``tensors`` as (name, shape, block type, a function returning the fp32 values); each
-    tensor is made, quantized and written on its own."""
+    and ``tensors`` as (name, numpy-order shape, block type, ``RowMaker``); each tensor is made,
+    quantized and written a block of rows at a time."""
     from gguf import GGMLQuantizationType, GGUFWriter
     from gguf.quants import quant_shape_to_byte_shape
 
@@ -174,29 +199,23 @@ def write_gguf(path: Path, arch: str, metadata: dict[str, Any],
         writer.add_key_value(key, value, _value_type(value))
     for key, value, main, sub in tokenizer:
         writer.add_key_value(key, value, main, sub_type=sub)
-    plan = list(tensors)
-    for name, shape, qtype, _ in plan:
+    plan = []
+    for name, shape, qtype, rows in tensors:
         kind = GGMLQuantizationType[qtype]
         if qtype in ("F32", "F16"):
-            dtype = np.float32 if qtype == "F32" else np.float16
-            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            writer.add_tensor_info(name, shape, np.dtype(dtype), nbytes)
+            dtype = np.dtype(np.float32 if qtype == "F32" else np.float16)
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            writer.add_tensor_info(name, shape, dtype, nbytes)
         else:
             byte_shape = quant_shape_to_byte_shape(shape, kind)
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8),
-                                   int(np.prod(byte_shape)), raw_dtype=kind)
+            nbytes = int(np.prod(byte_shape))
+            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=kind)
+        plan.append(_Chunked(shape, qtype, rows, nbytes))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for name, shape, qtype, make in plan:
-        values = np.asarray(make(), dtype=np.float32).reshape(shape)
-        if qtype == "F32":
-            data = values
-        elif qtype == "F16":
-            data = values.astype(np.float16)
-        else:
-            data = quantize(values, qtype)
-        writer.write_tensor_data(data)
+    for chunked in plan:
+        writer.write_tensor_data(chunked)  # type: ignore[arg-type]
     writer.close()
     return path
 
@@ -226,7 +245,7 @@ def _llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def model_tensors(model: Any, qtype: str | Callable[[str, tuple[int, ...]], str]
-                  ) -> Iterator[tuple[str, tuple[int, ...], str, Callable[[], np.ndarray]]]:
+                  ) -> Iterator[tuple[str, tuple[int, ...], str, RowMaker]]:
     """A transformers model's tensors under their GGUF names, laid out as llama.cpp's converter
     writes them (llama q/k rows permuted, Gemma norms stored as 1 + weight, MoE experts as
     stacked gate/up/down tensors), each in ``qtype`` (a type, or a function of the GGUF name and
@@ -268,7 +287,7 @@ def model_tensors(model: Any, qtype: str | Callable[[str, tuple[int, ...]], str]
             kind = qtype(name, shape) if callable(qtype) else qtype
             if len(shape) < 2 or shape[-1] % block_size(kind):
                 kind = "F32"
-            yield name, shape, kind, (lambda v=values: v)
+            yield name, shape, kind, (lambda r0, r1, v=values: v[r0:r1])
 
 
 def write_model(model: Any, path: Path, qtype: str | Callable[[str, tuple[int, ...]], str],

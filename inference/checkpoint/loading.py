@@ -3,7 +3,10 @@ template, every end-of-turn id, the pad token and the context limit."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,7 @@ from .device import DeviceChoice, resolve_device
 from . import lazy_model
 from .errors import CheckpointError, reason, report
 from .gguf_tensors import GGUFWeights, lazy_supported, read_layout
+from .memory import fits_sentence
 from .st_tensors import NotPlain, SafetensorsWeights
 from .safety import (check_model_type, check_safetensors, gguf_weights_hash, read_config,
                      weight_files, weights_hash)
@@ -115,6 +119,8 @@ def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str |
         model = _from_source(directory, choice, trust_remote_code, lazy,
                              lambda m: GGUFWeights(gguf, m))
     elif gguf is not None:
+        if choice.device.type == "cpu":
+            _check_fits((i.shape for i in read_layout(gguf).tensors.values()), choice.dtype)
         model = _load_model(gguf.parent, choice, device_map=device_map,
                             trust_remote_code=trust_remote_code, is_pickle=False,
                             gguf_file=gguf.name)
@@ -127,6 +133,8 @@ def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str |
             except NotPlain:  # names or shapes transformers converts on load: its loader
                 model = None
         if model is None:
+            if not is_pickle and choice.device.type == "cpu":
+                _check_fits(_safetensors_shapes(files), choice.dtype)
             model = _load_model(directory, choice, device_map=device_map,
                                 trust_remote_code=trust_remote_code, is_pickle=is_pickle)
     report(progress, stage, 2, 3)
@@ -178,9 +186,31 @@ def _gguf_readable(gguf: Path) -> bool:
 def _from_source(directory: Path, choice: DeviceChoice, trust_remote_code: bool, lazy: bool,
                  source: Any) -> PreTrainedModel:
     """The model built from its config with weights read from ``source(model)``: the large
-    ones left in the file when ``lazy``, else loaded one tensor at a time."""
+    ones left in the file when ``lazy``, else loaded one tensor at a time (when they fit)."""
     model = lazy_model.build(directory, source, choice.dtype, trust_remote_code=trust_remote_code)
-    return model if lazy else lazy_model.materialize(model)
+    if lazy:
+        return model
+    _check_fits((tuple(p.shape) for p in model.parameters() if p.is_meta), choice.dtype)
+    return lazy_model.materialize(model)
+
+
+def _check_fits(shapes: Any, dtype: torch.dtype) -> None:
+    """Refuse weights of these shapes in ``dtype`` that do not fit in memory (one sentence)."""
+    need = sum(math.prod(s) for s in shapes) * torch.empty((), dtype=dtype).element_size()
+    sentence = fits_sentence(need, f"its {str(dtype).replace('torch.', '')} weights")
+    if sentence:
+        raise CheckpointError(sentence)
+
+
+def _safetensors_shapes(files: list[Path]) -> list[tuple[int, ...]]:
+    """The shapes of every tensor in these safetensors files (from their headers)."""
+    shapes = []
+    for f in files:
+        with f.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        shapes += [tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"]
+    return shapes
 
 
 def _load_model(directory: Path, choice: DeviceChoice, *, device_map: str | None,
