@@ -120,6 +120,10 @@ class Q8Weight:
         chunk_rows = max(rows, chunk_rows // rows * rows)
         packed = torch.empty((np_ // rows, g, group // 2, rows, 2), dtype=torch.int8)
         scales = torch.empty((np_ // rows, g, rows), dtype=torch.float16)
+        # the transposes in numpy, a column pair as one int16: torch's copy of these strided
+        # views took 2.5x (values) and 150x (scales) as long, 16 s of a 1B model's 49 s
+        packed16 = packed.view(torch.int16).numpy().reshape(np_ // rows, g, group // 2, rows)
+        scales16 = scales.view(torch.int16).numpy()
         for r0 in range(0, np_, chunk_rows):
             r1 = min(r0 + chunk_rows, np_)
             q, s16 = groups(r0, min(r1, n))
@@ -128,8 +132,10 @@ class Q8Weight:
                 q = torch.cat([q, q.new_zeros((pad, kp))])
                 s16 = torch.cat([s16, s16.new_zeros((pad, g))])
             b0, b1 = r0 // rows, r1 // rows
-            packed[b0:b1] = q.view(b1 - b0, rows, g, group // 2, 2).permute(0, 2, 3, 1, 4)
-            scales[b0:b1] = s16.view(b1 - b0, rows, g).permute(0, 2, 1)
+            q16 = q.contiguous().view(torch.int16).numpy()
+            packed16[b0:b1] = q16.reshape(b1 - b0, rows, g, group // 2).transpose(0, 2, 3, 1)
+            s = s16.contiguous().view(torch.int16).numpy()
+            scales16[b0:b1] = s.reshape(b1 - b0, rows, g).transpose(0, 2, 1)
         return cls(packed, scales, n, k)
 
     @property

@@ -89,29 +89,38 @@ class Concat(Rows):
         self.shape = (int(self.starts[-1]), ks.pop())
 
     def _each(self, rows: np.ndarray, read: Callable[[Rows, np.ndarray], object]
-              ) -> list[tuple[np.ndarray, object]]:
+              ) -> list[tuple[slice | torch.Tensor, object]]:
+        """(where in ``rows``, what ``read`` gave) per part; a slice where the positions are a
+        run (the usual case: rows in order), as an index copy of a block is far slower."""
         part = np.searchsorted(self.starts, rows, side="right") - 1
-        out = []
+        out: list[tuple[slice | torch.Tensor, object]] = []
         for i in np.unique(part):
             where = np.nonzero(part == i)[0]
-            out.append((where, read(self.parts[i], rows[where] - self.starts[i])))
+            got = read(self.parts[i], rows[where] - self.starts[i])
+            run = where[-1] - where[0] + 1 == len(where)
+            out.append((slice(int(where[0]), int(where[-1]) + 1) if run
+                        else torch.from_numpy(where), got))
         return out
 
     def read(self, rows: np.ndarray) -> torch.Tensor:
+        got = self._each(rows, lambda p, r: p.read(r))
+        if len(got) == 1:
+            return got[0][1]  # type: ignore[return-value]
         out = torch.empty((len(rows), self.k), dtype=torch.float32)
-        for where, got in self._each(rows, lambda p, r: p.read(r)):
-            out[torch.from_numpy(where)] = got  # type: ignore[assignment]
+        for where, values in got:
+            out[where] = values  # type: ignore[index]
         return out
 
     def read_q8(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor] | None:
         got = self._each(rows, lambda p, r: p.read_q8(r))
         if any(g is None for _, g in got):
             return None
+        if len(got) == 1:
+            return got[0][1]  # type: ignore[return-value]
         q = torch.empty((len(rows), self.k), dtype=torch.int8)
         s = torch.empty((len(rows), self.k // 32), dtype=torch.float16)
         for where, pair in got:
-            w = torch.from_numpy(where)
-            q[w], s[w] = pair  # type: ignore[misc]
+            q[where], s[where] = pair  # type: ignore[index, misc]
         return q, s
 
 

@@ -23,11 +23,13 @@ reader's business, once, when the GGUF is first opened (``gguf.py``).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -191,6 +193,9 @@ class GGUFRows(Rows):
         if len(rows) == 0:
             return out
         lo, hi = int(rows.min()), int(rows.max()) + 1
+        if hi - lo == len(rows) and rows[0] == lo and (np.diff(rows) == 1).all():
+            self.file.read_into(out, self.info.offset + lo * nbytes)  # a run: read in place
+            return out
         if hi - lo <= 2 * len(rows) + 64:
             span = np.empty((hi - lo, nbytes), dtype=np.uint8)
             self.file.read_into(span, self.info.offset + lo * nbytes)
@@ -224,6 +229,21 @@ class GGUFRows(Rows):
 
     def read_blocks(self, rows: np.ndarray) -> tuple[str, np.ndarray] | None:
         return self.info.type_name, self._raw(rows)
+
+
+@contextlib.contextmanager
+def _name_maps_cached() -> Iterator[None]:
+    """``get_gguf_hf_weights_map`` builds gguf's ``TensorNameMap`` for every submodule it
+    visits (215 for a 16-layer llama: 3.4 s of a cached start's 10 s); it is the same map each
+    time, so it is built once while the function runs."""
+    import gguf
+
+    real = gguf.get_tensor_name_map
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(real)
+    try:
+        yield
+    finally:
+        gguf.get_tensor_name_map = real
 
 
 def lazy_supported(architecture: str) -> bool:
@@ -261,7 +281,8 @@ class GGUFWeights:
         self.heads = (getattr(cfg, "num_attention_heads", None),
                       getattr(cfg, "num_key_value_heads", None))
         self.file = _File(path)
-        to_hf = get_gguf_hf_weights_map(model, self.processor)
+        with _name_maps_cached():
+            to_hf = get_gguf_hf_weights_map(model, self.processor)
         self.gguf_names: dict[str, list[str]] = {}
         for gguf_name, hf_name in to_hf.items():
             # stacked experts are mapped without their ".weight" (transformers' processor
