@@ -61,9 +61,10 @@ class LocalFactory:
 
         hf_logging.disable_progress_bar()  # progress goes through the callback, not stderr
         o = self.opts
+        # lazy: the large weights stay in the file until the runner quantizes (or loads) them
         ckpt = load_checkpoint(o.ckpt, device=o.device, dtype=o.dtype, device_map=o.device_map,
                                trust_remote_code=o.trust_remote_code,
-                               allow_pickle=o.allow_pickle, progress=progress)
+                               allow_pickle=o.allow_pickle, lazy=True, progress=progress)
         precision = "model" if o.dtype else "auto"
         return LocalBackend.from_checkpoint(ckpt, quantize=o.quantize, progress=progress,
                                             precision=precision, runner=o.runner,

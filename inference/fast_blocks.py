@@ -161,7 +161,7 @@ def unsupported_reason(model: Any) -> str | None:
         mt = cfg.model_type
     if _act_name(cfg) is None:
         return f"activation {getattr(cfg, 'hidden_activation', None) or cfg.hidden_act!r}"
-    if len({p.device for p in model.parameters()}) != 1:
+    if len({p.device for p in model.parameters() if not p.is_meta}) > 1:  # meta: in the file
         return "model is sharded over several devices"
     inner = decoder(model)[1]
     layers = getattr(inner, "layers", None)

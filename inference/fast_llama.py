@@ -31,6 +31,7 @@ from .fast_blocks import (SUPPORTED_MODEL_TYPES, MoE, RotaryTables, causal_mask,
 from .kernel_abi import Layer
 from .kv_cache import StaticKVCache
 from .q8kernel import F32_MAX_ROWS, load_kernel
+from . import weight_rows as rows
 from .quant import (Int4Weight, Int8Weight, Q4Weight, Q8Weight, int4_linear, int8_linear,
                     q4_linear, q8_available, q8_linear)
 
@@ -111,22 +112,46 @@ class _Layer:
                 and self.window is None and self.moe is None)
 
 
-def _qkv_parts(att: Any, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+def _qkv_parts(att: Any, sizes: list[int], full: Callable[[torch.Tensor], rows.Weight]
+               ) -> list[tuple[rows.Weight, torch.Tensor | None]]:
     """(weight, bias) of q, k and v: separate projections, or Phi-3's fused ``qkv_proj``."""
     if hasattr(att, "qkv_proj"):
-        w = att.qkv_proj.weight.detach()
+        w = full(att.qkv_proj.weight)
         b = att.qkv_proj.bias
         bs = b.detach().split(sizes) if b is not None else (None,) * 3
-        return list(zip(w.split(sizes), bs))
+        return list(zip(rows.split(w, sizes), bs))
     mods = (att.q_proj, att.k_proj, att.v_proj)
-    return [(m.weight.detach(), None if m.bias is None else m.bias.detach()) for m in mods]
+    return [(full(m.weight), None if m.bias is None else m.bias.detach()) for m in mods]
 
 
-def _gate_up(mlp: Any) -> torch.Tensor:
+def _gate_up(mlp: Any, full: Callable[[torch.Tensor], rows.Weight]) -> rows.Weight:
     """[gate rows | up rows] (Phi-3's ``gate_up_proj`` already is)."""
     if hasattr(mlp, "gate_up_proj"):
-        return mlp.gate_up_proj.weight.detach()
-    return torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
+        return full(mlp.gate_up_proj.weight)
+    return rows.cat([full(mlp.gate_proj.weight), full(mlp.up_proj.weight)])
+
+
+def _full_weights(model: Any) -> Callable[[torch.Tensor], rows.Weight]:
+    """A parameter as a tensor, or, while it is still in the checkpoint file (a meta tensor of
+    a ``lazy_model``), as the rows to read it from."""
+    source = getattr(model, "chatui_weights", None)
+    names = {id(p): n for n, p in model.named_parameters()} if source is not None else {}
+
+    def full(t: torch.Tensor) -> rows.Weight:
+        if t.is_meta:
+            assert source is not None, "a meta parameter with no checkpoint to read it from"
+            return source.rows(names[id(t)])
+        return t.detach()
+
+    return full
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of the model's loaded parameters (a lazy model's others are meta)."""
+    for p in model.parameters():
+        if not p.is_meta:
+            return p.device
+    return torch.device("cpu")
 
 
 class FastLlama:
@@ -151,7 +176,8 @@ class FastLlama:
                  int8_weights: dict[str, Any] | None = None,
                  residual_dtype: torch.dtype | None = None) -> None:
         cfg, stack = decoder(model)
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
+        full = _full_weights(model)
         self.dtype = dtype
         self.rdtype = rdtype = residual_dtype or dtype
         self.quantize = quantize
@@ -176,37 +202,38 @@ class FastLlama:
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
         stored = int8_weights or {}
 
-        def weight(name: str, make: Callable[[], torch.Tensor], shape: tuple[int, int]) -> Weight:
-            """The weight ``name`` as run; ``make`` builds it in full precision, and is not
-            called when the disk cache has it (so a cached start never reads the checkpoint's
-            full-precision pages of that weight)."""
+        def weight(name: str, make: Callable[[], rows.Weight], shape: tuple[int, int]) -> Weight:
+            """The weight ``name`` as run; ``make`` gives it in full precision (a tensor, or the
+            rows of a weight still in the checkpoint file, quantized a block of rows at a
+            time), and is not called when the disk cache has it (so a cached start never reads
+            the checkpoint's full-precision pages of that weight)."""
             # int4 for the decoder; the output layer (often the tied embedding, kept above
             # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement.
             # So does an untied embedding (looked up by rows, which int4 has no kernel for)
             if quantize == "int4" and name not in ("lm_head", "embed") and self.q8:
                 q4c = stored.get(name)
                 if not isinstance(q4c, Q4Weight) or q4c.shape != shape:
-                    q4c = Q4Weight.quantize(make())
+                    q4c = rows.to_q4(make())
                 self.quantized[name] = q4c
                 return q4c
             if (quantize == "int4" and name not in ("lm_head", "embed")
                     and Int4Weight.supports_shape(shape, self.device)):
                 q4 = stored.get(name)
                 if not isinstance(q4, Int4Weight) or tuple(q4.q.shape) != shape:
-                    q4 = Int4Weight.quantize(make())
+                    q4 = rows.to_int4(make())
                 self.quantized[name] = q4
                 return q4
             if quantize not in ("int8", "int4"):
-                return make().detach().to(dtype).contiguous()
+                return rows.dense(make(), dtype, self.device).contiguous()
             if self.q8:
                 q8 = stored.get(name)
                 if not isinstance(q8, Q8Weight) or q8.shape != shape:
-                    q8 = Q8Weight.quantize(make())
+                    q8 = rows.to_q8(make())
                 self.quantized[name] = q8
                 return q8
             q = stored.get(name)
             if not isinstance(q, Int8Weight) or tuple(q.q.shape) != shape:
-                q = Int8Weight.quantize(make(), dtype)
+                q = rows.to_int8(make(), dtype, self.device)
             q = Int8Weight(q.q.to(self.device), q.scales.to(self.device, dtype))
             self.quantized[name] = q
             return q
@@ -228,13 +255,13 @@ class FastLlama:
         self.layers: list[_Layer] = []
         for i, layer in enumerate(stack.layers):
             att, mlp = layer.self_attn, layer.mlp
-            (wq, bq), (wk, bk), (wv, bv) = _qkv_parts(att, sizes)
+            (wq, bq), (wk, bk), (wv, bv) = _qkv_parts(att, sizes, full)
             bqkv = bias(None if bq is None else bq[q_rows], None if bk is None else bk[k_rows],
                         bv, sizes=sizes)
 
-            def qkv(wq: torch.Tensor = wq, wk: torch.Tensor = wk,
-                    wv: torch.Tensor = wv) -> torch.Tensor:
-                return torch.cat([wq[q_rows], wk[k_rows], wv])
+            def qkv(wq: rows.Weight = wq, wk: rows.Weight = wk,
+                    wv: rows.Weight = wv) -> rows.Weight:
+                return rows.cat([rows.take(wq, q_rows), rows.take(wk, k_rows), wv])
 
             q_norm = k_norm = None
             if hasattr(att, "q_norm"):
@@ -249,7 +276,7 @@ class FastLlama:
                 ln1=norm_weight(layer.input_layernorm, offset, rdtype),
                 wqkv=weight(f"layers.{i}.qkv", qkv, ((H + 2 * KV) * D, self.hidden)),
                 bqkv=bqkv,
-                wo=weight(f"layers.{i}.o", lambda att=att: att.o_proj.weight,
+                wo=weight(f"layers.{i}.o", lambda att=att: full(att.o_proj.weight),
                           (self.hidden, H * D)),
                 bo=None if att.o_proj.bias is None else att.o_proj.bias.detach().to(dtype),
                 ln2=norm_weight(mlp_norm, offset, rdtype),
@@ -261,29 +288,29 @@ class FastLlama:
                 if gemma else None,
                 window=arch.windows[i], rope=arch.rope_kinds[i])
             if hasattr(mlp, "experts"):
-                L.moe = self._experts(i, mlp, weight)
+                L.moe = self._experts(i, mlp, weight, full)
             else:
                 inter = mlp.down_proj.weight.shape[1]
                 up_bias = getattr(getattr(mlp, "up_proj", None), "bias", None)
                 gate_bias = getattr(getattr(mlp, "gate_proj", None), "bias", None)
-                L.wgu = weight(f"layers.{i}.gate_up", lambda mlp=mlp: _gate_up(mlp),
+                L.wgu = weight(f"layers.{i}.gate_up", lambda mlp=mlp: _gate_up(mlp, full),
                                (2 * inter, self.hidden))
                 L.bgu = bias(gate_bias, up_bias, sizes=[inter, inter])
-                L.wd = weight(f"layers.{i}.down", lambda mlp=mlp: mlp.down_proj.weight,
+                L.wd = weight(f"layers.{i}.down", lambda mlp=mlp: full(mlp.down_proj.weight),
                               (self.hidden, inter))
                 L.bd = None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach().to(dtype)
             self.layers.append(L)
         self.norm = norm_weight(stack.norm, offset, rdtype)
         emb = stack.embed_tokens.weight
-        tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
-        self.lm_head = weight("lm_head", lambda: model.lm_head.weight,
-                              tuple(model.lm_head.weight.shape))
+        head = model.lm_head.weight
+        tied = head is emb or (not emb.is_meta and head.data_ptr() == emb.data_ptr())
+        self.lm_head = weight("lm_head", lambda: full(head), tuple(head.shape))
         lm_bias = model.lm_head.bias
         self.lm_bias = None if lm_bias is None else lm_bias.detach().to(dtype)
         if tied:
             self.embed: Weight = self.lm_head
         else:
-            self.embed = weight("embed", lambda: emb, tuple(emb.shape))
+            self.embed = weight("embed", lambda: full(emb), tuple(emb.shape))
         self.tied = tied
         self.c_attention = (self.device.type == "cpu" and dtype == torch.float32
                             and q8_available(self.device) and arch.attn_softcap is None
@@ -291,16 +318,17 @@ class FastLlama:
         """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
         CPU where the kernels build, for attention without soft-capping or its own scale."""
 
-    def _experts(self, i: int, mlp: Any, weight: Callable[..., Weight]) -> MoE:
+    def _experts(self, i: int, mlp: Any, weight: Callable[..., Weight],
+                 full: Callable[[torch.Tensor], rows.Weight]) -> MoE:
         """A sparse MLP's router and experts (each expert's weights quantized on their own)."""
         gate_up, down = mlp.experts.gate_up_proj, mlp.experts.down_proj  # [E, 2I, h], [E, h, I]
         moe = MoE(router=mlp.gate.weight.detach(), top_k=int(mlp.gate.top_k),
                   normalize=bool(getattr(mlp.gate, "norm_topk_prob", True)))
         for e in range(gate_up.shape[0]):
             moe.experts.append((
-                weight(f"layers.{i}.experts.{e}.gate_up", lambda e=e: gate_up[e],
-                       tuple(gate_up.shape[1:])),
-                weight(f"layers.{i}.experts.{e}.down", lambda e=e: down[e],
+                weight(f"layers.{i}.experts.{e}.gate_up",
+                       lambda e=e: rows.expert(full(gate_up), e), tuple(gate_up.shape[1:])),
+                weight(f"layers.{i}.experts.{e}.down", lambda e=e: rows.expert(full(down), e),
                        tuple(down.shape[1:]))))
         return moe
 
@@ -634,7 +662,7 @@ class FastRunner:
                  residual_dtype: torch.dtype | None = None, compile: str = "off",
                  compile_dir: Any = None) -> None:
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         model_dtype = next(model.parameters()).dtype
         if dtype is None:  # torch's int8 and int4 kernels want bf16 activations, chatui's fp32
             bf16 = quantize in ("int8", "int4") and not q8_available(self.device)

@@ -17,7 +17,7 @@ import torch
 
 from . import q8kernel
 from .decode_graph import use_compile
-from .fast_llama import FastRunner, unsupported_reason
+from .fast_llama import FastRunner, model_device, unsupported_reason
 from .paths import cache_root, inductor_dir
 from .quant import int8_cache_path, load_int8, q8_available, save_int8
 from .types import Progress
@@ -43,7 +43,7 @@ class HFRunner:
 
     def __init__(self, model: Any, *, quantize: str = "none") -> None:
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         self.quantize = quantize
         self.int8_path: Any = None
         """Where the int8 weights are cached on disk (None when not quantized)."""
@@ -128,11 +128,14 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
             raise RunnerError(f"--quantize int4 needs the fast runner, which cannot run this "
                               f"model ({reason or 'transformers runner forced'}); use --quantize "
                               "int8 or none.")
+        _materialize(ckpt, progress)  # transformers' modules need their weights
         if quantize == "int8":
             return _quantized_hf_runner(ckpt, progress)
         return HFRunner(model)
     if reason is not None:
         raise RunnerError(f"The fast runner cannot run this model: {reason}.")
+    if quantize == "none":
+        _materialize(ckpt, progress)  # the full-precision weights are what runs
 
     model_dtype = next(model.parameters()).dtype
     residual = None
@@ -161,6 +164,7 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     path = None
     stage = f"quantizing weights to {quantize}"
     if quantize != "none":
+        _check_memory(model, quantize, q8)
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
                                cache_root(), quantize + ({"int8": "-q8", "int4": "-q4"}.get(
                                    quantize, "") if q8 else ""))
@@ -192,6 +196,43 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         if progress:
             progress(Progress(stage, 1, 1))
     return fast
+
+
+def _check_memory(model: Any, quantize: str, q8: bool) -> None:
+    """Refuse, in one sentence, weights that will not fit in memory: those still in the file
+    at the size they will be held at, and the quantized copies of those already loaded.
+
+    Raises:
+        RunnerError: they do not fit.
+    """
+    from .checkpoint.lazy_model import LAZY
+    from .checkpoint.memory import fits_sentence, weight_bytes
+
+    params = [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters()
+              if p.is_meta or (quantize != "none" and LAZY.search(n) and p.dim() >= 2)]
+    what = f"its {quantize} weights" if quantize != "none" else "its full-precision weights"
+    sentence = fits_sentence(weight_bytes(params, quantize, q8), what)
+    if sentence:
+        raise RunnerError(sentence)
+
+
+def _materialize(ckpt: Any, progress: Callable[[Any], None] | None) -> None:
+    """Load the weights a lazily loaded checkpoint left in its file (``lazy_model``).
+
+    Raises:
+        RunnerError: they do not fit in memory (nothing is loaded then).
+    """
+    from .checkpoint import lazy_model
+
+    if not lazy_model.is_lazy(ckpt.model):
+        return
+    _check_memory(ckpt.model, "none", False)
+    stage = "loading the full-precision weights"
+    if progress:
+        progress(Progress(stage, 0, 1))
+    lazy_model.materialize(ckpt.model)
+    if progress:
+        progress(Progress(stage, 1, 1))
 
 
 def _quantized_hf_runner(ckpt: Any, progress: Callable[[Any], None] | None) -> HFRunner:

@@ -443,7 +443,7 @@ def check_active_experts(ckpt: Any) -> None:
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # a cache of its own: int8 weights are cached by file names and sizes, alike across cases
+    # a cache of its own per case (the int8 weights are keyed by the files' contents)
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(models_dir / case.name / "cache"))
     ckpt = checkpoint(case, tokenizer, models_dir)
     assert unsupported_reason(ckpt.model) is None

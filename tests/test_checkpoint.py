@@ -1,7 +1,8 @@
 """Tests for inference.checkpoint: spec resolution, loading, EOS ids, templates, every error.
 
 Tiny random Llama checkpoints are built in tmp_path with a small WordLevel tokenizer; only the
-default-model tests touch the real SmolLM2 GGUF (converted once into chatui's cache).
+default-model tests touch the real SmolLM2 GGUF (its metadata converted once into chatui's
+cache); the GGUF tests write a tiny one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import torch
 
 from inference import checkpoint as ck
 from inference.checkpoint import gguf as ck_gguf
-from inference.checkpoint.errors import report
 from inference.checkpoint import (
     CheckpointError,
     DeviceChoice,
@@ -110,10 +110,10 @@ def test_load_directory(tiny):
     assert not any(p.requires_grad for p in loaded.model.parameters())
     assert next(loaded.model.parameters()).dtype == torch.float32
     assert loaded.context_limit == 256
-    # sha256 over the sorted (weight file name, size) list, no shard index here: recomputed
+    # sha256 over the sorted (weight file name, content sha256) list, no shard index here
     expected = hashlib.sha256()
     for f in sorted(tiny.glob("*.safetensors")):
-        expected.update(f"{f.name}\0{f.stat().st_size}\n".encode())
+        expected.update(f"{f.name}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
     assert loaded.weights_hash == expected.hexdigest()[:16]
     assert loaded.chat_template_warning == ""
     # config eos (0) first, then the template's end-of-turn token <|im_end|> (2)
@@ -153,11 +153,47 @@ def test_weights_hash_follows_the_weight_files(tmp_path):
     assert ck.weights_hash(d, files) == first
     (d / "tokenizer.json").write_text("{}")  # not a weight file
     assert ck.weights_hash(d, files) == first
+    (d / "model.safetensors").write_bytes(b"y" * 10)  # same name and size, other contents
+    other = ck.weights_hash(d, files)
+    assert other != first
     (d / "model.safetensors").write_bytes(b"x" * 11)
     grown = ck.weights_hash(d, files)
-    assert grown != first
+    assert grown not in (first, other)
     (d / "model.safetensors.index.json").write_text('{"weight_map": {}}')
     assert ck.weights_hash(d, files) != grown
+
+
+def test_file_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    """A file is hashed once per version: the digest is reused while its inode, size and mtime
+    are unchanged; a rewrite (a new mtime) is hashed again, and so is a file modified within
+    RACY_S of being hashed (its mtime may not move on a rewrite that fast)."""
+    from inference.checkpoint import digest
+
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(b"a" * 100)
+    hashed: list[Path] = []
+    real = digest.hash_file
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(digest, "hash_file", counting)
+    fresh = digest.file_digest(f)
+    assert fresh == hashlib.sha256(b"a" * 100).hexdigest()
+    digest.file_digest(f)
+    assert len(hashed) == 2  # too fresh to trust its mtime: hashed each time
+    old = f.stat().st_mtime - 60
+    os.utime(f, (old, old))
+    hashed.clear()
+    for _ in range(3):
+        assert digest.file_digest(f) == fresh
+    assert len(hashed) == 1  # remembered
+    f.write_bytes(b"b" * 100)
+    os.utime(f, (old + 1, old + 1))
+    assert digest.file_digest(f) == hashlib.sha256(b"b" * 100).hexdigest()
+    assert len(hashed) == 2
 
 
 def test_generation_config_eos_ids(tmp_path):
@@ -471,51 +507,68 @@ def test_hf_cache_missing_revision(tiny, tmp_path, monkeypatch):
         load_checkpoint("org/tiny@v9")
 
 
-# ---- GGUF conversion cache (fake converter: fast) ----
+# ---- GGUF: metadata converted once, tensors read from the file ----
 
 
-def _fake_converter(tiny: Path, calls: list[Path], fail: bool = False):
+@pytest.fixture(scope="module")
+def tiny_gguf_model(tmp_path_factory) -> Path:
+    """A tiny random Llama as a Q8_0 GGUF file with the default model's tokenizer."""
+    from transformers import LlamaForCausalLM
+
+    from inference.checkpoint.gguf_write import write_model
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(_config(49152))
+    out = tmp_path_factory.mktemp("gguf") / "source.gguf"
+    return write_model(model, out, "Q8_0", ck.default_gguf_path())
+
+
+_CONVERT = ck_gguf._convert_gguf_into
+
+
+def _counting_converter(calls: list[Path], fail: bool = False):
     def convert(gguf, out, progress):
         calls.append(gguf)
-        report(progress, "Converting GGUF", 0, 1)
-        for f in tiny.iterdir():
-            (out / f.name).write_bytes(f.read_bytes())
+        _CONVERT(gguf, out, progress)
         if fail:
-            raise KeyboardInterrupt  # killed half-way
-        report(progress, "Converting GGUF", 1, 1)
+            raise KeyboardInterrupt  # killed after writing part of the entry
     return convert
 
 
-def test_gguf_converted_once(tiny, tmp_path, monkeypatch):
+def test_gguf_converted_once(tiny_gguf_model, tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[Path] = []
-    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls))
-    gguf = tmp_path / "Tiny.Q4_0.gguf"
-    gguf.write_bytes(b"GGUF fake")
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _counting_converter(calls))
+    gguf = tmp_path / "Tiny.Q8_0.gguf"
+    gguf.write_bytes(tiny_gguf_model.read_bytes())
     events: list[Progress] = []
     first = load_checkpoint(str(gguf), progress=events.append)
-    assert first.name == "Tiny.Q4_0" and first.path == str(gguf.resolve())
+    assert first.name == "Tiny.Q8_0" and first.path == str(gguf.resolve())
     assert Path(first.load_dir).parent == tmp_path / "cache" / "models"
-    assert Path(first.load_dir).name.startswith("Tiny.Q4_0-")
-    assert any(e.stage == "Converting GGUF" for e in events)
+    assert Path(first.load_dir).name.startswith("Tiny.Q8_0-")
+    assert any(e.stage.startswith("Reading the GGUF") for e in events)
+    # only the metadata is converted: the weights stay in the GGUF file
+    assert not list(Path(first.load_dir).glob("*.safetensors"))
     second = load_checkpoint(str(gguf))
     assert calls == [gguf.resolve()]  # no reconversion
     assert second.load_dir == first.load_dir
     assert [p.name for p in (tmp_path / "cache" / "models").iterdir()] == [Path(first.load_dir).name]
+    for (name, p), q in zip(first.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(p, q), name
     # a directory holding a single GGUF resolves to it
     assert load_checkpoint(str(tmp_path)).load_dir == first.load_dir
 
 
-def test_gguf_interrupted_conversion_leaves_no_cache(tiny, tmp_path, monkeypatch):
+def test_gguf_interrupted_conversion_leaves_no_cache(tiny_gguf_model, tmp_path, monkeypatch):
     monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
     calls: list[Path] = []
-    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls, fail=True))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _counting_converter(calls, fail=True))
     gguf = tmp_path / "Tiny.gguf"
-    gguf.write_bytes(b"GGUF fake")
+    gguf.write_bytes(tiny_gguf_model.read_bytes())
     with pytest.raises(KeyboardInterrupt):
         load_checkpoint(str(gguf))
     assert list((tmp_path / "cache" / "models").iterdir()) == []
-    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _fake_converter(tiny, calls))
+    monkeypatch.setattr(ck_gguf, "_convert_gguf_into", _counting_converter(calls))
     load_checkpoint(str(gguf))
     assert len(calls) == 2
 
@@ -571,10 +624,10 @@ def test_default_gguf_cache_reused(default_dir, tmp_path, monkeypatch):
         raise AssertionError("converted again")
 
     monkeypatch.setattr(ck_gguf, "_convert_gguf_into", boom)
-    mtime = (default_dir / "model.safetensors").stat().st_mtime_ns
+    mtime = (default_dir / "config.json").stat().st_mtime_ns
     assert ck.default_model_path() == default_dir
     # the same GGUF named by path (through a symlink) hits the same cache entry
     link = tmp_path / ck.DEFAULT_GGUF
     link.symlink_to(ck.default_gguf_path())
     assert load_checkpoint(str(link)).load_dir == str(default_dir)
-    assert (default_dir / "model.safetensors").stat().st_mtime_ns == mtime
+    assert (default_dir / "config.json").stat().st_mtime_ns == mtime

@@ -410,3 +410,48 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     bf16 = quality.measure(default_ckpt.model, default_ckpt.tokenizer, fallback)
     assert bf16.top1_agreement >= 0.97  # measured 97.9 %
     assert bf16.perplexity_increase <= 0.02
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "gguf"])
+def test_same_shape_checkpoints_get_their_own_cached_weights(fmt, tmp_path, monkeypatch,
+                                                             default_model_dir):
+    """A base model and its fine-tune have the same file names, shapes and sizes: each must get
+    its own int8 weights from the disk cache (they were keyed by names and sizes, and the second
+    silently ran the first's weights)."""
+    from transformers import AutoTokenizer
+
+    from inference.checkpoint import default_gguf_path, load_checkpoint
+    from inference.checkpoint.gguf_write import write_model
+    from inference.runner import build_runner
+
+    from test_weight_layouts import tiny_model
+
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path / "cache"))
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    heads = []
+    for name, shift in (("base", 0.0), ("finetune", 0.5)):
+        model = tiny_model("llama", False, len(tok))
+        with torch.no_grad():
+            model.lm_head.weight.add_(shift)
+        out = tmp_path / name
+        out.mkdir()
+        if fmt == "gguf":
+            spec = write_model(model, out / "model.gguf", "Q8_0", default_gguf_path())
+        else:
+            model.save_pretrained(out)
+            tok.save_pretrained(out)
+            spec = out
+        ckpt = load_checkpoint(str(spec), device="cpu", dtype="float32")
+        runner = build_runner(ckpt, quantize="int8", precision="auto")
+        assert runner.int8_path.is_file()
+        heads.append((ckpt, runner))
+    (a, ra), (b, rb) = heads
+    assert a.weights_hash != b.weights_hash and ra.int8_path != rb.int8_path
+    for ckpt, runner in heads:
+        got = runner.fast.lm_head.dequantize(torch.float32)
+        want = ckpt.model.lm_head.weight.float()
+        step = want.abs().amax() / 127
+        assert (got - want).abs().max() <= step  # its own weights, not the other's
+    again = build_runner(b, quantize="int8", precision="auto")  # from the cache
+    assert torch.equal(again.fast.lm_head.dequantize(torch.float32),
+                       rb.fast.lm_head.dequantize(torch.float32))

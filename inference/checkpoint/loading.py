@@ -3,7 +3,10 @@ template, every end-of-turn id, the pad token and the context limit."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,8 +16,13 @@ import torch
 from ..backend import ProgressCallback
 from ..chat import GENERIC_CHAT_TEMPLATE  # ChatML, installed on tokenizers without a template
 from .device import DeviceChoice, resolve_device
+from . import lazy_model
 from .errors import CheckpointError, reason, report
-from .safety import check_model_type, check_safetensors, read_config, weight_files, weights_hash
+from .gguf_tensors import GGUFWeights, lazy_supported, read_layout
+from .memory import fits_sentence
+from .st_tensors import NotPlain, SafetensorsWeights
+from .safety import (check_model_type, check_safetensors, gguf_weights_hash, read_config,
+                     weight_files, weights_hash)
 from .spec import resolve_spec
 
 if TYPE_CHECKING:
@@ -49,7 +57,8 @@ class LoadedCheckpoint:
     path: str
     """Resolved path of what the user named (the GGUF file, the directory, the snapshot)."""
     weights_hash: str
-    """sha256 (16 hex chars) over the weight files' names and sizes and the shard index."""
+    """sha256 (16 hex chars) over the weight files' names and contents and the shard index
+    (``safety.weights_hash``); it keys the int8/int4 weights cached on disk."""
     chat_template_warning: str
     """"" or a sentence saying a generic chat template was installed."""
     device: torch.device
@@ -62,7 +71,7 @@ class LoadedCheckpoint:
 
 def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str | None = None,
                     device_map: str | None = None, trust_remote_code: bool = False,
-                    allow_pickle: bool = False,
+                    allow_pickle: bool = False, lazy: bool = False,
                     progress: ProgressCallback | None = None) -> LoadedCheckpoint:
     """Load a checkpoint for chat.
 
@@ -75,6 +84,10 @@ def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str |
             accelerate); the model then stays where it was placed.
         trust_remote_code: allow checkpoints that ship their own Python code.
         allow_pickle: allow ``pytorch_model.bin`` weights (pickle can run code).
+        lazy: on the CPU, leave the large weights of a GGUF file or safetensors checkpoint in
+            the file (``lazy_model``): the fast runner quantizes them from there a block of rows
+            at a time, anything else loads them first (``lazy_model.materialize``). Otherwise
+            the model is loaded whole in ``dtype``.
         progress: called with :class:`Progress` as loading goes on.
 
     Raises:
@@ -88,19 +101,42 @@ def load_checkpoint(spec: str | None, *, device: str | None = None, dtype: str |
     report(progress, stage, 0, 3)
 
     config = read_config(directory)
-    files, is_pickle = weight_files(directory, allow_pickle)
-    if not is_pickle:
+    gguf = resolved.gguf
+    files, is_pickle = ([gguf], False) if gguf is not None else weight_files(directory,
+                                                                             allow_pickle)
+    if gguf is None and not is_pickle:
         for f in files:
             check_safetensors(f)
     check_model_type(config, directory, trust_remote_code)
-    whash = resolved.weights_hash or weights_hash(directory, files)
+    whash = gguf_weights_hash(gguf) if gguf is not None else weights_hash(directory, files)
 
     tokenizer = _load_tokenizer(directory, trust_remote_code)
     report(progress, stage, 1, 3)
     _check_vocab(tokenizer, config.get("vocab_size"), directory)
 
-    model = _load_model(directory, choice, device_map=device_map,
-                        trust_remote_code=trust_remote_code, is_pickle=is_pickle)
+    from_file = device_map is None and choice.device.type == "cpu" and not is_pickle
+    if gguf is not None and from_file and _gguf_readable(gguf):
+        model = _from_source(directory, choice, trust_remote_code, lazy,
+                             lambda m: GGUFWeights(gguf, m))
+    elif gguf is not None:
+        if choice.device.type == "cpu":
+            _check_fits((i.shape for i in read_layout(gguf).tensors.values()), choice.dtype)
+        model = _load_model(gguf.parent, choice, device_map=device_map,
+                            trust_remote_code=trust_remote_code, is_pickle=False,
+                            gguf_file=gguf.name)
+    else:
+        model = None
+        if lazy and from_file:
+            try:
+                model = _from_source(directory, choice, trust_remote_code, lazy,
+                                     lambda m: SafetensorsWeights(files, m))
+            except NotPlain:  # names or shapes transformers converts on load: its loader
+                model = None
+        if model is None:
+            if not is_pickle and choice.device.type == "cpu":
+                _check_fits(_safetensors_shapes(files), choice.dtype)
+            model = _load_model(directory, choice, device_map=device_map,
+                                trust_remote_code=trust_remote_code, is_pickle=is_pickle)
     report(progress, stage, 2, 3)
     embeddings = model.get_input_embeddings()
     rows = getattr(getattr(embeddings, "weight", None), "shape", (None,))[0]
@@ -142,13 +178,51 @@ def _load_tokenizer(directory: Path, trust_remote_code: bool) -> PreTrainedToken
             f"Cannot load the tokenizer in {directory} ({reason(exc)}).") from exc
 
 
+def _gguf_readable(gguf: Path) -> bool:
+    """Whether chatui reads this GGUF's tensors itself (else transformers dequantizes it)."""
+    return lazy_supported(read_layout(gguf).architecture)
+
+
+def _from_source(directory: Path, choice: DeviceChoice, trust_remote_code: bool, lazy: bool,
+                 source: Any) -> PreTrainedModel:
+    """The model built from its config with weights read from ``source(model)``: the large
+    ones left in the file when ``lazy``, else loaded one tensor at a time (when they fit)."""
+    model = lazy_model.build(directory, source, choice.dtype, trust_remote_code=trust_remote_code)
+    if lazy:
+        return model
+    _check_fits((tuple(p.shape) for p in model.parameters() if p.is_meta), choice.dtype)
+    return lazy_model.materialize(model)
+
+
+def _check_fits(shapes: Any, dtype: torch.dtype) -> None:
+    """Refuse weights of these shapes in ``dtype`` that do not fit in memory (one sentence)."""
+    need = sum(math.prod(s) for s in shapes) * torch.empty((), dtype=dtype).element_size()
+    sentence = fits_sentence(need, f"its {str(dtype).replace('torch.', '')} weights")
+    if sentence:
+        raise CheckpointError(sentence)
+
+
+def _safetensors_shapes(files: list[Path]) -> list[tuple[int, ...]]:
+    """The shapes of every tensor in these safetensors files (from their headers)."""
+    shapes = []
+    for f in files:
+        with f.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        shapes += [tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"]
+    return shapes
+
+
 def _load_model(directory: Path, choice: DeviceChoice, *, device_map: str | None,
-                trust_remote_code: bool, is_pickle: bool) -> PreTrainedModel:
+                trust_remote_code: bool, is_pickle: bool,
+                gguf_file: str | None = None) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
     kwargs: dict[str, Any] = dict(dtype=choice.dtype, local_files_only=True,
                                   trust_remote_code=trust_remote_code,
                                   use_safetensors=not is_pickle)
+    if gguf_file is not None:
+        kwargs = dict(dtype=choice.dtype, gguf_file=gguf_file)
     if device_map is not None:
         kwargs["device_map"] = device_map
     elif choice.device.type != "cpu":

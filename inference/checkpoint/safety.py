@@ -1,6 +1,7 @@
 """Checks of a checkpoint directory before transformers sees it: config, weight files (pickles
 refused unless allowed), safetensors headers against file sizes, a model type transformers can
-generate with; and the weights hash that keys caches derived from the weights."""
+generate with; and the weights hash that keys caches derived from the weights (from the files'
+contents: ``digest``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any, Iterable
 
+from .digest import file_digest
 from .errors import CheckpointError, reason
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -97,22 +99,29 @@ def check_safetensors(path: Path) -> None:
             from exc
 
 
-def hash_entries(entries: Iterable[tuple[str, int]], extra: bytes = b"") -> str:
+def hash_entries(entries: Iterable[tuple[str, str]], extra: bytes = b"") -> str:
+    """sha256 (16 hex chars) of sorted (file name, content digest) pairs and ``extra``."""
     h = hashlib.sha256()
-    for name, size in sorted(entries):
-        h.update(f"{name}\0{size}\n".encode())
+    for name, digest in sorted(entries):
+        h.update(f"{name}\0{digest}\n".encode())
     h.update(extra)
     return h.hexdigest()[:16]
 
 
 def weights_hash(directory: Path, files: Iterable[Path]) -> str:
-    """sha256 (16 hex chars) of the sorted (file name, size) list plus the shard index."""
+    """sha256 (16 hex chars) of the weight files' names and contents plus the shard index: two
+    checkpoints of the same shape (a base model and its fine-tune) never share it."""
     extra = b""
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = directory / index_name
         if index.is_file():
             extra += index.read_bytes()
-    return hash_entries(((f.name, f.stat().st_size) for f in files), extra)
+    return hash_entries(((f.name, file_digest(f)) for f in files), extra)
+
+
+def gguf_weights_hash(gguf: Path) -> str:
+    """The weights hash of a GGUF file (its name and contents)."""
+    return hash_entries([(gguf.name, file_digest(gguf))], b"gguf")
 
 
 def check_model_type(config: dict[str, Any], directory: Path, trust_remote_code: bool) -> None:

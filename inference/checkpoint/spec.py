@@ -13,7 +13,7 @@ from ..backend import ProgressCallback
 from ..paths import hf_hub_cache
 from .errors import CheckpointError
 from .gguf import default_gguf_path, gguf_cache_dir
-from .safety import PICKLE_SUFFIXES, hash_entries
+from .safety import PICKLE_SUFFIXES
 
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)?$")
 
@@ -21,12 +21,13 @@ _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*(?:@[\w./-]+)
 @dataclass(frozen=True)
 class Resolved:
     """Where to load from (``load_dir``), what the user named (``path``) and its short name;
-    ``weights_hash`` is set where the named file (a GGUF) keys the weights."""
+    ``gguf`` is the GGUF file whose tensors are the weights (``load_dir`` then holds its config
+    and tokenizer)."""
 
     load_dir: Path
     path: Path
     name: str
-    weights_hash: str = ""
+    gguf: Path | None = None
 
 
 def resolve_spec(spec: str | None, progress: ProgressCallback | None, *,
@@ -41,7 +42,7 @@ def resolve_spec(spec: str | None, progress: ProgressCallback | None, *,
     if spec is None or not spec.strip():
         gguf = default_gguf_path()
         load_dir = gguf_cache_dir(gguf, progress) if convert else gguf
-        return Resolved(load_dir, gguf, gguf.stem, hash_entries([(gguf.name, gguf.stat().st_size)]))
+        return Resolved(load_dir, gguf, gguf.stem, gguf)
     text = spec.strip()
     path = Path(os.path.expandvars(text)).expanduser()
     if path.exists():
@@ -74,7 +75,7 @@ def _looks_like_path(text: str) -> bool:
 
 def _from_gguf(path: Path, progress: ProgressCallback | None, convert: bool) -> Resolved:
     load_dir = gguf_cache_dir(path, progress) if convert else path
-    return Resolved(load_dir, path, path.stem, hash_entries([(path.name, path.stat().st_size)]))
+    return Resolved(load_dir, path, path.stem, path)
 
 
 def _from_directory(path: Path, progress: ProgressCallback | None, convert: bool) -> Resolved:
