@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from inference.settings import SamplingParams, SettingsError, parse_assignments
-from inference.types import AssistantPrefix
+from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
 from .conversation import Conversation, Entry, ModelRef
 from .recorder import prefix_of
@@ -83,6 +83,8 @@ class CommandContext(Protocol):
     def put_prompt(self, text: str) -> None: ...
 
     def toggle_token_mode(self) -> None: ...
+
+    def show_score(self, label: str, scored: Scored) -> None: ...
 
     def toggle_raw(self) -> bool: ...
 
@@ -220,6 +222,44 @@ async def cmd_continue(ctx: CommandContext, arg: str = "") -> None:
 
 async def cmd_logprobs(ctx: CommandContext, arg: str = "") -> None:
     ctx.toggle_token_mode()
+
+
+async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
+    """Score a message under the model: the last user message, or message N of the
+    conversation (1 = the first; replies count too)."""
+    state = ctx.state
+    if state.generating:
+        ctx.notice("A reply is still being generated; /score it after it ends.", "error")
+        return
+    entries = state.conversation.entries
+    arg = arg.strip()
+    if arg:
+        if not arg.isdigit() or not 1 <= int(arg) <= len(entries):
+            ctx.notice(f"/score takes a message number from 1 to {len(entries)}; got {arg!r}."
+                       if entries else "There is no message to score.", "error")
+            return
+        entry = entries[int(arg) - 1]
+        label = f"message {arg} ({entry.role})"
+    else:
+        entry = state.conversation.last_user
+        if entry is None:
+            ctx.notice("There is no message to score.", "error")
+            return
+        label = f"message {entries.index(entry) + 1} (user)"
+    if not entry.text:
+        ctx.notice(f"{label.capitalize()} is empty: there is nothing to score.", "error")
+        return
+    request = ScoreRequest(entry.text, state.top_logprobs)
+    scored: Scored | None = None
+    async for group in ctx.services.worker.score(request):
+        for ev in group:
+            if isinstance(ev, Failed):
+                ctx.notice(ev.message, "error")
+                return
+            if isinstance(ev, Scored):
+                scored = ev
+    if scored is not None:
+        ctx.show_score(label, scored)
 
 
 async def cmd_raw(ctx: CommandContext, arg: str = "") -> None:

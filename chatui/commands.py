@@ -52,6 +52,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 key="Ctrl+O", handler=run.cmd_continue),
     CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T",
                 handler=run.cmd_logprobs),
+    CommandSpec("score", "Score the last user message (or message N) under the model: its "
+                "tokens coloured by their own probability, its perplexity and least likely "
+                "tokens.", args="[N]", handler=run.cmd_score),
     CommandSpec("raw", "Toggle the raw token view (special tokens, exact spellings).",
                 handler=run.cmd_raw),
     CommandSpec("theme", "Switch the theme (no name: list themes).", args="NAME",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Iterator, Protocol
 
-from .types import Event, GenerationRequest, Message, ModelInfo, Progress
+from .types import Event, GenerationRequest, Message, ModelInfo, Progress, ScoreRequest
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -21,6 +21,11 @@ class Backend(Protocol):
 
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
         """Yield events for ``request`` until every row is done, cancelled or failed."""
+        ...
+
+    def score(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Yield ``PromptProgress`` while reading a long text, then one ``Scored`` (or a
+        ``Failed`` saying in one sentence why this backend cannot score)."""
         ...
 
     def count_tokens(self, messages: tuple[Message, ...]) -> int:

@@ -15,12 +15,14 @@ class PromptTooLongError(ValueError):
 
 
 GENERIC_CHAT_TEMPLATE = (
+    "{% if bos_token %}{{ bos_token }}{% endif %}"
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-"""ChatML, for checkpoints that ship no template (a warning says so)."""
+"""ChatML, for checkpoints that ship no template (a warning says so); it starts with the
+tokenizer's BOS token when it has one, as the tokenizer's own encoding would."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,30 @@ def encode_messages(tokenizer: Any, messages: Sequence[Message],
     if prefix is not None and prefix.token_ids is not None:
         ids += list(prefix.token_ids)
     return ids
+
+
+def encode_raw(tokenizer: Any, text: str, budget: int) -> EncodedPrompt:
+    """A plain prompt for raw completion: ``text`` as the tokenizer encodes it (its BOS token
+    added when the tokenizer adds one), no chat template.
+
+    Raises:
+        PromptTooLongError: when it takes more than ``budget`` tokens.
+    """
+    ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    if len(ids) > budget:
+        raise PromptTooLongError(
+            f"The text is too long for the model's context: it takes {len(ids)} tokens and at "
+            f"most {budget} fit (with room kept for the continuation).")
+    return EncodedPrompt(ids, 0)
+
+
+def encode_request(tokenizer: Any, messages: Sequence[Message], budget: int,
+                   prefix: AssistantPrefix | None = None, raw: bool = False) -> EncodedPrompt:
+    """A request's prompt: the plain text of its one message when ``raw``, else the chat
+    (:func:`fit_to_context`)."""
+    if raw:
+        return encode_raw(tokenizer, messages[0].content, budget)
+    return fit_to_context(tokenizer, messages, budget, prefix)
 
 
 def fit_to_context(tokenizer: Any, messages: Sequence[Message], budget: int,

@@ -16,10 +16,10 @@ from typing import Any, Generator, Iterator, Sequence
 
 import torch
 
-from .chat import PromptTooLongError, encode_messages, fit_to_context
+from .chat import PromptTooLongError, encode_messages, encode_request
 from .detok import IncrementalDetokenizer, StopStringFilter
 from .runner import HFRunner
-from .sampling import RowSampling, decode_step_outputs, token_stats
+from .sampling import RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams
 from .types import (
     Alternative,
@@ -30,6 +30,8 @@ from .types import (
     ModelInfo,
     PromptProgress,
     RowDone,
+    Scored,
+    ScoreRequest,
     Started,
     Token,
     TokenBatch,
@@ -222,6 +224,73 @@ class LocalBackend:
                 yield PromptProgress(pos - start, total, time.perf_counter() - t0)
         return logits
 
+    # ---- scoring ----
+
+    def score(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Score ``request.text``: one prefill in chunks of ``prefill_chunk`` over a fresh cache
+        (the conversation's cache is left alone), every position's logits through the decode
+        path's ``token_stats``. Yields ``PromptProgress`` per chunk for long texts, then
+        ``Scored`` (nothing when cancelled)."""
+        ids = list(self.tokenizer(request.text, add_special_tokens=True)["input_ids"])
+        limit = self.info.context_limit
+        if len(ids) > limit:
+            yield Failed(f"The text is too long to score: it takes {len(ids)} tokens and the "
+                         f"model's context holds {limit}.")
+            return
+        k = request.top_logprobs
+        cache = self.runner.new_cache()
+        rows: list[list[float]] = []
+        t0 = time.perf_counter()
+        pos = 0
+        while pos < len(ids):
+            if cancel.is_set():
+                return
+            chunk = ids[pos: pos + self.prefill_chunk]
+            x = torch.tensor([chunk], device=self.device)
+            logits = self.runner.forward(cache, x, all_logits=True)[0]  # [T, V]
+            end = pos + len(chunk)
+            targets = ids[pos + 1: end + 1]  # the last position of the text predicts nothing
+            if targets:
+                t = torch.tensor(targets, device=self.device)
+                rows += score_stats(logits[: len(targets)], t, k).cpu().tolist()
+            pos = end
+            if len(ids) > self.prefill_chunk:
+                yield PromptProgress(pos, len(ids), time.perf_counter() - t0)
+        del cache
+        yield self._scored(ids, rows, k)
+
+    def _scored(self, ids: list[int], rows: list[list[float]], k: int) -> Scored:
+        """Token events for the ids of a scored text; ``rows[i]`` scores ``ids[i + 1]``."""
+        detok = IncrementalDetokenizer(self.tokenizer)
+        fed: list[int] = []  # the position of each token the detokenizer saw
+        tokens: list[Token] = []
+        ranks: list[int | None] = []
+        for i, tid in enumerate(ids):
+            stats = rows[i - 1] if i > 0 else None
+            special = tid in self.special_ids
+            raw = self.piece_text(tid)
+            if special:
+                text, start = "", None
+            else:
+                fed.append(i)
+                piece = detok.step(tid)
+                text = piece.text
+                start = None if piece.glyph_start is None else fed[piece.glyph_start]
+            if stats is None:
+                lp = ent = None
+                top: tuple[Alternative, ...] = ()
+                ranks.append(None)
+            else:
+                lp, ent = float(stats[1]), float(stats[2])
+                top = tuple(Alternative(int(stats[3 + j]), self.piece_text(int(stats[3 + j])),
+                                        float(stats[3 + k + j])) for j in range(k))
+                ranks.append(int(stats[3 + 2 * k]))
+            tokens.append(Token(i, tid, text, lp, ent, top, special, start, raw))
+        rest = detok.flush() if detok.pending else ""
+        if rest and tokens:  # an incomplete glyph at the end: its bytes go to the last token
+            tokens[-1] = _with_text(tokens[-1], tokens[-1].text + rest)
+        return Scored(tuple(tokens), tuple(ranks))
+
     # ---- generation ----
 
     def _prompt_budget(self, settings: Sequence[SamplingParams]) -> int:
@@ -235,8 +304,8 @@ class LocalBackend:
         settings = request.settings
         limit = self.info.context_limit
         try:
-            enc = fit_to_context(self.tokenizer, request.messages,
-                                 self._prompt_budget(settings), request.prefix)
+            enc = encode_request(self.tokenizer, request.messages,
+                                 self._prompt_budget(settings), request.prefix, request.raw)
         except PromptTooLongError as exc:
             yield Failed(str(exc))
             return
@@ -275,8 +344,8 @@ class LocalBackend:
         for req in requests:
             s = req.settings[0]
             try:
-                enc = fit_to_context(self.tokenizer, req.messages, self._prompt_budget((s,)),
-                                     req.prefix)
+                enc = encode_request(self.tokenizer, req.messages, self._prompt_budget((s,)),
+                                     req.prefix, req.raw)
             except PromptTooLongError as exc:
                 yield Failed(str(exc))
                 return

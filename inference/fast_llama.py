@@ -687,12 +687,13 @@ class FastRunner:
 
     def forward(self, cache: StaticKVCache, input_ids: torch.Tensor, *,
                 attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+                position_ids: torch.Tensor | None = None, all_logits: bool = False
+                ) -> torch.Tensor:
         if (self.decode is not None and input_ids.shape[1] == 1 and attention_mask is None
-                and position_ids is None):
+                and position_ids is None and not all_logits):
             return self.decode(cache, input_ids)
         return self.fast.forward(cache, input_ids, attention_mask=attention_mask,
-                                 position_ids=position_ids)
+                                 position_ids=position_ids, all_logits=all_logits)
 
     def weight_bytes(self) -> int:
         return self.fast.weight_bytes()

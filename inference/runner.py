@@ -63,8 +63,10 @@ class HFRunner:
     @torch.inference_mode()
     def forward(self, cache: Any, input_ids: torch.Tensor, *,
                 attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """input_ids: [B, T] -> logits of the last position [B, V] (the cache grows by T)."""
+                position_ids: torch.Tensor | None = None, all_logits: bool = False
+                ) -> torch.Tensor:
+        """input_ids: [B, T] -> logits of the last position [B, V] (every position [B, T, V]
+        with ``all_logits``); the cache grows by T."""
         kwargs: dict[str, Any] = {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
@@ -73,8 +75,8 @@ class HFRunner:
                 position_ids = position_ids[:, -input_ids.shape[-1]:]
             kwargs["position_ids"] = position_ids
         out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True,
-                         logits_to_keep=1, **kwargs)
-        return out.logits[:, -1, :]
+                         logits_to_keep=0 if all_logits else 1, **kwargs)
+        return out.logits if all_logits else out.logits[:, -1, :]
 
 
 PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")

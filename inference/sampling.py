@@ -169,6 +169,20 @@ def token_stats(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> torch.Ten
     return torch.cat(parts, dim=-1)
 
 
+def score_stats(logits: torch.Tensor, targets: torch.Tensor, k: int) -> torch.Tensor:
+    """``token_stats`` of each position's next token, with its rank (for scoring a text).
+
+    logits: [T, V] raw, position t predicting ``targets[t]`` ([T] long). Returns [T, 4 + 2k]
+    fp32: the ``token_stats`` columns, then the rank (1 = the most likely; ties share the
+    better rank).
+    """
+    stats = token_stats(logits, targets, k)  # [T, 3 + 2k]
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [T, V]
+    chosen = logprobs.gather(-1, targets[:, None])  # [T, 1]
+    rank = (logprobs > chosen).sum(dim=-1, keepdim=True).float() + 1  # [T, 1]
+    return torch.cat([stats, rank], dim=-1)
+
+
 def decode_step_outputs(logits: torch.Tensor, seen: torch.Tensor | None, rows: RowSampling,
                         k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One decode step's sampling: returns (next ids [B] on device, packed stats [B, 3+2k])."""

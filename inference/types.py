@@ -49,12 +49,35 @@ class GenerationRequest:
     """Row r starts with token ``first_tokens[r]`` instead of a sampled one (fan-out: the
     alternatives at one token decoded as branches in one batch, from one prefill); its event
     carries the token's real logprob and alternatives."""
+    raw: bool = False
+    """Raw completion: continue the text of the one message as a plain prompt (no chat
+    template; the BOS token added as the tokenizer adds it), for base models."""
 
     def __post_init__(self) -> None:
         if not self.settings:
             raise ValueError("a request needs at least one settings row")
+        if self.raw and (len(self.messages) != 1 or self.prefix is not None):
+            raise ValueError("a raw request continues one plain text: give one message and no "
+                             "prefix")
         if self.first_tokens is not None and len(self.first_tokens) != len(self.settings):
             raise ValueError("first_tokens needs one token per settings row")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ValueError("top_logprobs must be between 0 and 20")
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Score a text under the model (Llama 3's ``echo``): every token's logprob, rank, entropy
+    and alternatives, from one chunked prefill. ``text`` is encoded as the tokenizer would
+    (its BOS token added when it adds one); no chat template."""
+
+    text: str
+    top_logprobs: int = 5
+    """How many alternatives to report per token (0 to 20)."""
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            raise ValueError("there is no text to score")
         if not 0 <= self.top_logprobs <= 20:
             raise ValueError("top_logprobs must be between 0 and 20")
 
@@ -186,7 +209,36 @@ class PromptProgress:
         return f"reading {self.done:,}/{self.total:,}{rate}…"
 
 
-Event = Started | TokenBatch | RowDone | Failed | Progress | PromptProgress
+@dataclass(frozen=True)
+class Scored:
+    """A text scored (the answer to a ``ScoreRequest``): one ``Token`` per token of the text,
+    ``index`` its position. A token with nothing before it (the first, when the tokenizer
+    adds no BOS; the BOS itself) has ``logprob`` None and no alternatives."""
+
+    tokens: tuple[Token, ...]
+    ranks: tuple[int | None, ...]
+    """Each token's rank under the model (1 = the most likely); None where unscored."""
+
+    @property
+    def scored(self) -> int:
+        """How many tokens have a logprob."""
+        return sum(1 for t in self.tokens if t.logprob is not None)
+
+    @property
+    def perplexity(self) -> float:
+        """exp(-mean logprob) over the scored tokens (1.0 when none is)."""
+        import math
+
+        lps = [t.logprob for t in self.tokens if t.logprob is not None]
+        return math.exp(-sum(lps) / len(lps)) if lps else 1.0
+
+    def least_likely(self, n: int = 5) -> list[Token]:
+        """The ``n`` scored tokens with the lowest logprob, least likely first."""
+        scored = [t for t in self.tokens if t.logprob is not None]
+        return sorted(scored, key=lambda t: (t.logprob, t.index))[:n]
+
+
+Event = Started | TokenBatch | RowDone | Failed | Progress | PromptProgress | Scored
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from inference.settings import parse_assignments
-from inference.types import Failed, GenerationRequest, Message, RowDone, Token, TokenBatch
+from inference.types import (Failed, GenerationRequest, Message, RowDone, ScoreRequest, Token,
+                             TokenBatch)
 from inference.worker import InferenceWorker
 
 from .. import __version__
@@ -130,8 +131,11 @@ def generate(
                           "alternatives decoded as branches in one batch.")] = None,
     fork_k: Annotated[Optional[int], typer.Option(
         "--fork-k", help="How many branches --fork-at decodes (2-8, default 3).")] = None,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Raw completion: continue the prompt as plain text (no chat template; "
+                      "BOS as the tokenizer adds it), for base models.")] = False,
 ) -> None:
-    """Stream one reply to a prompt."""
+    """Stream one reply to a prompt (with --raw, a continuation of it)."""
     from .fork import check_fork, fan_out
 
     async def go() -> None:
@@ -142,6 +146,9 @@ def generate(
             top_logprobs, 5, unused=None if as_json or show_logprobs or fork_at is not None
             else "--top-logprobs shows only with --json or --show-logprobs; add one of them")
         fork = check_fork(fork_at, fork_k, alternatives)
+        if raw and message.system:
+            raise UserError("--raw continues a plain text, which has no system prompt; leave "
+                            "out --system (or put its text in the prompt)")
         if fork is not None and show_logprobs:
             raise UserError("--fork-at prints text or --json lines; leave out --show-logprobs")
         opts = backend_options(checkpoint, server)
@@ -150,12 +157,56 @@ def generate(
         try:
             system = (Message("system", message.system),) if message.system else ()
             req = GenerationRequest(system + (Message("user", text),),
-                                    (settings(worker, sampling.overrides()),), alternatives)
+                                    (settings(worker, sampling.overrides()),), alternatives,
+                                    raw=raw)
             if fork is not None:
                 await fan_out(worker, req, *fork, as_json=as_json)
                 return
             await stream(worker, req, as_json=as_json, show_logprobs=show_logprobs,
                          tag_columns=False)
+        finally:
+            await worker.aclose()
+
+    run(go())
+
+
+@app.command()
+@with_options
+def score(
+    checkpoint: ModelOptions, server: ServerOptions,
+    text_file: Annotated[Optional[Path], typer.Argument(
+        metavar="[FILE]", help="A UTF-8 file whose text to score.", show_default=False)] = None,
+    prompt: Annotated[Optional[str], typer.Option(
+        "-p", "--prompt", help="The text to score (instead of FILE).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="One JSON object per token, then one with the perplexity.")] = False,
+    top_logprobs: TopLogprobs = None,
+) -> None:
+    """Score a text under the model: each token's logprob, rank, entropy and alternatives,
+    and the text's perplexity, from one prefill (no chat template; BOS as the tokenizer adds
+    it)."""
+    from .headless import score_text
+
+    async def go() -> None:
+        if (text_file is None) == (prompt is None):
+            raise UserError("give the text to score as FILE or with -p TEXT (one of them)")
+        if prompt is not None and not prompt.strip():
+            raise UserError("the text given with -p is empty; give some text")
+        alternatives = check_top_logprobs(top_logprobs, 5)
+        opts = backend_options(checkpoint, server)
+        if prompt is not None:
+            text = prompt
+        else:
+            assert text_file is not None
+            try:
+                text = read_text_file(text_file, "the text file")
+            except TextFileError as exc:
+                raise UserError(str(exc)) from None
+            if not text.strip():
+                raise UserError(f"the text file {text_file} is empty")
+        worker = await load(opts, quiet=as_json)
+        try:
+            await score_text(worker, ScoreRequest(text, alternatives), as_json=as_json)
         finally:
             await worker.aclose()
 

@@ -10,13 +10,14 @@ import sys
 from typing import Any, Coroutine
 
 from inference.settings import SamplingParams, SettingsError
-from inference.types import (Failed, GenerationRequest, Progress, PromptProgress, RowDone, Started,
-                             TokenBatch)
+from inference.types import (Failed, GenerationRequest, Progress, PromptProgress, RowDone,
+                             Scored, ScoreRequest, Started, TokenBatch)
 from inference.worker import InferenceWorker
 
 from ..backends import BackendOptions, make_factory
 from .options import UserError, fail
-from .output import done_json, print_logprob_token, progress_line, token_json
+from .output import (done_json, print_logprob_token, print_score, progress_line, score_json,
+                     token_json)
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -140,3 +141,30 @@ async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json
     if failed is not None:
         raise UserError(failed.message)
     return sorted(done, key=lambda d: d.row)
+
+
+async def score_text(worker: InferenceWorker, request: ScoreRequest, *, as_json: bool) -> Scored:
+    """Score a text and print it: a table (or JSON lines) and the perplexity."""
+    scored: Scored | None = None
+    erase = False
+    async for group in worker.score(request):
+        for ev in group:
+            if isinstance(ev, PromptProgress) and sys.stderr.isatty():
+                print(f"\r{ev.describe()}   ", end="", file=sys.stderr, flush=True)
+                erase = True
+                continue
+            if erase:
+                print("\r" + " " * 72 + "\r", end="", file=sys.stderr, flush=True)
+                erase = False
+            if isinstance(ev, Failed):
+                raise UserError(ev.message)
+            if isinstance(ev, Scored):
+                scored = ev
+    if scored is None:
+        raise UserError("scoring was cancelled")
+    if as_json:
+        for line in score_json(scored):
+            print(json.dumps(line, ensure_ascii=False))
+    else:
+        print_score(scored)
+    return scored

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from inference.settings import SamplingParams
-from inference.types import Progress, RowDone, Started, Token
+from inference.types import Progress, RowDone, Scored, Started, Token
 
 
 def progress_line(p: Progress) -> None:
@@ -47,6 +47,39 @@ def print_logprob_token(t: Token) -> None:
         return
     alts = "  ".join(f"{a.text!r} {a.logprob:.2f}" for a in t.top if a.id != t.id)
     print(f"{t.logprob:9.4f}  {t.prob:7.2%}  {t.text or t.raw!r:<20}  {alts}")
+
+
+def score_json(scored: Scored) -> list[dict[str, Any]]:
+    """``score --json``: one object per token (``generate --json``'s fields with its position
+    and rank; logprob, entropy and rank are null for a token with nothing before it), then
+    ``{"type": "score", ...}`` with the perplexity."""
+    out: list[dict[str, Any]] = []
+    for t, rank in zip(scored.tokens, scored.ranks):
+        d = token_json(t)
+        d["index"] = t.index
+        d["rank"] = rank
+        out.append(d)
+    lps = [t.logprob for t in scored.tokens if t.logprob is not None]
+    out.append({"type": "score", "tokens": len(scored.tokens), "scored_tokens": len(lps),
+                "sum_logprob": sum(lps), "perplexity": scored.perplexity})
+    return out
+
+
+def print_score(scored: Scored) -> None:
+    """``score``'s table: position, logprob, probability, rank, entropy, the token and the
+    model's alternatives; then the perplexity."""
+    print(f"{'#':>5}  {'logprob':>9}  {'prob':>7}  {'rank':>6}  {'entropy':>7}  "
+          f"{'token':<20}  alternatives")
+    for t, rank in zip(scored.tokens, scored.ranks):
+        shown = repr(t.text or t.raw)
+        if t.logprob is None:
+            print(f"{t.index:5d}  {'-':>9}  {'-':>7}  {'-':>6}  {'-':>7}  {shown:<20}")
+            continue
+        alts = "  ".join(f"{a.text!r} {a.logprob:.2f}" for a in t.top if a.id != t.id
+                         or a.id is None and a.text != t.text)
+        print(f"{t.index:5d}  {t.logprob:9.4f}  {t.prob:7.2%}  {rank:6d}  {t.entropy or 0:7.3f}  "
+              f"{shown:<20}  {alts}")
+    print(f"perplexity {scored.perplexity:.4g} over {scored.scored} scored tokens")
 
 
 def print_compare_table(rows: tuple[SamplingParams, ...], done: list[RowDone],

@@ -23,6 +23,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -31,7 +32,8 @@ from textual.widgets import Static, TextArea
 from textual.worker import Worker
 
 from inference.settings import SamplingParams
-from inference.types import AssistantPrefix, GenerationRequest, ModelInfo, PromptProgress
+from inference.types import (AssistantPrefix, GenerationRequest, ModelInfo, PromptProgress, Scored,
+                             Token)
 from inference.worker import describe_error
 
 from .. import commands, gcpolicy
@@ -119,6 +121,9 @@ class ChatScreen(Screen[None]):
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
+        self._scores: dict[str, list[Token]] = {}
+        """The tokens of each scored message shown (``/score``), by its widget id: in memory
+        only, for this conversation."""
         self.set_reactive(ChatScreen.token_mode, token_mode)
 
     # ---- the state, as the tests and the app read it ----
@@ -249,6 +254,7 @@ class ChatScreen(Screen[None]):
         await self.stop_generation()
         self.state.conversation = conversation
         await self.window.clear()
+        self._scores.clear()
         gcpolicy.release()  # the old conversation's widgets are garbage now
         self.inspector.clear()
         if cleared:
@@ -294,6 +300,57 @@ class ChatScreen(Screen[None]):
         return Item(build=lambda: [UserMessage(entry.text, id=widget_id)],
                     estimate=lambda width: estimate_lines(entry.text, width - 3) + 2,
                     key=entry, tag="user")
+
+    def show_score(self, label: str, scored: Scored) -> None:
+        """Show a scored message under the conversation in the token view (token mode on,
+        the inspector on its least likely token). Kept in memory only (see
+        :mod:`chatui.widgets.scored`)."""
+        from ..widgets.scored import ScoredMessage, score_summary
+
+        widget_id = self._next_id("scored")
+        tokens = list(scored.tokens)
+        self._scores[widget_id] = tokens
+        summary = score_summary(label, tokens, scored.perplexity, scored.scored,
+                                scored.least_likely(3))
+        raw = self.raw
+        item = Item(build=lambda: [ScoredMessage(summary, tokens, raw=raw, id=widget_id)],
+                    estimate=lambda width: estimate_lines(summary, width - 2)
+                    + estimate_lines("".join(t.text for t in tokens), width - 2),
+                    tag="scored")
+        widget = self.window.append(item)[0]
+        self.log_view.scroll_end(animate=False)
+        self.token_mode = True
+        assert isinstance(widget, ScoredMessage)
+        view = widget.token_view
+        least = scored.least_likely(1)
+
+        def select() -> None:
+            view.focus()
+            if least:
+                at = next((i for i, u in enumerate(view.units)
+                           if u.start <= least[0].index <= u.end), None)
+                if at is not None:
+                    view.cursor = at
+
+        self.call_after_refresh(select)
+
+    def _scored_token_selected(self, event: TokenSelected) -> None:
+        """The cursor moved in a scored message's token view: its token in the inspector."""
+        from ..widgets.scored import ScoredMessage
+
+        tokens = self._scores.get(event.view_id)
+        if tokens is None:
+            return
+        try:
+            widget = self.query_one(f"#{event.view_id}", ScoredMessage)
+        except NoMatches:
+            return
+        units = widget.token_view.units
+        if not 0 <= event.unit < len(units):
+            return
+        unit = units[event.unit]
+        self.inspector.show(event.view_id, tokens[unit.start:unit.end + 1], event.unit,
+                            len(units), position=unit.start)
 
     def _reply_item(self, entry: Entry) -> Item:
         """An assistant entry's item: one reply, or the columns of a comparison."""
@@ -577,6 +634,7 @@ class ChatScreen(Screen[None]):
     def _token_selected(self, event: TokenSelected) -> None:
         found = self._find_view(event.view_id)
         if found is None:
+            self._scored_token_selected(event)
             return
         view = found[1]
         units = view.token_view.units

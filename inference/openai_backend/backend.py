@@ -8,7 +8,7 @@ import threading
 from typing import Any, Iterator
 
 from ..backend import BackendFactory, ProgressCallback
-from ..types import Event, GenerationRequest, Message, ModelInfo, Progress
+from ..types import Event, Failed, GenerationRequest, Message, ModelInfo, Progress, ScoreRequest
 from .protocol import parse_base_url
 from .rows import generate_rows
 from .transport import DEFAULT_TIMEOUT_S, Server
@@ -62,8 +62,24 @@ class OpenAIBackend:
         self.server.close()
 
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
+        if request.raw:
+            return iter((Failed(RAW_UNSUPPORTED),))
         return generate_rows(self.server, request, cancel, self.count_tokens,
                              self.info.context_limit)
+
+    def score(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Not over this API: scoring needs the logprobs of the prompt's own tokens, which the
+        OpenAI API does not return (vLLM's ``prompt_logprobs`` extension is not used yet)."""
+        yield Failed(SCORE_UNSUPPORTED)
+
+
+SCORE_UNSUPPORTED = ("Scoring a text needs the logprobs of the prompt's own tokens, which an "
+                     "OpenAI-compatible server does not return; score with the local engine "
+                     "(--backend local).")
+
+
+RAW_UNSUPPORTED = ("Raw completion is not available over an OpenAI-compatible server yet (it "
+                   "streams chat completions only); use the local engine (--backend local).")
 
 
 def make_openai_factory(base_url: str, model: str | None, api_key_env: str | None,

@@ -10,7 +10,7 @@ import os
 from typing import Any, AsyncIterator, Callable
 
 from ..backend import Backend, BackendFactory
-from ..types import Event, GenerationRequest, Message, ModelInfo, TokenBatch
+from ..types import Event, GenerationRequest, Message, ModelInfo, ScoreRequest, TokenBatch
 from .channel import Channel
 from .executor import Loaded
 from .process_host import ProcessHost
@@ -130,6 +130,12 @@ class InferenceWorker:
         channel = Channel(asyncio.get_running_loop())
         return GenerationStream(channel,
                                 self._host.start("generate_batch", channel, (list(requests),)))
+
+    def score(self, request: ScoreRequest) -> GenerationStream:
+        """Score a text under the model: the stream yields ``PromptProgress`` for a long text,
+        then one ``Scored`` (or ``Failed``)."""
+        channel = Channel(asyncio.get_running_loop())
+        return GenerationStream(channel, self._host.start("score", channel, (request,)))
 
     async def call(self, fn: Callable[[Backend], Any]) -> Any:
         """Run ``fn(backend)`` where the backend lives (after queued jobs); return its result.

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..backend import Backend, BackendFactory
-from ..types import Failed, GenerationRequest, ModelInfo, RowDone, Started, TokenBatch
+from ..types import (Failed, GenerationRequest, ModelInfo, RowDone, ScoreRequest, Started,
+                     TokenBatch)
 
 log = logging.getLogger("inference.worker")
 
@@ -81,6 +82,16 @@ class Executor:
 
         self._guarded(events, put)
 
+    def score(self, request: ScoreRequest, cancel: threading.Event, put: Put) -> None:
+        def events(b: Backend) -> Any:
+            score = getattr(b, "score", None)
+            if score is None:
+                yield Failed(f"The {b.info.backend} backend cannot score a text.")
+                return
+            yield from score(request, cancel)
+
+        self._guarded(events, put)
+
     def _guarded(self, make: Callable[[Backend], Any], put: Put) -> None:
         if self.backend is None:
             put(Failed("The model is not loaded."))
@@ -93,14 +104,16 @@ class Executor:
             put(Failed(describe_error(exc)))
 
     def run(self, kind: str, args: tuple[Any, ...], cancel: threading.Event, put: Put) -> None:
-        """Run one streamed job by kind ("load", "generate", "generate_batch"): the one
-        dispatch both hosts use."""
+        """Run one streamed job by kind ("load", "generate", "generate_batch", "score"): the
+        one dispatch both hosts use."""
         if kind == "load":
             self.load(put)
         elif kind == "generate":
             self.generate(args[0], cancel, put)
         elif kind == "generate_batch":
             self.generate_batch(args[0], cancel, put)
+        elif kind == "score":
+            self.score(args[0], cancel, put)
         else:
             raise WorkerError(f"unknown job kind {kind!r}")
 

@@ -1,0 +1,61 @@
+"""``/score`` in the chat (issue 17, part 2): a message's tokens in the token view coloured by
+their own probability, with its perplexity and least likely tokens, over the scripted backend."""
+
+from __future__ import annotations
+
+from test_app import SIZE, make_app, notices, send
+
+from chatui.widgets.scored import ScoredMessage
+
+
+async def run(pilot, app, text):
+    app.chat.prompt.text = text
+    await pilot.press("enter")
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if app.chat.query(ScoredMessage) or notices(app, "error"):
+            break
+    await pilot.pause(0.1)
+
+
+async def test_score_shows_the_last_user_message_in_the_token_view():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "the quick brown fox jumps")
+        await run(pilot, app, "/score")
+        backend = app.holder["backend"]
+        assert [r.text for r in backend.scored] == ["the quick brown fox jumps"]
+        [scored] = app.chat.query(ScoredMessage)
+        tokens = scored.tokens
+        assert "".join(t.text for t in tokens) == "the quick brown fox jumps"
+        header = str(scored.query_one(".score-header").render())
+        lps = [t.logprob for t in tokens if t.logprob is not None]
+        import math
+        assert f"perplexity {math.exp(-sum(lps) / len(lps)):.4g} over 4 of 5 tokens" in header
+        least = min(tokens[1:], key=lambda t: t.logprob)
+        assert f"least likely: {least.text!r}" in header
+        # the token view has the cursor on the least likely token, the inspector shows it
+        tv = scored.token_view
+        assert app.chat.token_mode and app.chat.inspector.display and app.focused is tv
+        assert tv.units[tv.cursor].start == least.index
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        assert f"{least.prob:.2%}" in detail and "alternatives" in detail
+        await pilot.press("home")
+        await pilot.pause(0.1)
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        assert "token 1 of" in detail
+
+
+async def test_score_by_number_scores_a_reply_and_refuses_bad_numbers():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await run(pilot, app, "/score")
+        assert "no message to score" in str(notices(app, "error")[-1].render())
+        await send(pilot, app, "hello")
+        await run(pilot, app, "/score 9")
+        assert "from 1 to 2" in str(notices(app, "error")[-1].render())
+        await run(pilot, app, "/score 2")
+        [scored] = app.chat.query(ScoredMessage)
+        reply = app.chat.state.conversation.entries[1].text
+        assert "".join(t.text for t in scored.tokens) == reply
+        assert "message 2 (assistant)" in str(scored.query_one(".score-header").render())
