@@ -109,3 +109,19 @@ def test_cli_generate_raw_refuses_a_system_prompt():
     r = chatui("generate", "--raw", "-p", "x", "--system", "s", "--backend", "scripted")
     assert r.returncode == 2 and "--raw continues a plain text" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_cli_batch_raw_matches_generate_raw(tiny_model_dir, tmp_path):
+    prompts = [TEXT, "The capital of France is"]
+    (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n")
+    r = chatui("batch", "--raw", "--input-file", str(tmp_path / "p.txt"), "--ckpt",
+               str(tiny_model_dir), "--quantize", "none", "--temperature", "0", "--max-tokens",
+               "6")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    single = chatui("generate", "--raw", "-p", prompts[1], "--ckpt", str(tiny_model_dir),
+                    "--quantize", "none", "--temperature", "0", "--max-tokens", "6", "--json")
+    assert single.returncode == 0, single.stderr
+    events = [json.loads(x) for x in single.stdout.splitlines()]
+    assert "".join(e["text"] for e in events if e["type"] == "token") == rows[1]["text"]
+    assert rows[1]["prompt_tokens"] == events[-1]["prompt_tokens"]

@@ -224,12 +224,18 @@ def batch(
         "--output", help="Write JSON lines here (default: stdout).")] = None,
     system: SystemPrompt = None,
     top_logprobs: TopLogprobs = None,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Raw completion: continue each line as plain text (no chat template; "
+                      "BOS as the tokenizer adds it), for base models.")] = False,
 ) -> None:
     """Answer every line of a file as one batch; JSON lines in input order, each with its
     line's 0-based index and 1-based line number."""
 
     async def go() -> None:
         alternatives = check_top_logprobs(top_logprobs, 0)
+        if raw and system:
+            raise UserError("--raw continues plain texts, which have no system prompt; leave "
+                            "out --system")
         opts = backend_options(checkpoint, server)
         try:
             lines = read_text_file(input_file, "the input file").splitlines()
@@ -243,7 +249,7 @@ def batch(
         worker = await load(opts)
         try:
             replies = await _answer_all(worker, [p for _, p in prompts], system,
-                                        sampling.overrides(), alternatives)
+                                        sampling.overrides(), alternatives, raw=raw)
         finally:
             await worker.aclose()
         out_lines = []
@@ -280,12 +286,13 @@ def _check_output_file(output: Path, source: Path) -> None:
 
 
 async def _answer_all(worker: InferenceWorker, prompts: list[str], system: str | None,
-                      given: dict[str, Any], top_logprobs: int
+                      given: dict[str, Any], top_logprobs: int, *, raw: bool = False
                       ) -> list[tuple[RowDone, list[Token]]]:
-    """Every prompt answered in one batch; (done, tokens) in input order."""
+    """Every prompt answered in one batch (continued as plain text with ``raw``); (done,
+    tokens) in input order."""
     s = settings(worker, given)
     sys_msg = (Message("system", system),) if system else ()
-    reqs = [GenerationRequest(sys_msg + (Message("user", p),), (s,), top_logprobs)
+    reqs = [GenerationRequest(sys_msg + (Message("user", p),), (s,), top_logprobs, raw=raw)
             for p in prompts]
     tokens: dict[int, list[Token]] = {i: [] for i in range(len(prompts))}
     done: dict[int, RowDone] = {}
