@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .checkpoint import lazy_model
 from .settings import SamplingParams
 from .types import Failed, GenerationRequest, Message, RowDone, Started
 
@@ -150,7 +151,9 @@ def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, 
     per_step = getattr(backend.runner, "weight_bytes", None)  # the fast runner's own weights
     wbytes = per_step() if per_step else weight_bytes(model)
     hf_tps = hf_total = None
-    if vs_hf:
+    if vs_hf:  # transformers runs the model's own weights: load those the fast runner left
+        # in the file (a lazily loaded checkpoint's)
+        lazy_model.materialize(model)
         hf_tps, hf_total = hf_generate_speed(model, backend.tokenizer, messages, new_tokens)
     return BenchResult(
         model=backend.info.name, device=str(device), dtype=backend.info.dtype,
