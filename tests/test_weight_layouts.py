@@ -23,7 +23,7 @@ import torch
 
 from inference import q8kernel
 from inference.engine import LocalBackend
-from inference.quant import Int4Weight, Int8Weight, Q8Weight
+from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q8Weight
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, TokenBatch
 
@@ -105,7 +105,7 @@ def dequantized(runner: Any) -> Any:
     twin, fast = copy.copy(runner), copy.copy(runner.fast)
 
     def deq(w: Any) -> Any:
-        return w.dequantize(torch.float32) if isinstance(w, (Q8Weight, Int8Weight,
+        return w.dequantize(torch.float32) if isinstance(w, (Q8Weight, Int8Weight, Q4Weight,
                                                              Int4Weight)) else w
 
     fast.layers = [copy.copy(L) for L in fast.layers]
@@ -140,14 +140,17 @@ def test_every_quantization_on_every_weight_layout(arch: str, tied: bool, fmt: s
     assert isinstance(fast.embed, int8)  # looked up by rows: int8 under int4 too
     assert (fast.embed is fast.lm_head) == tied
     decoder = [w for L in fast.layers for w in (L.wqkv, L.wo, L.wgu, L.wd)]
-    assert all(isinstance(w, Int4Weight if kind == "int4" else int8) for w in decoder)
+    int4 = Q4Weight if kernel == "chatui" else Int4Weight  # chatui's q4.c, else torch's
+    assert all(isinstance(w, int4 if kind == "int4" else int8) for w in decoder)
 
     twin = dequantized(backend.runner)
     torch.manual_seed(0)
     ids = torch.randint(3, 1000, (1, 24))
     ca, cb = backend.runner.new_cache(), twin.new_cache()
     a, b = backend.runner.forward(ca, ids), twin.forward(cb, ids)
-    tol = 0.05 if fast.dtype == torch.bfloat16 else 2e-3
+    # (q4.c quantizes activations to int8 per group of 32, as llama.cpp does: ~0.5% off its
+    # dequantized twin; test_architectures allows int4 the same)
+    tol = 0.05 if fast.dtype == torch.bfloat16 or kind == "int4" else 2e-3
     for _ in range(3):
         assert (a - b).abs().max() <= tol * b.abs().max()
         step = b.argmax(-1, keepdim=True)
