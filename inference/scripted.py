@@ -180,28 +180,6 @@ class ScriptedFactory:
     delay_s: float = 0.0
     context_limit: int = 4096
     exit_on: str | None = None
-
-    def score(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
-        """Score a text with the same made-up logprobs as replies (word-like tokens; the first
-        has nothing before it, so no logprob, as with a tokenizer that adds no BOS)."""
-        self.scored.append(request)
-        tokens, ranks = [], []
-        for i, piece in enumerate(split_tokens(request.text)):
-            if i == 0:
-                tokens.append(Token(index=0, id=None, text=piece, logprob=None, entropy=None))
-                ranks.append(None)
-                continue
-            lp = _score(piece, i, 0)
-            alts = [Alternative(None, piece, lp)]
-            alts += [Alternative(None, f"alt{k}", -0.25 * k) for k in range(1, request.top_logprobs)]
-            alts.sort(key=lambda a: -a.logprob)
-            tokens.append(Token(index=i, id=None, text=piece, logprob=lp,
-                                entropy=round(-lp * 0.8 + 0.1, 4),
-                                top=tuple(alts[: request.top_logprobs])))
-            ranks.append(1 + sum(1 for a in alts if a.logprob > lp))
-        if cancel.is_set():
-            return
-        yield Scored(tuple(tokens), tuple(ranks))
     isolate: bool = False
 
     def __call__(self, progress: Callable[..., None]) -> ScriptedBackend:
