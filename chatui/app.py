@@ -2,7 +2,11 @@
 and lends them to the chat screen as its services (:class:`~chatui.chat_commands.AppServices`);
 the chat screen owns the conversation flow. The app talks down to the screen by calls
 (``model_ready``, ``load_progress``) and hears back by messages (``ResponseStarted``,
-``ResponseComplete``, ``ResponseFailed``, ``ReplyChosen``: each one autosaves).
+``ResponseComplete``, ``ResponseFailed``, ``ReplyChosen``). The screen asks for an autosave
+itself, at the moment the conversation changes (``services.save_conversation``): a save made
+when the message arrived took its snapshot later, after whatever the user did meanwhile (a
+/retry typed right after a /pick saved the retried reply empty, and a flush between the reply's
+end and the message found nothing queued).
 
 The app appears at once and loads the model in the background; whatever goes wrong is shown
 in the app with a sentence (and logged to a file), never as a traceback on the terminal.
@@ -32,8 +36,7 @@ from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import Conversation, ModelRef
-from .messages import (AutosaveFailed, InputReady, ReplyChosen, ResponseComplete,
-                       ResponseFailed, ResponseStarted)
+from .messages import AutosaveFailed, InputReady, ResponseComplete, ResponseFailed
 from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .textual_compat import ReportsFatalErrors
@@ -317,19 +320,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
     def on_autosave_failed(self, event: AutosaveFailed) -> None:
         self._autosave_failed(event.error)
 
-    def on_response_started(self, event: ResponseStarted) -> None:
-        self.save_conversation()  # the user's message is kept even if the reply never ends
-
     def on_response_complete(self, event: ResponseComplete) -> None:
-        self.save_conversation()
         self._restart_if_dead()  # a comparison whose columns partly failed
 
     def on_response_failed(self, event: ResponseFailed) -> None:
-        self.save_conversation()
         self._restart_if_dead()
-
-    def on_reply_chosen(self, event: ReplyChosen) -> None:
-        self.save_conversation()
 
     def on_unmount(self) -> None:
         self.autosaver.flush(timeout=SAVE_ON_EXIT_S)

@@ -513,6 +513,7 @@ class ChatScreen(Screen[None]):
         self.state.job = job
         self.generating = True
         self.log_view.anchor()
+        self.services.save_conversation()  # the user's message is kept if the reply never ends
         self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
         self._gen_worker = run_reported(self, self._stream(job, request, item),
                                         what="The reply", group="generate")
@@ -602,6 +603,7 @@ class ChatScreen(Screen[None]):
                     self.prompt.set_text(job.prompt_text)
             what = "reply" if single else "comparison"
             self.notice(f"The {what} failed: {error}", "error")
+            self.services.save_conversation()
             self.post_message(ResponseFailed(index, error))
         else:
             for i in failed:
@@ -609,6 +611,7 @@ class ChatScreen(Screen[None]):
             reasons = [r.finish_reason for r in replies]
             reason = (reasons[0] or "stop") if single else (
                 "cancelled" if "cancelled" in reasons else "stop")
+            self.services.save_conversation()
             self.post_message(ResponseComplete(index, reason))
         speed = speed_label(replies, stable=self.stable_timings)
         if speed is not None:
@@ -690,6 +693,7 @@ class ChatScreen(Screen[None]):
             reply.finish_reason = "length"
             view.refresh_stats()
             index = self.state.conversation.entries.index(entry)
+            self.services.save_conversation()
             self.post_message(ResponseComplete(index, "length"))
             return
         self.start_reply(entry, prefix=prefix, max_new_tokens=left)
@@ -712,6 +716,7 @@ class ChatScreen(Screen[None]):
             view.refresh_chosen()
         self.app.notify(f"Continuing with column {entry.chosen + 1}.", timeout=3)
         self.prompt.focus()
+        self.services.save_conversation()
         self.post_message(ReplyChosen(self.state.conversation.entries.index(entry)))
 
     def on_compare_view_picked(self, event: CompareView.Picked) -> None:
