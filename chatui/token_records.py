@@ -174,6 +174,40 @@ class TokenRecords(Sequence[Token]):
         out._alt_texts = _Strings.of([a[1] for a in alts])
         return out
 
+    # ---- the stored columns, for the transcript's columnar encoding ----
+
+    NUMBER_COLUMNS = ("_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
+                      "_alt_ids", "_alt_logprobs")
+    """The ``array`` columns (typecode q, q, d, d, q, Q, q, d), in the order
+    :meth:`columns` gives them."""
+    STRING_COLUMNS = ("_texts", "_raws", "_alt_texts")
+
+    def columns(self) -> tuple[list[array], bytes, list[tuple[str, array]]]:
+        """The stored columns as they are: the number arrays (:data:`NUMBER_COLUMNS`), the
+        flag byte per token (bit 1 special, 2 id present, 4 logprob present, 8 entropy
+        present, 16 glyph_start present; absent values are stored as 0, an alternative's
+        absent id as -1), and each string column as its joined text with where each string
+        ends. :mod:`chatui.transcript.token_columns` writes and reads them."""
+        return ([getattr(self, name) for name in self.NUMBER_COLUMNS], bytes(self._flags),
+                [(getattr(self, name).joined, getattr(self, name).ends)
+                 for name in self.STRING_COLUMNS])
+
+    @classmethod
+    def from_columns(cls, numbers: Sequence[array], flags: bytes,
+                     strings: Sequence[tuple[str, array]]) -> TokenRecords:
+        """Records over columns as :meth:`columns` gives them (already checked: lengths and
+        ends agree, values in range), taken as they are, without a copy."""
+        out = cls()
+        for name, column in zip(cls.NUMBER_COLUMNS, numbers, strict=True):
+            setattr(out, name, column)
+        out._flags = bytearray(flags)
+        for name, (joined, ends) in zip(cls.STRING_COLUMNS, strings, strict=True):
+            column = _Strings()
+            column._joined = joined
+            column.ends = ends
+            setattr(out, name, column)
+        return out
+
     def compact(self) -> None:
         """Join the strings appended since the last read (a reply that finished streaming):
         each appended piece is a ``str`` of its own until then, ~2,300 of them for a reply of

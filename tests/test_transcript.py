@@ -3,6 +3,7 @@ naming, history and export."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from array import array
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import chatui.transcript as tr
+from chatui.transcript import token_columns
 from chatui.conversation import Conversation, Entry, ModelRef, Reply
 from chatui.transcript import (
     FORMAT_VERSION,
@@ -211,8 +214,45 @@ def test_credentials_are_not_written() -> None:
 # ---- bad files ------------------------------------------------------------------------
 
 
-def _doc() -> dict:
-    return json.loads(json.dumps(to_json_dict(sample_conversation())))
+def _token_objects(columns: dict) -> list[dict]:
+    """A reply's tokens as chatui wrote them before the columns (still read)."""
+    out = []
+    for t in token_columns.decode(columns):
+        d = {"index": t.index, "id": t.id, "text": t.text, "logprob": t.logprob,
+             "entropy": t.entropy}
+        if t.top:
+            d["top"] = [[a.id, a.text, a.logprob] for a in t.top]
+        if t.special:
+            d["special"] = True
+        if t.raw:
+            d["raw"] = t.raw
+        out.append(d)
+    return out
+
+
+def _doc(columns: bool = False) -> dict:
+    """The sample conversation's document; its tokens as objects unless ``columns``."""
+    doc = json.loads(json.dumps(to_json_dict(sample_conversation())))
+    if not columns:
+        for m in doc["messages"]:
+            for r in m.get("replies", ()):
+                r["tokens"] = _token_objects(r["tokens"])
+    return doc
+
+
+def _cols(edit) -> bytes:  # type: ignore[no-untyped-def]
+    """The columnar document with ``edit`` applied to the first reply's tokens object."""
+    doc = _doc(columns=True)
+    edit(doc["messages"][1]["replies"][0]["tokens"])
+    return json.dumps(doc).encode()
+
+
+def _column(key: str, typecode: str, i: int, value: object):  # type: ignore[no-untyped-def]
+    def edit(tokens: dict) -> None:
+        column = array(typecode, base64.b64decode(tokens[key]))
+        column[i] = value  # type: ignore[call-overload]
+        tokens[key] = base64.b64encode(column.tobytes()).decode()
+    return edit
 
 
 def _with(edit) -> bytes:  # type: ignore[no-untyped-def]
@@ -267,6 +307,25 @@ CORPUS: list[tuple[str, bytes, str]] = [
      "glyph_start"),
     ("special string", _with(lambda d: _set(_reply0(d)["tokens"][0], "special", "yes")),
      "special must be true or false"),
+    ("columns: positive logprob", _cols(_column("logprob", "d", 0, 0.5)),
+     "messages[1].replies[0].tokens: logprob holds a value that is not a log-probability"),
+    ("columns: NaN alternative", _cols(_column("top_logprob", "d", 1, float("nan"))),
+     "top_logprob holds a value that is not a log-probability"),
+    ("columns: negative id", _cols(_column("id", "q", 1, -3)), "id holds a value"),
+    ("columns: unknown flag", _cols(_column("flags", "B", 0, 200)), "unknown flag"),
+    ("columns: too many alternatives", _cols(_column("top_ends", "Q", 2, 10**6)),
+     "alternatives"),
+    ("columns: alternatives out of order", _cols(_column("top_ends", "Q", 1, 1)),
+     "top_ends does not mark"),
+    ("columns: text ends past the text", _cols(_column("text_ends", "Q", 2, 99)),
+     "text_ends does not mark"),
+    ("columns: glyph after token", _cols(_column("glyph_start", "q", 0, 5)), "glyph_start"),
+    ("columns: short column", _cols(lambda t: t.update(entropy=t["entropy"][:8])),
+     "entropy has 6 bytes where 3 values need 24"),
+    ("columns: not base64", _cols(lambda t: t.update(index="@@@")), "index is not valid base64"),
+    ("columns: missing", _cols(lambda t: t.pop("raw_ends")), "raw_ends is missing"),
+    ("columns: count", _cols(lambda t: t.update(n=-1)), "n must be the number of tokens"),
+    ("columns: not an object", _cols(lambda t: t.clear() or t.update(x=1)), "n must be"),
     ("bad temperature", _with(lambda d: _set(_reply0(d)["settings"], "temperature", -1)),
      "temperature must be between 0 and 100"),
     ("temperature string", _with(lambda d: _set(_reply0(d)["settings"], "temperature", "hot")),

@@ -5,6 +5,8 @@ The package along its seams:
 
 - :mod:`.schema`: the format (name, version, limits) and the writer, conversation -> JSON.
 - :mod:`.reader`: JSON -> conversation, every field checked; older versions migrated.
+- :mod:`.token_columns`: a reply's tokens as columns (base64 numbers, joined texts), written
+  and checked; :mod:`.limits`: the bounds every value is checked against.
 - :mod:`.store`: files: atomic writes, reads that never crash, save and load.
 - :mod:`.identity`: what a copy and a branch are; when a save would lose messages.
 - :mod:`.history`: the autosave folder, file names, opening a file under the right identity,

@@ -13,6 +13,7 @@ from inference.types import Alternative, Token, Usage
 
 from ..conversation import Conversation, Entry, ModelRef, Reply
 from ..token_records import TokenRecords
+from . import token_columns
 from .schema import (
     _ENTROPY_EPS, _FINISH, _ID_RE, _LOGPROB_EPS, _MAX_COUNT, _MAX_ENTROPY, _MAX_INDEX,
     _MAX_RATE, _MAX_REPLIES, _MAX_SECONDS, _MAX_SHORT, _MAX_TIME, _MAX_TOKEN_ID, _MAX_TOP,
@@ -158,6 +159,18 @@ def _tokens(items: list[Any], where: str) -> TokenRecords:
     return TokenRecords([_token(v, f"{where}[{i}]") for i, v in enumerate(items)])
 
 
+def _reply_tokens(o: _Obj) -> TokenRecords:
+    """A reply's tokens: columns (what chatui writes; :mod:`.token_columns`) or a list of
+    token objects (what it wrote before)."""
+    v = o.get("tokens")
+    if isinstance(v, list):
+        return _tokens(v, o.at("tokens"))
+    try:
+        return token_columns.decode(v)
+    except token_columns.ColumnError as e:
+        raise _Bad(f"{o.at('tokens')}: {e}") from None
+
+
 def _token_checked(v: Any, where: str) -> Token:
     o = _Obj(v, where)
     index = o.int("index", 0, _MAX_INDEX)
@@ -237,12 +250,10 @@ def _reply(v: Any, where: str) -> Reply:
     if finish is not None and finish not in _FINISH:
         raise _Bad(f"{o.at('finish_reason')} must be one of {', '.join(_FINISH)} or null, "
                    f"not {_show(finish)}")
-    tokens = o.list("tokens")
-    tw = o.at("tokens")
     return Reply(
         settings=_settings(o.get("settings"), o.at("settings")),
         text=o.str("text"),
-        tokens=_tokens(tokens, tw),
+        tokens=_reply_tokens(o),
         finish_reason=finish,
         usage=_usage(o.get("usage", None), o.at("usage")),
         error=o.str("error", ""),

@@ -6,36 +6,22 @@ The reader that checks a document on the way in is :mod:`.reader`; the files are
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
-from inference.types import Token, Usage
+from inference.types import Usage
 
 from ..conversation import Conversation, Entry, ModelRef, Reply
+from ..token_records import TokenRecords
+from . import token_columns
+from .limits import (_ENTROPY_EPS, _FINISH, _HUGE, _ID_RE, _LOGPROB_EPS,  # noqa: F401
+                     _MAX_COUNT, _MAX_ENTROPY, _MAX_INDEX, _MAX_RATE, _MAX_REPLIES,
+                     _MAX_SECONDS, _MAX_SHORT, _MAX_TIME, _MAX_TOKEN_ID, _MAX_TOP, _MIN_LOGPROB,
+                     _NUM, _finite)
 
 FORMAT_VERSION = 2
 """Version written. 1: settings stored flat in each reply. 2: settings in ``reply.settings``."""
 FORMAT_NAME = "chatui-transcript"
-
-# Plausibility bounds for loaded values ("absurd values" are refused, not clamped).
-_LOGPROB_EPS = 1e-3          # float16/32 log_softmax may round a certain token a hair above 0
-_ENTROPY_EPS = 1e-3
-_MAX_TIME = 1e11             # seconds since 1970: year ~5100
-_MAX_TOKEN_ID = 2**31 - 1
-_MAX_TOP = 100
-_MAX_INDEX = 100_000_000
-_MIN_LOGPROB = -1e9
-_MAX_ENTROPY = 1e6
-_HUGE = 1e300
-_NUM = (int, float)
-_MAX_REPLIES = 256
-_MAX_COUNT = 2**40
-_MAX_SECONDS = 1e7
-_MAX_RATE = 1e9
-_MAX_SHORT = 4096            # model name, dtype, backend, URL, hash...
-_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
-_FINISH = ("stop", "length", "cancelled", "error")
 
 
 class TranscriptError(Exception):
@@ -43,33 +29,6 @@ class TranscriptError(Exception):
 
     ``str()`` is one sentence naming the file and the problem, fit to show to the user.
     """
-
-
-def _finite(x: float) -> bool:
-    # Not math.isfinite: that raises OverflowError on an enormous int.
-    return -_HUGE <= x <= _HUGE
-
-
-def _finite_or_none(x: float | None) -> float | None:
-    return x if x is None or _finite(x) else None
-
-
-def _token_json(t: Token) -> dict[str, Any]:
-    # Non-finite statistics (a -inf logprob from a masked logit) are written as unknown
-    # rather than making the whole conversation unsavable.
-    d: dict[str, Any] = {
-        "index": t.index, "id": t.id, "text": t.text,
-        "logprob": _finite_or_none(t.logprob), "entropy": _finite_or_none(t.entropy),
-    }
-    if t.top:
-        d["top"] = [[a.id, a.text, a.logprob] for a in t.top if _finite(a.logprob)]
-    if t.special:
-        d["special"] = True
-    if t.glyph_start is not None:
-        d["glyph_start"] = t.glyph_start
-    if t.raw:
-        d["raw"] = t.raw
-    return d
 
 
 def _usage_json(u: Usage | None) -> dict[str, Any] | None:
@@ -87,7 +46,8 @@ def _reply_json(r: Reply) -> dict[str, Any]:
     return {
         "settings": r.settings.to_dict(), "text": r.text, "finish_reason": r.finish_reason,
         "error": r.error, "usage": _usage_json(r.usage),
-        "tokens": [_token_json(t) for t in r.tokens],
+        "tokens": token_columns.encode(
+            r.tokens if isinstance(r.tokens, TokenRecords) else TokenRecords(r.tokens)),
     }
 
 
