@@ -65,6 +65,11 @@ def stream_ended() -> None:
         _saved = None
 
 
+def streaming() -> bool:
+    """Whether a reply streams now (full passes wait)."""
+    return _streams > 0
+
+
 def freeze_imports() -> int:
     """Move what the imports made (modules, classes, functions, constants: ~45,000 objects
     for the chat UI, alive until the process ends) out of the collector's sight, so that a

@@ -9,6 +9,7 @@ live here so that every contact with Textual's internals is in one package.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from rich.cells import cell_len
@@ -43,6 +44,21 @@ def watch_updates(app: App, callback: Callable[[object], None]) -> None:
         display(screen, update)
 
     app._display = _display  # type: ignore[method-assign]
+
+
+def paint_times(app: App) -> list[float]:
+    """A list that gets the ``time.perf_counter()`` at which each screen update (as
+    :func:`watch_updates` sees them) has been written: when the terminal shows it."""
+    times: list[float] = []
+    display = app._display
+
+    def _display(screen, update) -> None:  # type: ignore[no-untyped-def]
+        display(screen, update)
+        if isinstance(update, CompositorUpdate) and not app._batch_count:
+            times.append(time.perf_counter())
+
+    app._display = _display  # type: ignore[method-assign]
+    return times
 
 
 def render_screen(app: App, *, fresh: bool = False) -> list[Strip]:
