@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from inference.settings import SamplingParams, SettingsError
 from inference.types import Message, ModelInfo
 
-from .conversation import Conversation, Entry, Reply
+from .conversation import Conversation, Entry, Reply, entry_message
 from .recorder import Delta, ReplyRecorder
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ class ChatState:
     job: Job | None = None
     history: list[Any] = field(default_factory=list)
     """The last ``/history`` listing (``/load N`` opens its N-th)."""
+    thinking: bool | None = None
+    """``/think on|off``: the template's reasoning switch; None leaves the template's
+    default."""
 
     def with_overrides(self, base: SamplingParams) -> SamplingParams:
         try:
@@ -105,7 +108,7 @@ class ChatState:
         for e in self.conversation.entries:
             if e is entry:
                 break
-            out.append(Message(e.role, e.content))
+            out.append(entry_message(e))
         return tuple(out)
 
 
