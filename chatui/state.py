@@ -136,7 +136,7 @@ def settings_label(s: SamplingParams) -> str:
         parts.append(f"top_k {s.top_k}")
     parts.append(f"max {s.max_new_tokens}")
     base = SamplingParams()
-    for name in ("min_p", "repetition_penalty", "seed", "stop"):
+    for name in ("min_p", "repetition_penalty", "seed", "stop", "reasoning_budget"):
         value = getattr(s, name)
         if value != getattr(base, name):
             value = ",".join(value) if name == "stop" else value
@@ -146,7 +146,10 @@ def settings_label(s: SamplingParams) -> str:
 
 def status_label(state: ChatState) -> str:
     """The status bar's settings field: the armed comparison, or the settings in force."""
-    return state.armed.label if state.armed is not None else settings_label(state.settings)
+    if state.armed is not None:
+        return state.armed.label
+    think = "" if state.thinking is None else f" · think {'on' if state.thinking else 'off'}"
+    return settings_label(state.settings) + think
 
 
 def speed_label(replies: list[Reply], *, stable: bool) -> str | None:

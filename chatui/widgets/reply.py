@@ -34,6 +34,7 @@ from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
                               forget_arrangement)
 from ..token_records import TokenRecords
 from .markdown_lines import MarkdownLines
+from .reasoning import ReasoningBlock
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
@@ -291,6 +292,7 @@ class ReplyView(SettledSize, Vertical):
     ReplyView.-tokens > Markdown { display: none; }
     ReplyView.-tokens > MarkdownLines { display: none; }
     ReplyView.-tokens > TokenView { display: block; }
+    ReplyView.-tokens > ReasoningBlock { display: none; }
     """
 
     token_mode: reactive[bool] = reactive(False, init=False)
@@ -345,8 +347,13 @@ class ReplyView(SettledSize, Vertical):
     def token_view(self) -> TokenView:
         return self.query_one(TokenView)
 
+    @property
+    def reasoning_block(self) -> ReasoningBlock:
+        return self.query_one(ReasoningBlock)
+
     def compose(self) -> ComposeResult:
         yield Static(Content(self.label), classes="reply-header")
+        yield ReasoningBlock(self.reply, stable_timings=self.stable_timings)
         text = safe_text(self.reply.text)
         # a finished reply is drawn from its text (issue 21: a streaming Markdown keeps
         # ~12,000 objects alive per reply); one still streaming, or empty, streams
@@ -375,6 +382,7 @@ class ReplyView(SettledSize, Vertical):
                 ReplyMarkdown(safe_text(self.reply.text), open_links=False))
         self._first_token_at = None
         self._streamed = 0
+        self.reasoning_block.streaming = True
         if self._clock is None:
             self._clock = self.set_interval(FRAME_S, self._frame, name="reply-frame")
         self._set_step(self._growth_step())
@@ -398,7 +406,7 @@ class ReplyView(SettledSize, Vertical):
         old = self._markdown
         self._markdown = new
         mounted = self.mount(new, before=old) if old is not None and old.parent is self \
-            else self.mount(new, after=self.query_one(".reply-header"))
+            else self.mount(new, after=self.reasoning_block)
         if old is not None:
             old.remove()
         return mounted
@@ -441,6 +449,8 @@ class ReplyView(SettledSize, Vertical):
         together (the token view, then the Markdown when its interval is up, then the
         statistics line when STATS_S is up)."""
         now = time.monotonic() + FRAME_S / 2  # due within half a frame: now
+        if not self.token_mode:
+            self.reasoning_block.redraw()
         if self.token_mode:
             self.token_view.flush()
         elif self._pending and (force or now >= self._last_write + self._fence.interval()):
@@ -476,6 +486,8 @@ class ReplyView(SettledSize, Vertical):
                 await self._stream.stop()
                 self._stream = None
             self._streaming = False
+            self.reasoning_block.streaming = False
+            self.reasoning_block.redraw()
             self.token_view.sync()
             self.token_view.tokens.compact()
             self._set_step(0)
@@ -502,6 +514,7 @@ class ReplyView(SettledSize, Vertical):
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
         self.token_view.set_tokens(self.reply.tokens)
+        self.reasoning_block.redraw()
         self.refresh_stats()
 
     # ---- stats ----
@@ -543,6 +556,8 @@ class ReplyView(SettledSize, Vertical):
 
     def watch_token_mode(self, on: bool) -> None:
         self.set_class(on, "-tokens")
+        if not on:
+            self.reasoning_block.redraw()
         self.token_view.set_active(on)  # hidden, it keeps no units; shown, makes them lazily
         if not on and self._pending:
             self.call_later(self._write_pending)

@@ -1,0 +1,101 @@
+"""A reply's reasoning, in a block of its own above the answer.
+
+While the model reasons, the block streams its reasoning live under a "Reasoning…" line;
+once the answer starts (or the reply ends) it folds to one line,
+``▸ Reasoning · N tokens · 3.2 s``. A click on it, or F4 (``/reasoning``) for the last reply,
+unfolds it (``▾``) and folds it again. The text is the recorder's ``Reply.reasoning`` (split on
+token ids by the engine, see ``inference.reasoning``), drawn as plain text: model output is
+data, never markup. The token view shows the same tokens in italics.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual import events
+from textual.content import Content
+from textual.widgets import Static
+
+from ..conversation import Reply
+from .text import safe_text
+
+
+def reasoning_summary(reply: Reply, *, open_: bool, live_s: float | None = None,
+                      streaming: bool = False, stable_timings: bool = False) -> str:
+    """The block's first line: fold marker, token count, duration."""
+    n = reply.tokens.reasoning_count()
+    thinking = streaming and not reply.text and reply.finish_reason is None
+    parts = ["Reasoning…" if thinking else "Reasoning", f"{n} token" + ("" if n == 1 else "s")]
+    seconds = reply.reasoning_s if reply.reasoning_s is not None else live_s
+    if stable_timings:
+        parts.append("– s")
+    elif seconds is not None:
+        parts.append(f"{seconds:.1f} s")
+    return ("▾ " if open_ else "▸ ") + " · ".join(parts)
+
+
+class ReasoningBlock(Static):
+    """The reasoning of one reply (see the module docstring). The reply view calls
+    :meth:`redraw` on its frames; a click toggles it."""
+
+    DEFAULT_CSS = """
+    ReasoningBlock { height: auto; padding: 0 1; color: $text-muted; }
+    ReasoningBlock.-empty { display: none; }
+    ReasoningBlock > .reasoning--summary { text-style: bold; }
+    """
+
+    def __init__(self, reply: Reply, *, stable_timings: bool = False) -> None:
+        super().__init__(classes="-empty")
+        self.reply = reply
+        self.stable_timings = stable_timings
+        self.expanded: bool | None = None
+        """Set by the user (click, F4); None: open while the reasoning streams, folded once
+        the answer starts."""
+        self.streaming = False
+        self._began: float | None = None
+        self._shown: tuple[str, str] | None = None
+
+    @property
+    def has_reasoning(self) -> bool:
+        return bool(self.reply.reasoning) or self.reply.tokens.has_reasoning
+
+    @property
+    def is_open(self) -> bool:
+        if self.expanded is not None:
+            return self.expanded
+        reply = self.reply
+        return self.streaming and not reply.text and reply.finish_reason is None
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def toggle(self) -> None:
+        """Fold or unfold."""
+        self.expanded = not self.is_open
+        self.redraw()
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        self.toggle()
+
+    def redraw(self) -> None:
+        """Show the reply's reasoning as it is now (cheap when nothing changed)."""
+        has = self.has_reasoning
+        self.set_class(not has, "-empty")
+        if not has:
+            return
+        if self.streaming and self._began is None:
+            self._began = time.monotonic()
+        live = (time.monotonic() - self._began
+                if self._began is not None and self.reply.reasoning_s is None else None)
+        open_ = self.is_open
+        head = reasoning_summary(self.reply, open_=open_, live_s=live, streaming=self.streaming,
+                                 stable_timings=self.stable_timings)
+        body = safe_text(self.reply.reasoning.strip("\n")) if open_ else ""
+        if (head, body) == self._shown:
+            return
+        self._shown = (head, body)
+        content = Content.styled(head, "bold")
+        if body:
+            content = Content.assemble(content, "\n", Content.styled(body, "italic"))
+        self.update(content)
