@@ -355,3 +355,48 @@ def test_splitter_on_id_sequences():
     assert s.push(4) == [Decision("reasoning", True)]
     assert s.push(1) == [] and s.push(2) == [] and s.push(12) == []
     assert s.flush() == [Decision("reasoning", True)] * 3
+
+
+# ---- headless ----
+
+
+def _chatui(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "chatui", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_generate_json_tags_every_token_with_its_channel():
+    import json
+
+    from inference.scripted import echo_reply, split_tokens
+
+    r = _chatui("generate", "-p", "hi", "--backend", "scripted", "--think", "on", "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    toks = [x for x in lines if x["type"] == "token"]
+    reasoning, answer = echo_reply(GenerationRequest((Message("user", "hi"),), thinking=True), 0)
+    assert [t["channel"] for t in toks] == (["reasoning"] * (len(split_tokens(reasoning)) + 2)
+                                            + ["answer"] * len(split_tokens(answer)))
+    assert toks[0]["special"] and toks[0]["text"] == ""
+    assert "".join(t["text"] for t in toks if t["channel"] == "answer") == answer
+    assert lines[-1]["type"] == "done"
+
+
+def test_generate_plain_text_shows_the_reasoning_under_a_header_or_hides_it():
+    from inference.scripted import echo_reply
+
+    reasoning, answer = echo_reply(GenerationRequest((Message("user", "hi"),), thinking=True), 0)
+    r = _chatui("generate", "-p", "hi", "--backend", "scripted", "--think", "on")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"Reasoning:\n{reasoning}\n\nAnswer:\n{answer}\n"  # not a tty: no dim
+    r = _chatui("generate", "-p", "hi", "--backend", "scripted", "--think", "on",
+                "--hide-reasoning", "--reasoning-budget", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == answer + "\n"
+    r = _chatui("generate", "-p", "hi", "--backend", "scripted", "--think", "maybe")
+    assert r.returncode == 2 and "--think takes on or off" in r.stderr
