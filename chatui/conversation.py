@@ -74,6 +74,19 @@ class Reply:
         return tokens[min(cands)[1]] if cands else None
 
 
+def reasoning_count(tokens: Sequence[Token]) -> int:
+    """How many tokens of reasoning text ``tokens`` hold (markers not counted)."""
+    if isinstance(tokens, TokenRecords):
+        return tokens.reasoning_count()
+    return sum(1 for t in tokens if t.channel == "reasoning" and not t.special)
+
+
+def has_reasoning(tokens: Sequence[Token]) -> bool:
+    if isinstance(tokens, TokenRecords):
+        return tokens.has_reasoning
+    return any(t.channel == "reasoning" for t in tokens)
+
+
 def _records(tokens: Sequence[Token]) -> TokenRecords:
     """``tokens`` as columns (a reply whose tokens were set to a list after it was made)."""
     return tokens if isinstance(tokens, TokenRecords) else TokenRecords(tokens)

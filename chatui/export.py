@@ -11,7 +11,7 @@ import re
 
 from inference.settings import SamplingParams
 
-from .conversation import Conversation, Entry, Reply
+from .conversation import Conversation, Entry, Reply, reasoning_count
 
 # C0 controls other than tab and newline, DEL and C1 controls. Model output may hold ANSI
 # escapes; a Markdown file someone `cat`s must not drive their terminal, so these become
@@ -87,8 +87,8 @@ def _reasoning_block(reply: Reply) -> list[str]:
     ``<details>``); a blank line after ``<summary>`` so the reasoning renders as Markdown."""
     if not reply.reasoning:
         return []
-    n = reply.tokens.reasoning_count() if reply.tokens else 0
-    count = f" · {n} tokens" if n else ""
+    n = reasoning_count(reply.tokens)
+    count = f" · {n} token{'' if n == 1 else 's'}" if n else ""
     seconds = f" · {reply.reasoning_s:.1f} s" if reply.reasoning_s is not None else ""
     return ["<details><summary>Reasoning" + count + seconds + "</summary>", "",
             _visible(reply.reasoning).strip("\n"), "", "</details>", ""]

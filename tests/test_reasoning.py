@@ -400,3 +400,61 @@ def test_generate_plain_text_shows_the_reasoning_under_a_header_or_hides_it():
     assert r.stdout == answer + "\n"
     r = _chatui("generate", "-p", "hi", "--backend", "scripted", "--think", "maybe")
     assert r.returncode == 2 and "--think takes on or off" in r.stderr
+
+
+# ---- transcripts and exports ----
+
+
+def _reasoning_conversation():
+    from chatui.conversation import Conversation
+    from inference.types import Token
+
+    conv = Conversation()
+    conv.add_user("6 x 7?")
+    entry = conv.add_assistant([SamplingParams(reasoning_budget=64)])
+    reply = entry.reply
+    reply.tokens = [Token(0, 5, "", -0.1, 0.2, special=True, raw="<think>", channel="reasoning"),
+                    Token(1, 6, "Six sevens.", -0.5, 1.0, channel="reasoning"),
+                    Token(2, 7, "", -0.1, 0.2, special=True, raw="</think>", channel="reasoning"),
+                    Token(3, 8, "42", -0.2, 0.5)]
+    reply.text, reply.reasoning, reply.reasoning_s = "42", "Six sevens.", 1.25
+    reply.finish_reason = "stop"
+    return conv
+
+
+def test_transcript_keeps_the_reasoning_and_old_files_still_read():
+    import json
+
+    from chatui.transcript import from_json_dict, to_json_dict
+
+    conv = _reasoning_conversation()
+    doc = to_json_dict(conv)
+    reply = doc["messages"][1]["replies"][0]
+    assert reply["reasoning"] == "Six sevens." and reply["reasoning_s"] == 1.25
+    assert [t.get("channel") for t in reply["tokens"]] == ["reasoning"] * 3 + [None]
+    assert reply["settings"]["reasoning_budget"] == 64
+    back = from_json_dict(json.loads(json.dumps(doc)))
+    assert back == conv
+    assert [t.channel for t in back.entries[1].reply.tokens] == ["reasoning"] * 3 + ["answer"]
+    # a file without the optional keys (every file before them) reads as before
+    for t in reply["tokens"]:
+        t.pop("channel", None)
+    del reply["reasoning"], reply["reasoning_s"], reply["settings"]["reasoning_budget"]
+    old = from_json_dict(doc)
+    assert old.entries[1].reply.reasoning == "" and old.entries[1].text == "42"
+    # a bad channel is one sentence
+    reply["tokens"][0]["channel"] = "thoughts"
+    with pytest.raises(Exception, match='must be "reasoning" or "answer"'):
+        from_json_dict(doc)
+    # the settings of a reply without a budget carry no key for it
+    assert "reasoning_budget" not in SamplingParams().to_dict()
+
+
+def test_markdown_export_folds_the_reasoning_and_messages_carry_it():
+    from chatui.export import export_markdown, export_messages
+
+    md = export_markdown(_reasoning_conversation())
+    assert ("<details><summary>Reasoning · 1 token · 1.2 s</summary>\n\nSix sevens.\n\n"
+            "</details>\n\n42") in md
+    msgs = export_messages(_reasoning_conversation())
+    assert msgs[-1] == {"role": "assistant", "content": "42", "reasoning_content": "Six sevens."}

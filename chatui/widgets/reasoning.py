@@ -16,14 +16,14 @@ from textual import events
 from textual.content import Content
 from textual.widgets import Static
 
-from ..conversation import Reply
+from ..conversation import Reply, has_reasoning, reasoning_count
 from .text import safe_text
 
 
 def reasoning_summary(reply: Reply, *, open_: bool, live_s: float | None = None,
                       streaming: bool = False, stable_timings: bool = False) -> str:
     """The block's first line: fold marker, token count, duration."""
-    n = reply.tokens.reasoning_count()
+    n = reasoning_count(reply.tokens)
     thinking = streaming and not reply.text and reply.finish_reason is None
     parts = ["Reasoning…" if thinking else "Reasoning", f"{n} token" + ("" if n == 1 else "s")]
     seconds = reply.reasoning_s if reply.reasoning_s is not None else live_s
@@ -57,7 +57,7 @@ class ReasoningBlock(Static):
 
     @property
     def has_reasoning(self) -> bool:
-        return bool(self.reply.reasoning) or self.reply.tokens.has_reasoning
+        return bool(self.reply.reasoning) or has_reasoning(self.reply.tokens)
 
     @property
     def is_open(self) -> bool:
