@@ -66,7 +66,7 @@ class _Planned:
 def _plan(script: str | tuple[str, str], budget: int | None) -> list[_Planned]:
     """A script's tokens: word-like pieces; a reasoning reply is ``<think>``, its reasoning
     (cut after ``budget`` pieces, as the engine's reasoning budget does), ``</think>``, then
-    the answer."""
+    the answer after a blank line (as Qwen3 writes it: ``</think>\n\n``)."""
     if isinstance(script, str):
         return [_Planned(p) for p in split_tokens(script)]
     reasoning, answer = script
@@ -76,7 +76,7 @@ def _plan(script: str | tuple[str, str], budget: int | None) -> list[_Planned]:
     return ([_Planned("", "reasoning", THINK_OPEN)]
             + [_Planned(p, "reasoning") for p in pieces]
             + [_Planned("", "reasoning", THINK_CLOSE)]
-            + [_Planned(p) for p in split_tokens(answer)])
+            + [_Planned(p) for p in split_tokens("\n\n" + answer)])
 
 
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")

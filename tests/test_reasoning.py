@@ -381,9 +381,9 @@ def test_generate_json_tags_every_token_with_its_channel():
     toks = [x for x in lines if x["type"] == "token"]
     reasoning, answer = echo_reply(GenerationRequest((Message("user", "hi"),), thinking=True), 0)
     assert [t["channel"] for t in toks] == (["reasoning"] * (len(split_tokens(reasoning)) + 2)
-                                            + ["answer"] * len(split_tokens(answer)))
+                                            + ["answer"] * len(split_tokens("\n\n" + answer)))
     assert toks[0]["special"] and toks[0]["text"] == ""
-    assert "".join(t["text"] for t in toks if t["channel"] == "answer") == answer
+    assert "".join(t["text"] for t in toks if t["channel"] == "answer") == "\n\n" + answer
     assert lines[-1]["type"] == "done"
 
 

@@ -69,7 +69,7 @@ async def test_reasoning_streams_open_then_folds_and_unfolds():
         # folded to one line once the answer came: count and (stable) duration
         n = len(REASONING.split())
         assert block_text(app) == f"▸ Reasoning · {n} tokens · – s"
-        assert reply.text == ANSWER and reply.reasoning == REASONING
+        assert reply.text == "\n\n" + ANSWER and reply.reasoning == REASONING
         [view] = app.chat.query(ReplyView)
         assert "42" in view.markdown.source and "First I check" not in view.markdown.source
         # a click unfolds it, F4 folds it again
@@ -94,7 +94,7 @@ async def test_think_switch_reaches_the_request_and_a_budget_cuts_the_reasoning(
         assert backend.requests[-1].thinking is True
         assert backend.requests[-1].settings[0].reasoning_budget == 3
         reply = app.chat.conversation.last_assistant.reply
-        assert reply.reasoning == "The user wrote" and reply.text.startswith("You said: hello")
+        assert reply.reasoning == "The user wrote" and reply.text.lstrip().startswith("You said: hello")
         assert "think on" in app.chat.status.settings and "reasoning_budget 3" in \
             app.chat.status.settings
         await send(pilot, app, "/think off")
@@ -139,3 +139,39 @@ async def test_token_view_and_alternatives_work_inside_the_reasoning():
         chosen = reply.tokens[units[1].start]
         assert chosen.channel == "reasoning" and chosen.text == "alt1"
         assert reply.reasoning.startswith(REASONING.split()[0] + "alt1")
+
+
+# ---- snapshots (tests/snapshots/reasoning_*.svg; see tests/test_snapshots.py) ----
+
+
+def snapshot_reply(request, row):
+    return ("The user asks for a table. I will give one row with a wide character, then "
+            "say something short about it.", "Here is the table:\n\n| name | 值 |\n|---|---|\n"
+            "| café | 日本語 |\n")
+
+
+async def _ask(pilot) -> None:
+    app = pilot.app
+    app.chat.prompt.text = "A table, please"
+    await pilot.press("enter")
+    for _ in range(300):
+        if not app.chat.generating:
+            break
+        await pilot.pause(0.01)
+    await app.workers.wait_for_complete()
+
+
+async def test_snapshot_reasoning_folded():
+    from test_snapshots import snapshot
+
+    await snapshot("reasoning_folded", _ask, reply=snapshot_reply)
+
+
+async def test_snapshot_reasoning_unfolded():
+    from test_snapshots import snapshot
+
+    async def run_before(pilot):
+        await _ask(pilot)
+        await pilot.press("f4")
+
+    await snapshot("reasoning_unfolded", run_before, reply=snapshot_reply)

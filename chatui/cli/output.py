@@ -45,7 +45,8 @@ def done_json(d: RowDone, started: Started | None, column: int | None = None) ->
 class ChannelPrinter:
     """Plain text of a reply whose model reasons: the reasoning under a "Reasoning:" header
     (dim on a terminal), then a blank line and "Answer:" before the answer; a reply without
-    reasoning prints as before. ``hide`` leaves the reasoning out."""
+    reasoning prints as before. ``hide`` leaves the reasoning out. The blank lines a model
+    writes between its reasoning and its answer (``</think>\n\n``) are not printed."""
 
     DIM, RESET = "\x1b[2m", "\x1b[0m"
 
@@ -54,6 +55,8 @@ class ChannelPrinter:
         self.tty = tty
         self.channel = "answer"
         self.reasoned = False
+        self._trim = False
+        """Leading newlines of the answer after reasoning are left out."""
 
     def text(self, t: Token) -> str:
         """What to print for token ``t``."""
@@ -64,10 +67,15 @@ class ChannelPrinter:
                 self.reasoned = True
             elif t.channel == "answer" and self.reasoned:
                 out += (self.RESET if self.tty else "") + "\n\nAnswer:\n"
+            self._trim = t.channel == "answer"
             self.channel = t.channel
         if t.channel == "reasoning" and self.hide:
             return out
-        return out + t.text
+        text = t.text
+        if self._trim:
+            text = text.lstrip("\n")
+            self._trim = not text
+        return out + text
 
     def end(self) -> str:
         """What closes the output (the terminal's style back to normal)."""

@@ -41,6 +41,7 @@ class ReasoningBlock(Static):
     DEFAULT_CSS = """
     ReasoningBlock { height: auto; padding: 0 1; color: $text-muted; }
     ReasoningBlock.-empty { display: none; }
+    ReasoningBlock.-open { margin-bottom: 1; }
     ReasoningBlock > .reasoning--summary { text-style: bold; }
     """
 
@@ -49,8 +50,8 @@ class ReasoningBlock(Static):
         self.reply = reply
         self.stable_timings = stable_timings
         self.expanded: bool | None = None
-        """Set by the user (click, F4); None: open while the reasoning streams, folded once
-        the answer starts."""
+        """Set by the user (click, F4); None: open until the answer starts (so a reply
+        stopped inside its reasoning shows it), folded from then on."""
         self.streaming = False
         self._began: float | None = None
         self._shown: tuple[str, str] | None = None
@@ -63,8 +64,7 @@ class ReasoningBlock(Static):
     def is_open(self) -> bool:
         if self.expanded is not None:
             return self.expanded
-        reply = self.reply
-        return self.streaming and not reply.text and reply.finish_reason is None
+        return not self.reply.text.strip()
 
     def on_mount(self) -> None:
         self.redraw()
@@ -95,6 +95,7 @@ class ReasoningBlock(Static):
         if (head, body) == self._shown:
             return
         self._shown = (head, body)
+        self.set_class(bool(body), "-open")
         content = Content.styled(head, "bold")
         if body:
             content = Content.assemble(content, "\n", Content.styled(body, "italic"))

@@ -84,6 +84,8 @@ class RunningStats:
     seen: int = 0
     count: int = 0
     """Tokens that are not special."""
+    reasoning: int = 0
+    """Of them, tokens of the reasoning."""
     logprob_sum: float = 0.0
     logprob_count: int = 0
     least: Token | None = None
@@ -98,6 +100,7 @@ class RunningStats:
             if tok.special:
                 continue
             self.count += 1
+            self.reasoning += tok.channel == "reasoning"
             if tok.logprob is not None:
                 self.logprob_sum += tok.logprob
                 self.logprob_count += 1
@@ -115,6 +118,7 @@ class RunningStats:
             if tokens.is_special(i):
                 continue
             self.count += 1
+            self.reasoning += tokens.is_reasoning(i)
             logprob = tokens.logprob_at(i)
             if logprob is not None:
                 self.logprob_sum += logprob
@@ -172,6 +176,8 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     running = running.sync(reply.tokens) if running is not None \
         else RunningStats().sync(reply.tokens)
     parts = [f"{running.count} tokens"]
+    if running.reasoning:  # "21 tokens + 26 reasoning"
+        parts = [f"{running.count - running.reasoning} tokens + {running.reasoning} reasoning"]
     mean = running.mean_logprob
     if mean is not None:
         ppl = math.exp(-mean)
