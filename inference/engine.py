@@ -168,7 +168,11 @@ class LocalBackend:
         return text
 
     def count_tokens(self, messages: tuple[Message, ...]) -> int:
-        return len(encode_messages(self.tokenizer, messages)) if messages else 0
+        if not messages:
+            return 0
+        key = self.reasoning.history_key if self.reasoning is not None else ""
+        return len(encode_messages(self.tokenizer, messages,
+                                   options=TemplateOptions(reasoning_key=key)))
 
     def reset(self) -> None:
         self._cache = None

@@ -175,3 +175,22 @@ async def test_snapshot_reasoning_unfolded():
         await pilot.press("f4")
 
     await snapshot("reasoning_unfolded", run_before, reply=snapshot_reply)
+
+
+def test_readme_documents_the_reasoning_commands_keys_flags_and_format():
+    from pathlib import Path
+
+    from chatui.commands import COMMANDS
+    from chatui.screens.chat import ChatScreen
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for spec in COMMANDS:
+        assert f"`/{spec.name}" in readme, spec.name
+    keys = {b.key: b for b in ChatScreen.BINDINGS if hasattr(b, "key")}
+    assert "f4" in keys and "| F4 (or a click on it) | unfold / fold the last reply's reasoning" \
+        in readme
+    for claim in ("**Reasoning models.**", "`--reasoning-budget N`", "`--hide-reasoning`",
+                  "`--think on\\|off`", '"channel": "reasoning"|"answer"',
+                  '"reasoning": str, "reasoning_s"', "reasoning_budget},",
+                  "<details><summary>Reasoning"):
+        assert claim in readme, claim

@@ -270,6 +270,10 @@ def batch(
             rec = {"index": index, "line": index + 1, "prompt": text, "text": done.text,
                    **done_json(done, None)}
             rec.pop("type")
+            reasoning = "".join(t.text for t in tokens
+                                if t.channel == "reasoning" and not t.special)
+            if reasoning:  # a reasoning model's: "text" is its answer
+                rec["reasoning"] = reasoning
             if alternatives:
                 rec["tokens"] = [token_json(t) for t in tokens]
             out_lines.append(json.dumps(rec, ensure_ascii=False))

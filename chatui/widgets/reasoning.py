@@ -92,7 +92,7 @@ class ReasoningBlock(Static):
         head = reasoning_summary(self.reply, open_=open_, live_s=live, streaming=self.streaming,
                                  stable_timings=self.stable_timings)
         body = safe_text(self.reply.reasoning.strip("\n")) if open_ else ""
-        if (head, body) == self._shown:
+        if (head, body) == self._shown or not self.is_mounted:
             return
         self._shown = (head, body)
         self.set_class(bool(body), "-open")

@@ -338,6 +338,7 @@ class ReplyView(SettledSize, Vertical):
         self._fence.feed(safe_text(reply.text))
         self.type_into: Callable[[str, bool], None] | None = None
         """Where text typed in the token view goes (set by the screen before mounting)."""
+        self._reasoning = ReasoningBlock(reply, stable_timings=stable_timings)
         self.set_reactive(ReplyView.token_mode, token_mode)
         self.set_class(token_mode, "-tokens")
 
@@ -355,11 +356,12 @@ class ReplyView(SettledSize, Vertical):
 
     @property
     def reasoning_block(self) -> ReasoningBlock:
-        return self.query_one(ReasoningBlock)
+        """The reply's reasoning (made with the view, so it can be set before mounting)."""
+        return self._reasoning
 
     def compose(self) -> ComposeResult:
         yield Static(Content(self.label), classes="reply-header")
-        yield ReasoningBlock(self.reply, stable_timings=self.stable_timings)
+        yield self._reasoning
         text = safe_text(self.reply.text)
         # a finished reply is drawn from its text (issue 21: a streaming Markdown keeps
         # ~12,000 objects alive per reply); one still streaming, or empty, streams
