@@ -130,7 +130,7 @@ async def test_token_view_and_alternatives_work_inside_the_reasoning():
         await pilot.press("home")
         await pilot.pause(0.1)
         detail = str(app.chat.inspector.query_one(".detail").render())
-        assert "token 1 of" in detail
+        assert "token 1 of" in detail and "channel      reasoning" in detail
         await pilot.press("right", "2")  # continue from alternative 2 at reasoning token 2
         await settle(pilot, app)
         reply = app.chat.conversation.last_assistant.reply
