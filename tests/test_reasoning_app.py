@@ -194,3 +194,13 @@ def test_readme_documents_the_reasoning_commands_keys_flags_and_format():
                   '"reasoning": str, "reasoning_s"', "reasoning_budget},",
                   "<details><summary>Reasoning"):
         assert claim in readme, claim
+
+
+def test_a_long_reasoning_streams_its_tail_and_unfolds_in_full():
+    from chatui.widgets.reasoning import LIVE_TAIL, live_tail
+
+    text = "\n".join(f"step {i}: " + "word " * 12 for i in range(200))
+    tail = live_tail(text)
+    assert tail.startswith("…step ") and text.endswith(tail[1:])
+    assert len(tail) <= LIVE_TAIL + 1
+    assert live_tail("short") == "short"

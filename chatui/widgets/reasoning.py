@@ -19,6 +19,21 @@ from textual.widgets import Static
 from ..conversation import Reply, has_reasoning, reasoning_count
 from .text import safe_text
 
+LIVE_TAIL = 1200
+"""While the reasoning streams, the block shows its last this many characters (from a line or
+word boundary): a Static re-wraps its whole text on each update (90 ms for 5,000 tokens here,
+see docs), so a long reasoning redrawn 10 times a second in full would hold the screen up.
+Unfolded after it ends, it shows all of it once."""
+
+
+def live_tail(text: str, limit: int = LIVE_TAIL) -> str:
+    """The end of ``text`` that the streaming block shows ("…" before a cut)."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    sep = "\n" if "\n" in tail[: limit // 2] else " "
+    return "…" + tail[tail.find(sep) + 1:]  # (find gives -1 when there is no separator)
+
 
 def reasoning_summary(reply: Reply, *, open_: bool, live_s: float | None = None,
                       streaming: bool = False, stable_timings: bool = False) -> str:
@@ -91,7 +106,12 @@ class ReasoningBlock(Static):
         open_ = self.is_open
         head = reasoning_summary(self.reply, open_=open_, live_s=live, streaming=self.streaming,
                                  stable_timings=self.stable_timings)
-        body = safe_text(self.reply.reasoning.strip("\n")) if open_ else ""
+        body = ""
+        if open_:
+            text = self.reply.reasoning.strip("\n")
+            if self.streaming and self.expanded is None:
+                text = live_tail(text)
+            body = safe_text(text)
         if (head, body) == self._shown or not self.is_mounted:
             return
         self._shown = (head, body)
