@@ -458,3 +458,15 @@ def test_markdown_export_folds_the_reasoning_and_messages_carry_it():
             "</details>\n\n42") in md
     msgs = export_messages(_reasoning_conversation())
     assert msgs[-1] == {"role": "assistant", "content": "42", "reasoning_content": "Six sevens."}
+
+
+def test_reasoning_budget_setting_values():
+    from inference.settings import SettingsError
+
+    s = SamplingParams().with_values(reasoning_budget="12")
+    assert s.reasoning_budget == 12 and "reasoning_budget=12" in s.describe()
+    assert s.with_values(reasoning_budget="none").reasoning_budget is None
+    assert s.with_values(reasoning_budget="-1").reasoning_budget is None  # llama.cpp's "no limit"
+    with pytest.raises(SettingsError, match="reasoning_budget must be a whole number between"):
+        s.with_values(reasoning_budget="-5")
+    assert "reasoning_budget" not in SamplingParams().describe()
