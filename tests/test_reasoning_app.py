@@ -204,3 +204,34 @@ def test_a_long_reasoning_streams_its_tail_and_unfolds_in_full():
     assert tail.startswith("…step ") and text.endswith(tail[1:])
     assert len(tail) <= LIVE_TAIL + 1
     assert live_tail("short") == "short"
+
+
+async def test_openai_reasoning_content_fills_the_same_block():
+    from test_openai_backend import FakeServer, chunk, entry
+
+    from inference.openai_backend import OpenAIBackend
+
+    def chat(h, body):
+        h.start_sse()
+        for p in ["Thinking", " it", " over."]:
+            c = chunk(None, [entry(p, -0.3, [(p, -0.3)], p.encode())])
+            c["choices"][0]["delta"] = {"reasoning_content": p}
+            h.event(c)
+        for p in ["Yes", "."]:
+            h.event(chunk(p, [entry(p, -0.1, [(p, -0.1)], p.encode())]))
+        h.event(chunk(None, None, "stop"))
+        h.end_sse()
+
+    fake = FakeServer()
+    fake.chat = chat
+    try:
+        app = make_app(backend=OpenAIBackend(fake.url, None, None))
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "Well?")
+            reply = app.chat.conversation.last_assistant.reply
+            assert reply.reasoning == "Thinking it over." and reply.text == "Yes."
+            assert block_text(app) == "▸ Reasoning · 3 tokens · – s"
+            [view] = app.chat.query(ReplyView)
+            assert view.markdown.source == "Yes."
+    finally:
+        fake.close()
