@@ -470,3 +470,19 @@ def test_reasoning_budget_setting_values():
     with pytest.raises(SettingsError, match="reasoning_budget must be a whole number between"):
         s.with_values(reasoning_budget="-5")
     assert "reasoning_budget" not in SamplingParams().describe()
+
+
+def test_the_budget_in_the_pipelined_loop_gives_the_same_reply(think_dir):
+    """The loop that queues step t + 1 before reading token t (CUDA's) forces the marker at
+    the same step as the plain loop."""
+    replies = []
+    for pipeline in (False, True):
+        b = backend(think_dir, [])
+        b.pipeline = pipeline
+        tok = b.tokenizer
+        b.runner.script = [b.reasoning.open_id, *ids_of(tok, " a b c"), 0,
+                           *ids_of(tok, "Ok"), 2]
+        toks, done = generate(b, budget=3)
+        replies.append(([t.id for t in toks], [t.channel for t in toks], done.text))
+    assert replies[0] == replies[1]
+    assert replies[0][0][4] == b.reasoning.close_id and replies[0][2] == "Ok"
