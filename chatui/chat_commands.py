@@ -88,6 +88,8 @@ class CommandContext(Protocol):
 
     def toggle_raw(self) -> bool: ...
 
+    def toggle_reasoning(self) -> bool | None: ...
+
     def theme_names(self) -> list[str]: ...
 
     def current_theme(self) -> str: ...
@@ -266,6 +268,37 @@ async def cmd_raw(ctx: CommandContext, arg: str = "") -> None:
     on = ctx.toggle_raw()
     ctx.notice("Raw token view " + ("on: special tokens and exact spellings are shown."
                                     if on else "off."))
+
+
+NO_SWITCH = ("This model's chat template has no reasoning switch (enable_thinking), so /think "
+             "changes nothing; /set reasoning_budget 0 ends its reasoning at once instead.")
+
+
+async def cmd_think(ctx: CommandContext, arg: str = "") -> None:
+    state = ctx.state
+    word = arg.strip().lower()
+    info = state.info
+    if not word:
+        now = {None: "as the template has it", True: "on", False: "off"}[state.thinking]
+        ctx.notice(f"Reasoning: {now}."
+                   + ("" if info is None or info.thinking_switch else " " + NO_SWITCH))
+        return
+    if word not in ("on", "off"):
+        ctx.notice(f"/think takes on or off, not {arg.strip()!r}.", "error")
+        return
+    state.thinking = word == "on"
+    if info is not None and not info.thinking_switch:
+        ctx.notice(NO_SWITCH, "warning")
+        return
+    ctx.settings_changed()
+    ctx.notice(f"Reasoning {word}: the next replies are asked to "
+               f"{'reason first' if state.thinking else 'answer without reasoning'}.")
+
+
+async def cmd_reasoning(ctx: CommandContext, arg: str = "") -> None:
+    shown = ctx.toggle_reasoning()
+    if shown is None:
+        ctx.notice("The last reply has no reasoning to show.")
 
 
 async def cmd_theme(ctx: CommandContext, arg: str = "") -> None:

@@ -57,6 +57,11 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "tokens.", args="[N]", handler=run.cmd_score),
     CommandSpec("raw", "Toggle the raw token view (special tokens, exact spellings).",
                 handler=run.cmd_raw),
+    CommandSpec("think", "Turn the model's reasoning on or off through its chat template's "
+                "switch (enable_thinking); no argument: show it.", args="on|off",
+                handler=run.cmd_think),
+    CommandSpec("reasoning", "Unfold or fold the last reply's reasoning block.", key="F4",
+                handler=run.cmd_reasoning),
     CommandSpec("theme", "Switch the theme (no name: list themes).", args="NAME",
                 handler=run.cmd_theme),
     CommandSpec("copy", "Copy the last reply (/copy code: its last code block).",

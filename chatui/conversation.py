@@ -19,10 +19,11 @@ from inference.types import FinishReason, Message, Token, Usage
 from .token_records import TokenRecords
 
 
-def visible_text(tokens: Iterable[Token]) -> str:
-    """The text that ``tokens`` show in a reply (special tokens are not part of it): the one
-    rule by which a reply's text is built from its tokens."""
-    return "".join(t.text for t in tokens if not t.special)
+def visible_text(tokens: Iterable[Token], channel: str = "answer") -> str:
+    """The text that ``tokens`` show in a reply's ``channel`` (special tokens are not part of
+    it): the one rule by which a reply's text (its answer) and its reasoning are built from
+    its tokens."""
+    return "".join(t.text for t in tokens if not t.special and t.channel == channel)
 
 
 @dataclass
@@ -38,6 +39,12 @@ class Reply:
     """None while it is still streaming."""
     usage: Usage | None = None
     error: str = ""
+    reasoning: str = ""
+    """The reasoning before the answer (``<think>...</think>``, harmony's analysis channel);
+    ``text`` is the answer alone."""
+    reasoning_s: float | None = None
+    """How long the reasoning took (first reasoning token to the first answer token); None
+    when unknown (a loaded reply, a reply without reasoning)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, TokenRecords):
@@ -65,6 +72,19 @@ class Reply:
         cands = [(lp, i) for i in range(len(tokens))
                  if not tokens.is_special(i) and (lp := tokens.logprob_at(i)) is not None]
         return tokens[min(cands)[1]] if cands else None
+
+
+def reasoning_count(tokens: Sequence[Token]) -> int:
+    """How many tokens of reasoning text ``tokens`` hold (markers not counted)."""
+    if isinstance(tokens, TokenRecords):
+        return tokens.reasoning_count()
+    return sum(1 for t in tokens if t.channel == "reasoning" and not t.special)
+
+
+def has_reasoning(tokens: Sequence[Token]) -> bool:
+    if isinstance(tokens, TokenRecords):
+        return tokens.has_reasoning
+    return any(t.channel == "reasoning" for t in tokens)
 
 
 def _records(tokens: Sequence[Token]) -> TokenRecords:
@@ -117,6 +137,13 @@ def _set_entry_text(self: Entry, value: str) -> None:
 Entry.text = property(_entry_text, _set_entry_text)  # type: ignore[assignment,method-assign]
 
 
+def entry_message(entry: Entry) -> Message:
+    """The message an entry sends to the model: an assistant reply's reasoning goes with it,
+    for the chat template to keep or leave out (``inference.chat``)."""
+    reply = entry.reply
+    return Message(entry.role, entry.content, reply.reasoning if reply is not None else "")
+
+
 @dataclass
 class ModelRef:
     """Which model made a conversation (as recorded in a transcript)."""
@@ -158,7 +185,7 @@ class Conversation:
         if self.system_prompt:
             out.append(Message("system", self.system_prompt))
         for e in self.entries:
-            out.append(Message(e.role, e.content))
+            out.append(entry_message(e))
         return tuple(out)
 
     def add_user(self, text: str) -> Entry:

@@ -11,7 +11,7 @@ import re
 
 from inference.settings import SamplingParams
 
-from .conversation import Conversation, Entry, Reply
+from .conversation import Conversation, Entry, Reply, reasoning_count
 
 # C0 controls other than tab and newline, DEL and C1 controls. Model output may hold ANSI
 # escapes; a Markdown file someone `cat`s must not drive their terminal, so these become
@@ -82,8 +82,21 @@ def _settings_label(s: SamplingParams) -> str:
     return s.describe(against=SamplingParams()) if s != SamplingParams() else "default settings"
 
 
+def _reasoning_block(reply: Reply) -> list[str]:
+    """The reply's reasoning as a collapsible block (GitHub and most Markdown viewers fold
+    ``<details>``); a blank line after ``<summary>`` so the reasoning renders as Markdown."""
+    if not reply.reasoning:
+        return []
+    n = reasoning_count(reply.tokens)
+    count = f" · {n} token{'' if n == 1 else 's'}" if n else ""
+    seconds = f" · {reply.reasoning_s:.1f} s" if reply.reasoning_s is not None else ""
+    return ["<details><summary>Reasoning" + count + seconds + "</summary>", "",
+            _visible(reply.reasoning).strip("\n"), "", "</details>", ""]
+
+
 def _reply_block(reply: Reply) -> list[str]:
-    out = [_visible(reply.text) if reply.text else "*(empty reply)*", ""]
+    out = [*_reasoning_block(reply),
+           _visible(reply.text) if reply.text else "*(empty reply)*", ""]
     if reply.error:
         out += [f"> error: {_visible(reply.error)}", ""]
     stats = reply_stats(reply)
@@ -138,5 +151,13 @@ def export_markdown(conv: Conversation) -> str:
 
 def export_messages(conv: Conversation) -> list[dict[str, str]]:
     """The plain ``[{"role", "content"}, ...]`` list that OpenAI-style clients and
-    ``transformers`` chat templates take: system prompt first, chosen replies only."""
-    return [{"role": m.role, "content": m.content} for m in conv.messages()]
+    ``transformers`` chat templates take: system prompt first, chosen replies only; a
+    reply's reasoning under ``reasoning_content`` (the key vLLM, SGLang and Qwen3's template
+    use)."""
+    out = []
+    for m in conv.messages():
+        d = {"role": m.role, "content": m.content}
+        if m.reasoning:
+            d["reasoning_content"] = m.reasoning
+        out.append(d)
+    return out

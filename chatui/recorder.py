@@ -9,6 +9,7 @@ render (they never read the events, nor build a reply's text themselves). UI-fre
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -24,7 +25,9 @@ class TokensAdded:
     row: int
     tokens: tuple[Token, ...]
     text: str
-    """The text they add to the reply (built by :func:`visible_text`, once)."""
+    """The text they add to the reply's answer (built by :func:`visible_text`, once)."""
+    reasoning: str = ""
+    """The text they add to the reply's reasoning."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class ReplyRecorder:
         self.replies = list(replies)
         self._base_tokens = [len(r.tokens) for r in self.replies]
         self._base_text = [r.text for r in self.replies]
+        self._reasoning_from: list[float | None] = [None] * len(self.replies)
+        """When each row's reasoning began streaming (until its answer starts)."""
 
     def begin(self) -> None:
         """The generation starts: every reply is unfinished again."""
@@ -73,13 +78,22 @@ class ReplyRecorder:
             reply = self.replies[event.row]
             tokens = _reindex(event.tokens, self._base_tokens[event.row])
             text = visible_text(tokens)
+            reasoning = ""
+            if any(t.channel == "reasoning" for t in tokens):
+                reasoning = visible_text(tokens, "reasoning")
+                reply.reasoning += reasoning
+                if self._reasoning_from[event.row] is None:
+                    self._reasoning_from[event.row] = time.monotonic()
             reply.tokens.extend(tokens)
             reply.text += text
-            return TokensAdded(event.row, tokens, text)
+            if any(t.channel == "answer" and not t.special for t in tokens):
+                self._reasoning_ended(event.row)
+            return TokensAdded(event.row, tokens, text, reasoning)
         if isinstance(event, RowDone):
             if not 0 <= event.row < len(self.replies):
                 return None
             reply = self.replies[event.row]
+            self._reasoning_ended(event.row)
             reply.tokens.compact()  # finished: its strings joined, one per column
             reply.finish_reason = event.finish_reason
             reply.usage = event.usage
@@ -95,6 +109,14 @@ class ReplyRecorder:
             self.fail(event.message)
         return None
 
+    def _reasoning_ended(self, row: int) -> None:
+        """The row's answer began (or the row ended): its reasoning took until now."""
+        began = self._reasoning_from[row]
+        if began is not None:
+            reply = self.replies[row]
+            reply.reasoning_s = (reply.reasoning_s or 0.0) + time.monotonic() - began
+            self._reasoning_from[row] = None
+
     def fail(self, message: str) -> None:
         """The generation failed: every row still running ends with ``message``."""
         for reply in self.replies:
@@ -105,6 +127,8 @@ class ReplyRecorder:
         """The generation is over: rows still running were stopped. True if there were any
         (the caller cancels the stream)."""
         running = [r for r in self.replies if r.finish_reason is None]
+        for row in range(len(self.replies)):
+            self._reasoning_ended(row)
         for reply in running:
             reply.finish_reason = "cancelled"
         for reply in self.replies:
@@ -134,10 +158,11 @@ def branch(reply: Reply, position: int, rank: int) -> AssistantPrefix:
     token = reply.tokens[position]
     alt = token.top[rank - 1]
     chosen = Token(index=position, id=alt.id, text=alt.text, logprob=alt.logprob,
-                   entropy=token.entropy, top=token.top)
+                   entropy=token.entropy, top=token.top, channel=token.channel)
     reply.tokens.truncate(position)
     reply.tokens.append(chosen)
     reply.text = reply.tokens.text()
+    reply.reasoning = reply.tokens.text(channel="reasoning")
     reply.finish_reason = None
     reply.usage = None
     return prefix_of(reply)

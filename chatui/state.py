@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from inference.settings import SamplingParams, SettingsError
 from inference.types import Message, ModelInfo
 
-from .conversation import Conversation, Entry, Reply
+from .conversation import Conversation, Entry, Reply, entry_message
 from .recorder import Delta, ReplyRecorder
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,9 @@ class ChatState:
     job: Job | None = None
     history: list[Any] = field(default_factory=list)
     """The last ``/history`` listing (``/load N`` opens its N-th)."""
+    thinking: bool | None = None
+    """``/think on|off``: the template's reasoning switch; None leaves the template's
+    default."""
 
     def with_overrides(self, base: SamplingParams) -> SamplingParams:
         try:
@@ -105,7 +108,7 @@ class ChatState:
         for e in self.conversation.entries:
             if e is entry:
                 break
-            out.append(Message(e.role, e.content))
+            out.append(entry_message(e))
         return tuple(out)
 
 
@@ -133,7 +136,7 @@ def settings_label(s: SamplingParams) -> str:
         parts.append(f"top_k {s.top_k}")
     parts.append(f"max {s.max_new_tokens}")
     base = SamplingParams()
-    for name in ("min_p", "repetition_penalty", "seed", "stop"):
+    for name in ("min_p", "repetition_penalty", "seed", "stop", "reasoning_budget"):
         value = getattr(s, name)
         if value != getattr(base, name):
             value = ",".join(value) if name == "stop" else value
@@ -143,7 +146,10 @@ def settings_label(s: SamplingParams) -> str:
 
 def status_label(state: ChatState) -> str:
     """The status bar's settings field: the armed comparison, or the settings in force."""
-    return state.armed.label if state.armed is not None else settings_label(state.settings)
+    if state.armed is not None:
+        return state.armed.label
+    think = "" if state.thinking is None else f" · think {'on' if state.thinking else 'off'}"
+    return settings_label(state.settings) + think
 
 
 def speed_label(replies: list[Reply], *, stable: bool) -> str | None:

@@ -35,6 +35,8 @@ _HAS_ID = 2
 _HAS_LOGPROB = 4
 _HAS_ENTROPY = 8
 _HAS_GLYPH = 16
+_REASONING = 32
+"""The token belongs to the reply's reasoning (``Token.channel``), not its answer."""
 
 
 class _Strings:
@@ -124,6 +126,8 @@ class TokenRecords(Sequence[Token]):
     def append(self, token: Token) -> None:
         """Add one token at the end."""
         flags = _SPECIAL if token.special else 0
+        if token.channel == "reasoning":
+            flags |= _REASONING
         self._index.append(token.index)
         if token.id is not None:
             flags |= _HAS_ID
@@ -147,11 +151,13 @@ class TokenRecords(Sequence[Token]):
         self._top_ends.append(len(self._alt_ids))
 
     @classmethod
-    def from_fields(cls, rows: Sequence[tuple[Any, ...]]) -> TokenRecords:
+    def from_fields(cls, rows: Sequence[tuple[Any, ...]],
+                    reasoning: Sequence[bool] | None = None) -> TokenRecords:
         """Tokens from their fields ``(index, id, text, logprob, entropy, special, raw, top)``,
         ``top`` as ``[id, text, logprob]`` lists (already checked), each column built in one
         go: reading a transcript of 200 replies this way takes a third of the time that
-        making a token and its alternatives one by one took (``chatui.transcript.reader``)."""
+        making a token and its alternatives one by one took (``chatui.transcript.reader``).
+        ``reasoning[i]``: token i is in the reasoning channel (all answer when None)."""
         out = cls()
         if not rows:
             return out
@@ -165,6 +171,10 @@ class TokenRecords(Sequence[Token]):
             (_SPECIAL if sp else 0) | (0 if t is None else _HAS_ID)
             | (0 if lp is None else _HAS_LOGPROB) | (0 if e is None else _HAS_ENTROPY)
             for sp, t, lp, e in zip(specials, tids, lps, ents))
+        if reasoning is not None:
+            for i, flag in enumerate(reasoning):
+                if flag:
+                    out._flags[i] |= _REASONING
         out._texts = _Strings.of(texts)
         out._raws = _Strings.of(raws)
         alts = [a for top in tops for a in top]
@@ -257,6 +267,17 @@ class TokenRecords(Sequence[Token]):
     def is_special(self, i: int) -> bool:
         return bool(self._flags[self._at(i)] & _SPECIAL)
 
+    def is_reasoning(self, i: int) -> bool:
+        return bool(self._flags[self._at(i)] & _REASONING)
+
+    @property
+    def has_reasoning(self) -> bool:
+        return any(f & _REASONING for f in self._flags)
+
+    def reasoning_count(self) -> int:
+        """How many tokens of reasoning text (markers not counted)."""
+        return sum(1 for f in self._flags if f & _REASONING and not f & _SPECIAL)
+
     def logprob_at(self, i: int) -> float | None:
         i = self._at(i)
         return self._logprobs[i] if self._flags[i] & _HAS_LOGPROB else None
@@ -275,14 +296,19 @@ class TokenRecords(Sequence[Token]):
                      for i in range(len(self)))
 
     def text(self, start: int = 0, end: int | None = None, *,
-             skip_special: bool = True) -> str:
+             skip_special: bool = True, channel: str | None = "answer") -> str:
         """The text of tokens ``start`` to ``end`` (the reply's text when special tokens are
-        skipped, as the chat screen builds it)."""
+        skipped, as the chat screen builds it) in ``channel`` ("answer", "reasoning", or
+        None for both)."""
         end = len(self) if end is None else min(end, len(self))
-        if not skip_special or not any(f & _SPECIAL for f in self._flags[start:end]):
+        skip = _SPECIAL if skip_special else 0
+        if channel is not None:
+            skip |= _REASONING
+        want = _REASONING if channel == "reasoning" else 0
+        if not any(f & skip != want for f in self._flags[start:end]):
             return self._texts.span(start, end)
         return "".join(self._texts.get(i) for i in range(start, end)
-                       if not self._flags[i] & _SPECIAL)
+                       if self._flags[i] & skip == want)
 
     def alternatives(self, i: int) -> tuple[Alternative, ...]:
         i = self._at(i)
@@ -307,6 +333,7 @@ class TokenRecords(Sequence[Token]):
             special=bool(flags & _SPECIAL),
             glyph_start=self._glyph[i] if flags & _HAS_GLYPH else None,
             raw=self._raws.get(i),
+            channel="reasoning" if flags & _REASONING else "answer",
         )
 
     def __len__(self) -> int:

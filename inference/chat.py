@@ -26,6 +26,23 @@ tokenizer's BOS token when it has one, as the tokenizer's own encoding would."""
 
 
 @dataclass(frozen=True)
+class TemplateOptions:
+    """What a request sets in the chat template beyond the messages."""
+
+    thinking: bool | None = None
+    """The template's reasoning switch (``enable_thinking``); None: the template's default."""
+    reasoning_key: str = ""
+    """The message key under which the template reads an earlier reply's reasoning
+    (``reasoning_content``); "" leaves reasoning out of the prompt."""
+
+    def kwargs(self) -> dict[str, Any]:
+        return {} if self.thinking is None else {"enable_thinking": self.thinking}
+
+
+NO_OPTIONS = TemplateOptions()
+
+
+@dataclass(frozen=True)
 class EncodedPrompt:
     """A conversation ready for the model."""
 
@@ -34,27 +51,35 @@ class EncodedPrompt:
     """How many of the oldest non-system messages were left out to fit."""
 
 
-def _as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
-    return [{"role": m.role, "content": m.content} for m in messages]
+def _as_dicts(messages: Sequence[Message], reasoning_key: str = "") -> list[dict[str, str]]:
+    out = []
+    for m in messages:
+        d = {"role": m.role, "content": m.content}
+        if reasoning_key and m.reasoning and m.role == "assistant":
+            d[reasoning_key] = m.reasoning  # the template decides whether it is kept
+        out.append(d)
+    return out
 
 
 def encode_messages(tokenizer: Any, messages: Sequence[Message],
-                    prefix: AssistantPrefix | None = None) -> list[int]:
+                    prefix: AssistantPrefix | None = None,
+                    options: TemplateOptions = NO_OPTIONS) -> list[int]:
     """Encode with the chat template and the generation prompt.
 
     Control tokens typed in messages (e.g. ``<|im_end|>``) are encoded as plain text. With a
     ``prefix`` the assistant reply is left open after it: its exact ``token_ids`` are appended
     when given, else its text is encoded as the open final message.
     """
-    msgs = _as_dicts(messages)
+    msgs = _as_dicts(messages, options.reasoning_key)
+    extra = options.kwargs()
     if prefix is not None and prefix.token_ids is None:
         msgs.append({"role": "assistant", "content": prefix.text})
         return list(tokenizer.apply_chat_template(
             msgs, continue_final_message=True, tokenize=True, return_dict=False,
-            sanitize_control_tokens=True))
+            sanitize_control_tokens=True, **extra))
     ids = list(tokenizer.apply_chat_template(
         msgs, add_generation_prompt=True, tokenize=True, return_dict=False,
-        sanitize_control_tokens=True))
+        sanitize_control_tokens=True, **extra))
     if prefix is not None and prefix.token_ids is not None:
         ids += list(prefix.token_ids)
     return ids
@@ -76,16 +101,18 @@ def encode_raw(tokenizer: Any, text: str, budget: int) -> EncodedPrompt:
 
 
 def encode_request(tokenizer: Any, messages: Sequence[Message], budget: int,
-                   prefix: AssistantPrefix | None = None, raw: bool = False) -> EncodedPrompt:
+                   prefix: AssistantPrefix | None = None, raw: bool = False,
+                   options: TemplateOptions = NO_OPTIONS) -> EncodedPrompt:
     """A request's prompt: the plain text of its one message when ``raw``, else the chat
     (:func:`fit_to_context`)."""
     if raw:
         return encode_raw(tokenizer, messages[0].content, budget)
-    return fit_to_context(tokenizer, messages, budget, prefix)
+    return fit_to_context(tokenizer, messages, budget, prefix, options)
 
 
 def fit_to_context(tokenizer: Any, messages: Sequence[Message], budget: int,
-                   prefix: AssistantPrefix | None = None) -> EncodedPrompt:
+                   prefix: AssistantPrefix | None = None,
+                   options: TemplateOptions = NO_OPTIONS) -> EncodedPrompt:
     """Encode ``messages``, dropping the oldest turns until the prompt takes at most ``budget``
     tokens. The system prompt and the newest user message always stay.
 
@@ -96,7 +123,7 @@ def fit_to_context(tokenizer: Any, messages: Sequence[Message], budget: int,
     rest = list(messages[len(system):])
     dropped = 0
     while True:
-        ids = encode_messages(tokenizer, system + rest, prefix)
+        ids = encode_messages(tokenizer, system + rest, prefix, options)
         if len(ids) <= budget:
             return EncodedPrompt(ids, dropped)
         if len(rest) <= 1:

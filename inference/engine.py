@@ -8,6 +8,7 @@ sampling settings, yielding token events with raw logprobs, top-k alternatives a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -16,8 +17,9 @@ from typing import Any, Generator, Iterator, Sequence
 
 import torch
 
-from .chat import PromptTooLongError, encode_messages, encode_request
+from .chat import PromptTooLongError, TemplateOptions, encode_messages, encode_request
 from .detok import IncrementalDetokenizer, StopStringFilter
+from .reasoning import ChannelSplitter, detect_format
 from .runner import HFRunner
 from .sampling import RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams
@@ -42,8 +44,7 @@ log = logging.getLogger(__name__)
 
 
 def _with_text(tok: Token, text: str) -> Token:
-    return Token(tok.index, tok.id, text, tok.logprob, tok.entropy, tok.top, tok.special,
-                 tok.glyph_start, tok.raw)
+    return dataclasses.replace(tok, text=text)
 
 
 class _TokenView:
@@ -75,6 +76,16 @@ class _Row:
     first_at: float | None = None
     last_at: float | None = None
     done: bool = False
+    split: ChannelSplitter | None = None
+    """Reasoning and answer (None: the model marks no reasoning, or a raw request)."""
+    held: list[Token] = field(default_factory=list)
+    """Tokens the splitter holds back (a harmony header), in order."""
+    force: list[int] = field(default_factory=list)
+    """Ids to feed instead of sampled ones (the reasoning budget's closing marker)."""
+    budget_spent: bool = False
+    fed: list[int] = field(default_factory=list)
+    """The reply position of each token the detokenizer has seen (it starts afresh at a
+    reasoning marker, so its own positions are not the reply's)."""
 
 
 class LocalBackend:
@@ -97,6 +108,15 @@ class LocalBackend:
         self.device = self.runner.device
         self.prefill_chunk = prefill_chunk
         self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", []) or [])
+        self.reasoning = detect_format(tokenizer)
+        """The model's reasoning markers (None: it has none)."""
+        if self.reasoning is not None and self.reasoning.kind == "harmony":
+            # harmony's <|end|> ends the analysis message, not the reply (which ends with
+            # <|return|>): counted as an end of turn, the reply stopped after its reasoning
+            self.eos_ids = self.eos_ids - {self.reasoning.end_id}
+        if self.reasoning is not None:
+            self.info = dataclasses.replace(info, reasoning=self.reasoning.kind,
+                                            thinking_switch=self.reasoning.switch)
         self._piece_cache: dict[int, str] = {}
         self._cache: Any = None
         self._cache_ids: list[int] = []
@@ -148,7 +168,11 @@ class LocalBackend:
         return text
 
     def count_tokens(self, messages: tuple[Message, ...]) -> int:
-        return len(encode_messages(self.tokenizer, messages)) if messages else 0
+        if not messages:
+            return 0
+        key = self.reasoning.history_key if self.reasoning is not None else ""
+        return len(encode_messages(self.tokenizer, messages,
+                                   options=TemplateOptions(reasoning_key=key)))
 
     def reset(self) -> None:
         self._cache = None
@@ -305,7 +329,8 @@ class LocalBackend:
         limit = self.info.context_limit
         try:
             enc = encode_request(self.tokenizer, request.messages,
-                                 self._prompt_budget(settings), request.prefix, request.raw)
+                                 self._prompt_budget(settings), request.prefix, request.raw,
+                                 self._template_options(request))
         except PromptTooLongError as exc:
             yield Failed(str(exc))
             return
@@ -328,7 +353,9 @@ class LocalBackend:
         try:
             yield from self._decode(cache, logits, [ids] * n, settings, request.top_logprobs,
                                     cancel, t0=t0, cached=cached, track_cache=shared,
-                                    first_tokens=request.first_tokens)
+                                    first_tokens=request.first_tokens, raw=request.raw,
+                                    continued=len(request.prefix.token_ids or ())
+                                    if request.prefix is not None else 0)
         except BaseException:
             if shared:
                 self.reset()
@@ -345,7 +372,7 @@ class LocalBackend:
             s = req.settings[0]
             try:
                 enc = encode_request(self.tokenizer, req.messages, self._prompt_budget((s,)),
-                                     req.prefix, req.raw)
+                                     req.prefix, req.raw, self._template_options(req))
             except PromptTooLongError as exc:
                 yield Failed(str(exc))
                 return
@@ -363,18 +390,67 @@ class LocalBackend:
         logits = self.runner.forward(cache, x, attention_mask=mask, position_ids=positions)
         k = max(r.top_logprobs for r in requests)
         yield from self._decode(cache, logits, prompts, settings, k, cancel, t0=t0, cached=0,
-                                track_cache=False, mask=mask)
+                                track_cache=False, mask=mask,
+                                raw=any(r.raw for r in requests))
+
+    def _template_options(self, request: GenerationRequest) -> TemplateOptions:
+        """The template's reasoning switch and history key for ``request``."""
+        fmt = self.reasoning
+        if fmt is None:
+            return TemplateOptions()
+        return TemplateOptions(thinking=request.thinking if fmt.switch else None,
+                               reasoning_key=fmt.history_key)
+
+    def _splitters(self, prompts: Sequence[list[int]], raw: bool, continued: int
+                   ) -> list[ChannelSplitter | None]:
+        """One splitter per row, each fed its prompt (None without reasoning markers). The
+        last ``continued`` ids of a prompt are the reply's own (a continued reply): only
+        they count towards the reasoning budget, not a template's ``<think>\n``."""
+        if self.reasoning is None or raw:
+            return [None] * len(prompts)
+        out: list[ChannelSplitter | None] = []
+        fed: dict[int, ChannelSplitter] = {}
+        for p in prompts:
+            base = fed.get(id(p))
+            if base is None:
+                base = fed[id(p)] = ChannelSplitter(self.reasoning, self._decode_plain)
+                cut = len(p) - continued
+                base.feed_prompt(p[:cut])
+                base.reasoning_tokens = 0
+                base.feed_prompt(p[cut:])
+            out.append(base.clone())
+        return out
+
+    def _decode_plain(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True,
+                                     clean_up_tokenization_spaces=False)
+
+    def _budget_force(self, row: _Row) -> None:
+        """Queue the closing marker when the row's reasoning has used its budget."""
+        budget = row.settings.reasoning_budget
+        split = row.split
+        if (budget is None or split is None or row.budget_spent or row.force
+                or split.channel != "reasoning" or split.holding
+                or split.reasoning_tokens < budget or self.reasoning is None):
+            return
+        row.budget_spent = True
+        row.force = list(self.reasoning.close_ids)
 
     def _decode(self, cache: Any, logits: torch.Tensor, prompts: Sequence[list[int]],
                 settings: Sequence[SamplingParams], k: int, cancel: threading.Event, *,
                 t0: float, cached: int, track_cache: bool,
                 mask: torch.Tensor | None = None,
-                first_tokens: Sequence[int] | None = None) -> Iterator[Event]:
+                first_tokens: Sequence[int] | None = None, raw: bool = False,
+                continued: int = 0) -> Iterator[Event]:
         """The decode loop shared by every entry point. logits: [B, V] for the first step;
         ``first_tokens``: each row's first token, forced instead of sampled (fan-out)."""
         n = len(settings)
-        rows = [_Row(s, IncrementalDetokenizer(self.tokenizer), StopStringFilter(s.stop), len(p))
-                for s, p in zip(settings, prompts)]
+        rows = [_Row(s, IncrementalDetokenizer(self.tokenizer), StopStringFilter(s.stop), len(p),
+                     split=split)
+                for s, p, split in zip(settings, prompts,
+                                       self._splitters(prompts, raw, continued))]
+        for row in rows:
+            self._budget_force(row)
         active = list(range(n))
         sampling = RowSampling.build(settings, self.device)
         seen = None
@@ -410,6 +486,13 @@ class LocalBackend:
                 forced = None
             else:
                 next_ids, stats = decode_step_outputs(logits, seen, sampling, k)
+            if any(rows[r].force for r in active):  # a reasoning budget ends the reasoning
+                ids_now = next_ids.tolist()
+                for b, r in enumerate(active):
+                    if rows[r].force:
+                        ids_now[b] = rows[r].force.pop(0)
+                next_ids = torch.tensor(ids_now, device=self.device)
+                stats = token_stats(logits.float(), next_ids, k)
             if pipeline:
                 # Queue the next step before reading this one: the device computes token t + 1
                 # while the host turns token t into events (one wasted step when a row ends,
@@ -483,23 +566,28 @@ class LocalBackend:
         is_eos = tid in self.eos_ids
         special = is_eos or tid in self.special_ids
         raw = self.piece_text(tid)
-        if special:
-            piece_text, start = "", None
+        tok = Token(index, tid, "", float(stats[1]), float(stats[2]), top, special, None, raw)
+        if row.split is None:
+            out = self._place(row, tok)
         else:
-            piece = row.detok.step(tid)
-            piece_text, start = piece.text, piece.glyph_start
-        tok = Token(index, tid, piece_text, float(stats[1]), float(stats[2]), top, special,
-                    start, raw)
-        out: list[Token] = []
-        if not special and piece_text == "" and row.detok.pending:
-            row.glyph.append(tok)  # an incomplete glyph: wait for the token that completes it
-        else:
-            out = row.glyph + [tok]
-            row.glyph = []
+            decisions = row.split.push(tid)
+            out = []
+            if not decisions:  # held back: a marker whose channel its header decides
+                row.held.append(tok)
+            else:
+                for t, d in zip(row.held + [tok], decisions):
+                    t = dataclasses.replace(t, channel=d.channel, special=t.special or d.marker)
+                    out += self._place(row, t, marker=d.marker)
+                row.held = []
+            self._budget_force(row)
         events: list[Event] = []
         released: list[Token] = []
         stopped = False
         for t in out:
+            if t.channel == "reasoning":  # the stop strings watch the answer only
+                released += [v.token for v in row.stops.flush()]
+                released.append(t)
+                continue
             res = row.stops.push(_TokenView(t))
             released += [v.token for v in res.released]
             if res.stopped:
@@ -513,19 +601,60 @@ class LocalBackend:
             return events, "length"
         return events, None
 
+    def _place(self, row: _Row, tok: Token, *, marker: bool = False) -> list[Token]:
+        """Give ``tok`` its text; returns the tokens now ready, in order (an incomplete
+        glyph's tokens wait for the one that completes it). A reasoning marker ends the
+        channel's text: a glyph left incomplete before it is flushed into its own tokens
+        (never carried over into the other channel), and the next channel's text starts
+        afresh."""
+        if tok.special:
+            if not marker and tok.channel == "answer":
+                out = row.glyph + [tok]  # (as before reasoning existed)
+                row.glyph = []
+                return out
+            out = self._flush_glyph(row) + [tok]
+            row.detok = IncrementalDetokenizer(self.tokenizer)
+            row.fed = []
+            return out
+        row.fed.append(tok.index)
+        piece = row.detok.step(tok.id)
+        start = None if piece.glyph_start is None else row.fed[piece.glyph_start]
+        tok = dataclasses.replace(tok, text=piece.text, glyph_start=start)
+        if piece.text == "" and row.detok.pending:
+            row.glyph.append(tok)  # an incomplete glyph: wait for the token that completes it
+            return []
+        out = row.glyph + [tok]
+        row.glyph = []
+        return out
+
+    def _flush_glyph(self, row: _Row) -> list[Token]:
+        """The tokens of an incomplete glyph, its bytes given to the last of them."""
+        if not row.glyph:
+            return []
+        rest = row.detok.flush()
+        first, last = row.glyph[0].index, row.glyph[-1]
+        row.glyph[-1] = dataclasses.replace(
+            last, text=rest, glyph_start=first if first < last.index else None)
+        out, row.glyph = row.glyph, []
+        return out
+
     def _finish(self, r: int, row: _Row, reason: str, cached: int, t0: float) -> Iterator[Event]:
         if row.done:
             return
         row.done = True
         released: list[Token] = []
-        if row.glyph:  # an incomplete glyph at the end: its bytes go to its last token
-            rest = row.detok.flush()
-            first, last = row.glyph[0].index, row.glyph[-1]
-            row.glyph[-1] = Token(last.index, last.id, rest, last.logprob, last.entropy, last.top,
-                                  last.special, first if first < last.index else None, last.raw)
-            for t in row.glyph:
+        # an incomplete glyph at the end: its bytes go to its last token; then the markers
+        # of a header cut short
+        pending = self._flush_glyph(row)
+        if row.split is not None and row.held:
+            pending += [dataclasses.replace(t, channel=d.channel, special=True)
+                        for t, d in zip(row.held, row.split.flush())]
+            row.held = []
+        for t in pending:
+            if t.channel == "reasoning":
+                released += [v.token for v in row.stops.flush()] + [t]
+            else:
                 released += [v.token for v in row.stops.push(_TokenView(t)).released]
-            row.glyph = []
         released += [v.token for v in row.stops.flush()]  # text held back for a stop string
         if released:
             yield TokenBatch(r, tuple(released))

@@ -32,15 +32,51 @@ from .types import (
     Usage,
 )
 
-ReplyFn = Callable[[GenerationRequest, int], str]
+ReplyFn = Callable[[GenerationRequest, int], "str | tuple[str, str]"]
+"""A script: the reply's text, or ``(reasoning, answer)`` for a reply that reasons first."""
 
 
-def echo_reply(request: GenerationRequest, row: int) -> str:
-    """The default script: a short Markdown reply that quotes the last user message."""
+def echo_reply(request: GenerationRequest, row: int) -> str | tuple[str, str]:
+    """The default script: a short Markdown reply that quotes the last user message; with
+    ``/think on`` (``request.thinking``) it reasons first."""
     last = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
     s = request.settings[row]
-    return (f"You said: {last}\n\nHere is a list:\n\n- one\n- two\n\n"
-            f"```python\nprint({row} + {s.temperature:g})\n```\n")
+    answer = (f"You said: {last}\n\nHere is a list:\n\n- one\n- two\n\n"
+              f"```python\nprint({row} + {s.temperature:g})\n```\n")
+    if request.thinking:
+        return (f"The user wrote {last!r}. I should quote it back, then show a list and a "
+                f"short code block. Two items are enough.", answer)
+    return answer
+
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One scripted token before it is sent."""
+
+    text: str
+    channel: str = "answer"
+    marker: str = ""
+    """The marker's spelling when this is one (shown in the raw view only)."""
+
+
+def _plan(script: str | tuple[str, str], budget: int | None) -> list[_Planned]:
+    """A script's tokens: word-like pieces; a reasoning reply is ``<think>``, its reasoning
+    (cut after ``budget`` pieces, as the engine's reasoning budget does), ``</think>``, then
+    the answer after a blank line (as Qwen3 writes it: ``</think>\n\n``)."""
+    if isinstance(script, str):
+        return [_Planned(p) for p in split_tokens(script)]
+    reasoning, answer = script
+    pieces = split_tokens(reasoning)
+    if budget is not None:
+        pieces = pieces[:budget]
+    return ([_Planned("", "reasoning", THINK_OPEN)]
+            + [_Planned(p, "reasoning") for p in pieces]
+            + [_Planned("", "reasoning", THINK_CLOSE)]
+            + [_Planned(p) for p in split_tokens("\n\n" + answer)])
 
 
 _TOKEN_RE = re.compile(r"\s*\S+|\s+")
@@ -67,7 +103,8 @@ class ScriptedBackend:
         self.reply = reply
         self.delay_s = delay_s
         self.info = ModelInfo(name=name, backend="scripted", device="cpu", dtype="none",
-                              context_limit=context_limit)
+                              context_limit=context_limit, reasoning="think",
+                              thinking_switch=True)
         self.requests: deque[GenerationRequest] = deque(maxlen=KEPT_REQUESTS)
         """The latest requests (for tests); a long session must not keep every one, each
         holding the whole conversation's messages."""
@@ -122,7 +159,8 @@ class ScriptedBackend:
             if prompt <= self.prefill_chunk:
                 break  # as the engine: one chunk says nothing
             yield PromptProgress(min(done, prompt), prompt, time.perf_counter() - t0)
-        scripts = [split_tokens(self.reply(request, r)) for r in range(len(request.settings))]
+        scripts = [_plan(self.reply(request, r), request.settings[r].reasoning_budget)
+                   for r in range(len(request.settings))]
         texts = ["" for _ in scripts]
         done = [False] * len(scripts)
         first_at: list[float | None] = [None] * len(scripts)
@@ -140,12 +178,14 @@ class ScriptedBackend:
                 elif step >= s.max_new_tokens:
                     reason = "length"
                 if reason is None:
-                    piece = pieces[step]
-                    candidate = texts[row] + piece
-                    hit = next((st for st in s.stop if st in candidate), None)
-                    if hit is not None:
-                        texts[row] = candidate[: candidate.index(hit)]
-                        reason = "stop"
+                    planned = pieces[step]
+                    piece = planned.text
+                    if planned.channel == "answer":
+                        candidate = texts[row] + piece
+                        hit = next((st for st in s.stop if st in candidate), None)
+                        if hit is not None:
+                            texts[row] = candidate[: candidate.index(hit)]
+                            reason = "stop"
                 if reason is not None:
                     done[row] = True
                     elapsed = time.perf_counter() - t0
@@ -155,14 +195,21 @@ class ScriptedBackend:
                     yield RowDone(row, reason, texts[row],
                                   Usage(prompt, n, 0, ttft, tps))
                     continue
-                lp = _score(piece, step, row)
-                alts = [Alternative(None, piece, lp)]
-                for k in range(1, request.top_logprobs):
-                    alts.append(Alternative(None, f"alt{k}", lp - k - 0.5))
-                alts.sort(key=lambda a: -a.logprob)
-                tok = Token(index=step, id=None, text=piece, logprob=lp,
-                            entropy=round(-lp * 0.8 + 0.1, 4), top=tuple(alts[: request.top_logprobs]))
-                texts[row] += piece
+                if planned.marker:
+                    tok = Token(index=step, id=None, text="", logprob=-0.01, entropy=0.05,
+                                special=True, raw=planned.marker, channel="reasoning")
+                else:
+                    lp = _score(piece, step, row)
+                    alts = [Alternative(None, piece, lp)]
+                    for k in range(1, request.top_logprobs):
+                        alts.append(Alternative(None, f"alt{k}", lp - k - 0.5))
+                    alts.sort(key=lambda a: -a.logprob)
+                    tok = Token(index=step, id=None, text=piece, logprob=lp,
+                                entropy=round(-lp * 0.8 + 0.1, 4),
+                                top=tuple(alts[: request.top_logprobs]),
+                                channel=planned.channel)  # type: ignore[arg-type]
+                    if planned.channel == "answer":
+                        texts[row] += piece
                 if first_at[row] is None:
                     first_at[row] = time.perf_counter() - t0
                 yield TokenBatch(row, (tok,))

@@ -50,6 +50,9 @@ class SamplingParams:
     """Most tokens the reply may have."""
     stop: tuple[str, ...] = field(default=())
     """Strings that end the reply when generated (they are not shown)."""
+    reasoning_budget: int | None = None
+    """Most tokens of reasoning: after this many the closing marker (``</think>``) is
+    inserted, as llama.cpp's ``--reasoning-budget``; None for no limit."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
@@ -71,6 +74,10 @@ class SamplingParams:
         _check(isinstance(self.stop, tuple) and all(isinstance(s, str) and s for s in self.stop),
                "stop must be a list of non-empty strings")
         _check(len(self.stop) <= 16, "at most 16 stop strings")
+        _check(self.reasoning_budget is None or (_is_int(self.reasoning_budget)
+                                                 and 0 <= self.reasoning_budget <= 1_000_000),
+               "reasoning_budget must be a whole number between 0 and 1000000, or none; "
+               f"got {self.reasoning_budget!r}")
 
     @property
     def greedy(self) -> bool:
@@ -90,6 +97,8 @@ class SamplingParams:
                 continue
             if against is None and f.name in ("stop",) and not value:
                 continue
+            if against is None and f.name == "reasoning_budget" and value is None:
+                continue
             name = "max_tokens" if f.name == "max_new_tokens" else f.name
             if f.name == "stop":
                 value = ",".join(value)
@@ -100,6 +109,8 @@ class SamplingParams:
         """Plain JSON-able form (for transcripts)."""
         d = dataclasses.asdict(self)
         d["stop"] = list(self.stop)
+        if self.reasoning_budget is None:  # optional: older readers never saw it
+            del d["reasoning_budget"]
         return d
 
     @classmethod
@@ -125,7 +136,7 @@ def _check(ok: bool, message: str) -> None:
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(SamplingParams))
 USER_NAMES = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed",
-              "max_tokens", "stop")
+              "max_tokens", "stop", "reasoning_budget")
 
 
 def canonical_name(name: str) -> str:
@@ -152,11 +163,14 @@ def _coerce(name: str, raw: Any) -> Any:
     try:
         if name == "seed":
             return None if text.lower() in ("none", "random", "") else int(text)
+        if name == "reasoning_budget":
+            return None if text.lower() in ("none", "off", "-1", "") else int(text)
         if name in ("top_k", "max_new_tokens"):
             return int(text)
         return float(text)
     except ValueError:
-        kind = "a whole number" if name in ("seed", "top_k", "max_new_tokens") else "a number"
+        kind = ("a whole number" if name in ("seed", "top_k", "max_new_tokens",
+                                              "reasoning_budget") else "a number")
         raise SettingsError(f"{name} must be {kind}; got {raw!r}") from None
 
 

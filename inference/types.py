@@ -13,6 +13,9 @@ from .settings import SamplingParams
 
 Role = Literal["system", "user", "assistant"]
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+Channel = Literal["reasoning", "answer"]
+"""Which part of a reply a token belongs to: the model's reasoning (``<think>...</think>``,
+harmony's analysis channel) or its answer (see ``inference.reasoning``)."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,9 @@ class Message:
 
     role: Role
     content: str
+    reasoning: str = ""
+    """An assistant reply's reasoning, given to the chat template under the key it reads
+    (``reasoning_content``) when it has one; left out of the prompt otherwise."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,10 @@ class GenerationRequest:
     raw: bool = False
     """Raw completion: continue the text of the one message as a plain prompt (no chat
     template; the BOS token added as the tokenizer adds it), for base models."""
+
+    thinking: bool | None = None
+    """The template's reasoning switch (``enable_thinking``): None leaves it as the template
+    has it; ignored by a template without one."""
 
     def __post_init__(self) -> None:
         if not self.settings:
@@ -113,6 +123,9 @@ class Token:
     """When this token completes a glyph that started in an earlier token, that token's index."""
     raw: str = ""
     """The token's own spelling (e.g. '<|im_end|>' or '<0xE4>'), for a raw view."""
+    channel: Channel = "answer"
+    """Reasoning or answer; a reasoning marker (``</think>``) is ``special`` and belongs to
+    the reasoning it delimits."""
 
     @property
     def prob(self) -> float | None:
@@ -259,3 +272,7 @@ class ModelInfo:
     has_entropy: bool = True
     chat_template_warning: str = ""
     url: str = ""
+    reasoning: str = ""
+    """How the model marks its reasoning: "think", "harmony", or "" (none known)."""
+    thinking_switch: bool = False
+    """Whether the chat template has a reasoning switch (``enable_thinking``)."""

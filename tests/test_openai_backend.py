@@ -332,6 +332,38 @@ def test_stream_maps_tokens_logprobs_alternatives_and_usage(fake):
     b.close()
 
 
+def test_reasoning_content_deltas_fill_the_reasoning(fake):
+    """vLLM, SGLang and llama.cpp's server send a reasoning model's thinking as
+    ``delta.reasoning_content`` (newer vLLM: ``delta.reasoning``), with logprobs."""
+
+    def chat(h, body):
+        h.start_sse()
+        h.event(chunk("", None))
+        for i, p in enumerate(["Let", " me", " think"]):
+            c = chunk(None, [entry(p, -0.5, [(p, -0.5), ("x", -2.0)], p.encode())])
+            c["choices"][0]["delta"] = {"reasoning_content": p}
+            h.event(c)
+        c = chunk(None)
+        c["choices"][0]["delta"] = {"reasoning": "."}  # no logprobs for this one
+        h.event(c)
+        for p in ["Hi", "!"]:
+            h.event(chunk(p, [entry(p, -0.1, [(p, -0.1)], p.encode())]))
+        h.event(chunk(None, None, "stop"))
+        h.end_sse()
+
+    fake.chat = chat
+    b = OpenAIBackend(fake.url, None, None)
+    events = run(b, ask(top_logprobs=2))
+    toks = [t for e in events if isinstance(e, TokenBatch) for t in e.tokens]
+    assert [(t.text, t.channel) for t in toks] == [
+        ("Let", "reasoning"), (" me", "reasoning"), (" think", "reasoning"),
+        (".", "reasoning"), ("Hi", "answer"), ("!", "answer")]
+    assert toks[1].logprob == pytest.approx(-0.5) and toks[3].logprob is None
+    assert [t.index for t in toks] == list(range(6))
+    assert events[-1].text == "Hi!"
+    b.close()
+
+
 def test_length_finish_and_no_logprobs(fake):
     def chat(h, body):
         h.start_sse()

@@ -41,8 +41,9 @@ def _normalise(svg: str) -> str:
     return re.sub(r"terminal-\d+", "terminal", svg)
 
 
-async def snapshot(name: str, run_before, *, theme: str = "chatui-dark") -> None:
-    app = ChatApp(lambda p: ScriptedBackend(reply_with_wide_chars),
+async def snapshot(name: str, run_before, *, theme: str = "chatui-dark",
+                   reply=reply_with_wide_chars) -> None:
+    app = ChatApp(lambda p: ScriptedBackend(reply),
                   config=AppConfig(theme=theme, stable_timings=True))
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(200):

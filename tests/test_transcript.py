@@ -68,6 +68,7 @@ sampling = st.builds(
     seed=st.none() | st.integers(0, 2**63 - 1),
     max_new_tokens=st.integers(1, 1_000_000),
     stop=st.lists(st.text(min_size=1, max_size=5), max_size=3).map(tuple),
+    reasoning_budget=st.none() | st.integers(0, 1_000_000),
 )
 
 
@@ -84,6 +85,7 @@ def tokens(draw: st.DrawFn) -> list[Token]:
             special=draw(st.booleans()),
             glyph_start=draw(st.none() | st.integers(0, i)),
             raw=draw(texts),
+            channel=draw(st.sampled_from(["answer", "reasoning"])),
         ))
     return out
 
@@ -92,7 +94,7 @@ usages = st.none() | st.builds(Usage, st.integers(0, 10**6), st.integers(0, 10**
                                st.integers(0, 10**6), st.floats(0, 1e3), st.floats(0, 1e5))
 replies = st.builds(Reply, settings=sampling, text=texts, tokens=tokens(),
                     finish_reason=st.sampled_from([None, "stop", "length", "cancelled", "error"]),
-                    usage=usages, error=texts)
+                    usage=usages, error=texts, reasoning=texts)
 
 
 @st.composite

@@ -134,6 +134,12 @@ def generate(
     raw: Annotated[bool, typer.Option(
         "--raw", help="Raw completion: continue the prompt as plain text (no chat template; "
                       "BOS as the tokenizer adds it), for base models.")] = False,
+    hide_reasoning: Annotated[bool, typer.Option(
+        "--hide-reasoning", help="Leave a reasoning model's reasoning out of the output.")
+    ] = False,
+    think: Annotated[Optional[str], typer.Option(
+        "--think", help="on or off: the chat template's reasoning switch (enable_thinking); "
+                        "default: the template's.")] = None,
 ) -> None:
     """Stream one reply to a prompt (with --raw, a continuation of it)."""
     from .fork import check_fork, fan_out
@@ -151,6 +157,9 @@ def generate(
                             "out --system (or put its text in the prompt)")
         if fork is not None and show_logprobs:
             raise UserError("--fork-at prints text or --json lines; leave out --show-logprobs")
+        if think is not None and think.strip().lower() not in ("on", "off"):
+            raise UserError(f"--think takes on or off, not {think!r}")
+        thinking = None if think is None else think.strip().lower() == "on"
         opts = backend_options(checkpoint, server)
         text = message.text()
         worker = await load(opts)
@@ -158,12 +167,16 @@ def generate(
             system = (Message("system", message.system),) if message.system else ()
             req = GenerationRequest(system + (Message("user", text),),
                                     (settings(worker, sampling.overrides()),), alternatives,
-                                    raw=raw)
+                                    raw=raw, thinking=thinking)
+            info = worker.info
+            if thinking is not None and info is not None and not info.thinking_switch:
+                print("note: this model's chat template has no reasoning switch "
+                      "(enable_thinking), so --think changes nothing", file=sys.stderr)
             if fork is not None:
                 await fan_out(worker, req, *fork, as_json=as_json)
                 return
             await stream(worker, req, as_json=as_json, show_logprobs=show_logprobs,
-                         tag_columns=False)
+                         tag_columns=False, hide_reasoning=hide_reasoning)
         finally:
             await worker.aclose()
 
@@ -257,6 +270,10 @@ def batch(
             rec = {"index": index, "line": index + 1, "prompt": text, "text": done.text,
                    **done_json(done, None)}
             rec.pop("type")
+            reasoning = "".join(t.text for t in tokens
+                                if t.channel == "reasoning" and not t.special)
+            if reasoning:  # a reasoning model's: "text" is its answer
+                rec["reasoning"] = reasoning
             if alternatives:
                 rec["tokens"] = [token_json(t) for t in tokens]
             out_lines.append(json.dumps(rec, ensure_ascii=False))

@@ -16,8 +16,8 @@ from inference.worker import InferenceWorker
 
 from ..backends import BackendOptions, make_factory
 from .options import UserError, fail
-from .output import (done_json, print_logprob_token, print_score, progress_line, score_json,
-                     token_json)
+from .output import (ChannelPrinter, done_json, print_logprob_token, print_score, progress_line,
+                     score_json, token_json)
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -88,8 +88,12 @@ def settings(worker: InferenceWorker, given: dict[str, Any]) -> SamplingParams:
 
 
 async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json: bool,
-                 show_logprobs: bool, tag_columns: bool) -> list[RowDone]:
-    """Stream a request to stdout; Ctrl+C stops it (the partial reply is kept)."""
+                 show_logprobs: bool, tag_columns: bool,
+                 hide_reasoning: bool = False) -> list[RowDone]:
+    """Stream a request to stdout; Ctrl+C stops it (the partial reply is kept). A reasoning
+    model's reasoning prints under its own header (:class:`ChannelPrinter`), or not at all
+    with ``hide_reasoning``."""
+    plain = ChannelPrinter(hide=hide_reasoning, tty=sys.stdout.isatty())
     events = worker.generate(request)
     loop = asyncio.get_running_loop()
     try:
@@ -113,13 +117,16 @@ async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json
                               f"fit the context of {ev.context_limit} tokens", file=sys.stderr)
                 elif isinstance(ev, TokenBatch):
                     for t in ev.tokens:
+                        if hide_reasoning and t.channel == "reasoning" and (as_json
+                                                                          or show_logprobs):
+                            continue
                         if as_json:
                             print(json.dumps(token_json(t, ev.row if tag_columns else None),
                                              ensure_ascii=False))
                         elif show_logprobs:
                             print_logprob_token(t)
                         elif not tag_columns:
-                            print(t.text, end="", flush=True)
+                            print(plain.text(t), end="", flush=True)
                 elif isinstance(ev, RowDone):
                     done.append(ev)
                     if as_json:
@@ -135,7 +142,7 @@ async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json
         except (NotImplementedError, RuntimeError):
             pass
     if not as_json and not show_logprobs and not tag_columns:
-        print()
+        print(plain.end())
         if done and done[0].finish_reason != "stop":
             print(f"[{done[0].finish_reason}]", file=sys.stderr)
     if failed is not None:

@@ -182,6 +182,9 @@ class SamplingOptions:
     stop: Annotated[Optional[list[str]], typer.Option(
         "--stop", help="A string that ends the reply (repeatable, one string each; \\n "
                        "escapes allowed).")] = None
+    reasoning_budget: Annotated[Optional[int], typer.Option(
+        "--reasoning-budget", help="A reasoning model's most tokens of reasoning: then its "
+                                   "closing marker (</think>) is inserted.")] = None
 
     def __post_init__(self) -> None:
         SamplingParams().with_values(**self.overrides())  # raises SettingsError with the range

@@ -21,7 +21,8 @@ def token_json(t: Token, column: int | None = None) -> dict[str, Any]:
     if column is not None:
         d["column"] = column
     d.update({"id": t.id, "text": t.text, "logprob": t.logprob, "entropy": t.entropy,
-              "top": [{"id": a.id, "text": a.text, "logprob": a.logprob} for a in t.top]})
+              "top": [{"id": a.id, "text": a.text, "logprob": a.logprob} for a in t.top],
+              "channel": t.channel})
     if t.special:
         d["special"] = True
     return d
@@ -39,6 +40,46 @@ def done_json(d: RowDone, started: Started | None, column: int | None = None) ->
     if started is not None and started.dropped_messages:
         out["dropped_messages"] = started.dropped_messages
     return out
+
+
+class ChannelPrinter:
+    """Plain text of a reply whose model reasons: the reasoning under a "Reasoning:" header
+    (dim on a terminal), then a blank line and "Answer:" before the answer; a reply without
+    reasoning prints as before. ``hide`` leaves the reasoning out. The blank lines a model
+    writes between its reasoning and its answer (``</think>\n\n``) are not printed."""
+
+    DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+    def __init__(self, *, hide: bool = False, tty: bool = False) -> None:
+        self.hide = hide
+        self.tty = tty
+        self.channel = "answer"
+        self.reasoned = False
+        self._trim = False
+        """Leading newlines of the answer after reasoning are left out."""
+
+    def text(self, t: Token) -> str:
+        """What to print for token ``t``."""
+        out = ""
+        if t.channel != self.channel:
+            if t.channel == "reasoning" and not self.hide:
+                out += (self.DIM if self.tty else "") + "Reasoning:\n"
+                self.reasoned = True
+            elif t.channel == "answer" and self.reasoned:
+                out += (self.RESET if self.tty else "") + "\n\nAnswer:\n"
+            self._trim = t.channel == "answer"
+            self.channel = t.channel
+        if t.channel == "reasoning" and self.hide:
+            return out
+        text = t.text
+        if self._trim:
+            text = text.lstrip("\n")
+            self._trim = not text
+        return out + text
+
+    def end(self) -> str:
+        """What closes the output (the terminal's style back to normal)."""
+        return self.RESET if self.tty and self.channel == "reasoning" and self.reasoned else ""
 
 
 def print_logprob_token(t: Token) -> None:

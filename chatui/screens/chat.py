@@ -86,6 +86,8 @@ class ChatScreen(Screen[None]):
                 tooltip="Copy the last reply"),
         Binding("f3", "command('/copy code')", "Copy code", id="chat.copy_code", show=False,
                 tooltip="Copy the last code block"),
+        Binding("f4", "command('/reasoning')", "Reasoning", id="chat.reasoning", show=False,
+                tooltip="Unfold or fold the last reply's reasoning"),
         Binding("r", "command('/raw')", "Raw", id="chat.raw", show=False,
                 tooltip="Raw token view (special tokens)"),
         Binding("ctrl+s", "command('/save')", "Save", id="chat.save", show=False,
@@ -508,7 +510,7 @@ class ChatScreen(Screen[None]):
         request = GenerationRequest(
             messages=self.state.messages_before(entry),
             settings=settings,
-            top_logprobs=self.state.top_logprobs, prefix=prefix)
+            top_logprobs=self.state.top_logprobs, prefix=prefix, thinking=self.state.thinking)
         job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
         self.state.job = job
         self.generating = True
@@ -763,7 +765,8 @@ class ChatScreen(Screen[None]):
         return {
             "theme": self.theme_names(),
             "set": ["temperature ", "top_p ", "top_k ", "min_p ", "repetition_penalty ",
-                    "seed ", "max_tokens ", "stop "],
+                    "seed ", "max_tokens ", "stop ", "reasoning_budget "],
+            "think": ["on", "off"],
             "copy": ["code"],
             "export": ["md ", "messages "],
             "history": ["delete "],
@@ -818,6 +821,19 @@ class ChatScreen(Screen[None]):
     def toggle_raw(self) -> bool:
         self.raw = not self.raw
         return self.raw
+
+    def toggle_reasoning(self) -> bool | None:
+        """Fold or unfold the last reply's reasoning (None: it has none)."""
+        last = self.state.conversation.last_assistant
+        view = self._view_of(last, draw=True) if last is not None else None
+        if isinstance(view, CompareView):
+            view = view.views[last.chosen] if last is not None else None
+        if view is None or not view.reasoning_block.has_reasoning:
+            return None
+        block = view.reasoning_block
+        block.toggle()
+        self.call_after_refresh(block.scroll_visible, animate=False)
+        return block.is_open
 
     def theme_names(self) -> list[str]:
         return sorted(self.app.available_themes)

@@ -106,6 +106,9 @@ class _Obj:
         return v
 
 
+_CHANNELS = ("answer", "reasoning")
+
+
 def _fields(v: Any) -> tuple[Any, ...] | None:
     """The fields of a common, valid token (transcripts hold many thousands) with its
     alternatives as the ``[id, text, logprob]`` lists they are; None for anything unusual,
@@ -127,7 +130,8 @@ def _fields(v: Any) -> tuple[Any, ...] | None:
             and (ent is None or (type(ent) in _NUM and -_ENTROPY_EPS <= ent <= _MAX_ENTROPY))
             and type(top) in (list, tuple) and len(top) <= _MAX_TOP
             and type(special) is bool
-            and v.get("glyph_start") is None and type(raw) is str):
+            and v.get("glyph_start") is None and type(raw) is str
+            and v.get("channel", "answer") in _CHANNELS):
         return None
     for a in top:
         if not (type(a) is list and len(a) == 3):
@@ -146,7 +150,7 @@ def _token(v: Any, where: str) -> Token:
         return _token_checked(v, where)
     index, tid, text, lp, ent, special, raw, top = fields
     return Token(index, tid, text, lp, ent, tuple(Alternative(*a) for a in top), special,
-                 None, raw)
+                 None, raw, v.get("channel", "answer"))
 
 
 def _tokens(items: list[Any], where: str) -> TokenRecords:
@@ -155,7 +159,8 @@ def _tokens(items: list[Any], where: str) -> TokenRecords:
     each in full."""
     rows = [_fields(v) for v in items]
     if None not in rows:
-        return TokenRecords.from_fields(rows)  # type: ignore[arg-type]
+        reasoning = [v.get("channel") == "reasoning" for v in items]
+        return TokenRecords.from_fields(rows, reasoning if any(reasoning) else None)  # type: ignore[arg-type]
     return TokenRecords([_token(v, f"{where}[{i}]") for i, v in enumerate(items)])
 
 
@@ -195,6 +200,10 @@ def _token_checked(v: Any, where: str) -> Token:
     if not isinstance(special, bool):
         raise _Bad(f"{o.at('special')} must be true or false, not {_show(special)}")
     glyph_start = o.int("glyph_start", 0, index, None, nullable=True)
+    channel = o.get("channel", "answer")
+    if channel not in _CHANNELS:
+        raise _Bad(f"{o.at('channel')} must be \"reasoning\" or \"answer\", not "
+                   f"{_show(channel)}")
     return Token(
         index=index,
         id=o.int("id", 0, _MAX_TOKEN_ID, nullable=True),
@@ -204,6 +213,7 @@ def _token_checked(v: Any, where: str) -> Token:
         entropy=o.num("entropy", -_ENTROPY_EPS, _MAX_ENTROPY, nullable=True,
                       what=f"an entropy in nats between 0 and {_MAX_ENTROPY:g}"),
         top=tuple(top), special=special, glyph_start=glyph_start, raw=o.str("raw", ""),
+        channel=channel,
     )
 
 
@@ -215,7 +225,7 @@ def _settings(v: Any, where: str) -> SamplingParams:
         if k == "stop":
             if not (isinstance(x, list) and all(isinstance(s, str) for s in x)):
                 raise _Bad(f"{o.at(k)} must be a list of strings, not {_show(x)}")
-        elif k == "seed":
+        elif k in ("seed", "reasoning_budget"):
             if x is not None and not _is_int(x):
                 raise _Bad(f"{o.at(k)} must be a whole number or null, not {_show(x)}")
         elif k in ("top_k", "max_new_tokens"):
@@ -257,6 +267,8 @@ def _reply(v: Any, where: str) -> Reply:
         finish_reason=finish,
         usage=_usage(o.get("usage", None), o.at("usage")),
         error=o.str("error", ""),
+        reasoning=o.str("reasoning", ""),
+        reasoning_s=o.num("reasoning_s", 0, _MAX_SECONDS, None, nullable=True),
     )
 
 

@@ -43,12 +43,17 @@ def _usage_json(u: Usage | None) -> dict[str, Any] | None:
 
 
 def _reply_json(r: Reply) -> dict[str, Any]:
-    return {
+    d = {
         "settings": r.settings.to_dict(), "text": r.text, "finish_reason": r.finish_reason,
         "error": r.error, "usage": _usage_json(r.usage),
         "tokens": token_columns.encode(
             r.tokens if isinstance(r.tokens, TokenRecords) else TokenRecords(r.tokens)),
     }
+    if r.reasoning:  # optional keys (no version bump): written only for a reasoning reply
+        d["reasoning"] = r.reasoning
+        if r.reasoning_s is not None and _finite(r.reasoning_s):
+            d["reasoning_s"] = r.reasoning_s
+    return d
 
 
 def entry_json(e: Entry) -> dict[str, Any]:

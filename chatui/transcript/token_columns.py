@@ -21,7 +21,8 @@ The layout (``"tokens"`` of a reply; the object form, a list of token objects, i
      "top_id": b64 int64[A], "top_logprob": b64 float64[A],
      "top_text": str, "top_text_ends": b64 uint64[A]}
 
-``flags`` bits: 1 special, 2 id known, 4 logprob known, 8 entropy known, 16 glyph_start set;
+``flags`` bits: 1 special, 2 id known, 4 logprob known, 8 entropy known, 16 glyph_start set,
+32 a reasoning token (``Token.channel``);
 an unknown value is stored as 0 and an alternative's unknown id as -1. Ends count code points.
 Floats round-trip bit for bit; the reader checks every value as the object form's reader does
 (ranges, NaN and infinity refused, ends increasing and matching their text).
@@ -48,7 +49,7 @@ _NUMBER_KEYS = ("index", "id", "logprob", "entropy", "glyph_start", "top_ends", 
 """The JSON keys of :data:`TokenRecords.NUMBER_COLUMNS`, in its order."""
 _TYPECODES = ("q", "q", "d", "d", "q", "Q", "q", "d")
 _STRING_KEYS = ("text", "raw", "top_text")
-_FLAG_BITS = 31
+_FLAG_BITS = 63
 _BIG_ENDIAN = sys.byteorder == "big"
 
 

@@ -53,12 +53,12 @@ def column_labels(settings: Sequence[SamplingParams]) -> tuple[list[str], str]:
     names = [f.name for f in dataclasses.fields(SamplingParams)]
     varying = [n for n in names if len({repr(getattr(s, n)) for s in settings}) > 1]
     labels = [" ".join(_fmt(n, getattr(s, n)) for n in varying
-                       if not (n == "seed" and s.seed is None)) or "same settings"
-              for s in settings]
+                       if not (n in ("seed", "reasoning_budget") and getattr(s, n) is None))
+              or "same settings" for s in settings]
     first = settings[0]
     shared = " ".join(_fmt(n, getattr(first, n)) for n in names
                       if n not in varying and not (n == "stop" and not first.stop)
-                      and not (n == "seed" and first.seed is None))
+                      and not (n in ("seed", "reasoning_budget") and getattr(first, n) is None))
     return labels, shared
 
 

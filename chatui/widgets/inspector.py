@@ -70,6 +70,8 @@ def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
         lines.append(Content(f"entropy      {first.entropy:.3f} nats"))
     if first.id is not None:
         lines.append(Content(f"id           {first.id}"))
+    if first.channel == "reasoning":
+        lines.append(Content("channel      reasoning"))
     if first.top:
         lines.append(Content(""))
         lines.append(Content.styled("alternatives  (digit or click: continue from it)", "$text-muted"))

@@ -34,6 +34,7 @@ from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
                               forget_arrangement)
 from ..token_records import TokenRecords
 from .markdown_lines import MarkdownLines
+from .reasoning import ReasoningBlock
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_token
 from .token_view import REFRESH_S, TokenView
@@ -83,6 +84,8 @@ class RunningStats:
     seen: int = 0
     count: int = 0
     """Tokens that are not special."""
+    reasoning: int = 0
+    """Of them, tokens of the reasoning."""
     logprob_sum: float = 0.0
     logprob_count: int = 0
     least: Token | None = None
@@ -97,6 +100,7 @@ class RunningStats:
             if tok.special:
                 continue
             self.count += 1
+            self.reasoning += tok.channel == "reasoning"
             if tok.logprob is not None:
                 self.logprob_sum += tok.logprob
                 self.logprob_count += 1
@@ -114,6 +118,7 @@ class RunningStats:
             if tokens.is_special(i):
                 continue
             self.count += 1
+            self.reasoning += tokens.is_reasoning(i)
             logprob = tokens.logprob_at(i)
             if logprob is not None:
                 self.logprob_sum += logprob
@@ -171,6 +176,8 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     running = running.sync(reply.tokens) if running is not None \
         else RunningStats().sync(reply.tokens)
     parts = [f"{running.count} tokens"]
+    if running.reasoning:  # "21 tokens + 26 reasoning"
+        parts = [f"{running.count - running.reasoning} tokens + {running.reasoning} reasoning"]
     mean = running.mean_logprob
     if mean is not None:
         ppl = math.exp(-mean)
@@ -291,6 +298,7 @@ class ReplyView(SettledSize, Vertical):
     ReplyView.-tokens > Markdown { display: none; }
     ReplyView.-tokens > MarkdownLines { display: none; }
     ReplyView.-tokens > TokenView { display: block; }
+    ReplyView.-tokens > ReasoningBlock { display: none; }
     """
 
     token_mode: reactive[bool] = reactive(False, init=False)
@@ -330,6 +338,7 @@ class ReplyView(SettledSize, Vertical):
         self._fence.feed(safe_text(reply.text))
         self.type_into: Callable[[str, bool], None] | None = None
         """Where text typed in the token view goes (set by the screen before mounting)."""
+        self._reasoning = ReasoningBlock(reply, stable_timings=stable_timings)
         self.set_reactive(ReplyView.token_mode, token_mode)
         self.set_class(token_mode, "-tokens")
 
@@ -345,8 +354,14 @@ class ReplyView(SettledSize, Vertical):
     def token_view(self) -> TokenView:
         return self.query_one(TokenView)
 
+    @property
+    def reasoning_block(self) -> ReasoningBlock:
+        """The reply's reasoning (made with the view, so it can be set before mounting)."""
+        return self._reasoning
+
     def compose(self) -> ComposeResult:
         yield Static(Content(self.label), classes="reply-header")
+        yield self._reasoning
         text = safe_text(self.reply.text)
         # a finished reply is drawn from its text (issue 21: a streaming Markdown keeps
         # ~12,000 objects alive per reply); one still streaming, or empty, streams
@@ -375,6 +390,7 @@ class ReplyView(SettledSize, Vertical):
                 ReplyMarkdown(safe_text(self.reply.text), open_links=False))
         self._first_token_at = None
         self._streamed = 0
+        self.reasoning_block.streaming = True
         if self._clock is None:
             self._clock = self.set_interval(FRAME_S, self._frame, name="reply-frame")
         self._set_step(self._growth_step())
@@ -398,7 +414,7 @@ class ReplyView(SettledSize, Vertical):
         old = self._markdown
         self._markdown = new
         mounted = self.mount(new, before=old) if old is not None and old.parent is self \
-            else self.mount(new, after=self.query_one(".reply-header"))
+            else self.mount(new, after=self.reasoning_block)
         if old is not None:
             old.remove()
         return mounted
@@ -441,6 +457,8 @@ class ReplyView(SettledSize, Vertical):
         together (the token view, then the Markdown when its interval is up, then the
         statistics line when STATS_S is up)."""
         now = time.monotonic() + FRAME_S / 2  # due within half a frame: now
+        if not self.token_mode:
+            self.reasoning_block.redraw()
         if self.token_mode:
             self.token_view.flush()
         elif self._pending and (force or now >= self._last_write + self._fence.interval()):
@@ -476,6 +494,8 @@ class ReplyView(SettledSize, Vertical):
                 await self._stream.stop()
                 self._stream = None
             self._streaming = False
+            self.reasoning_block.streaming = False
+            self.reasoning_block.redraw()
             self.token_view.sync()
             self.token_view.tokens.compact()
             self._set_step(0)
@@ -502,6 +522,7 @@ class ReplyView(SettledSize, Vertical):
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
         self.token_view.set_tokens(self.reply.tokens)
+        self.reasoning_block.redraw()
         self.refresh_stats()
 
     # ---- stats ----
@@ -543,6 +564,8 @@ class ReplyView(SettledSize, Vertical):
 
     def watch_token_mode(self, on: bool) -> None:
         self.set_class(on, "-tokens")
+        if not on:
+            self.reasoning_block.redraw()
         self.token_view.set_active(on)  # hidden, it keeps no units; shown, makes them lazily
         if not on and self._pending:
             self.call_later(self._write_pending)

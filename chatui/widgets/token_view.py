@@ -43,6 +43,8 @@ from .settled import GrowsInSteps, SettledSize, round_up
 from .selection import with_selection
 from .text import safe_text
 
+_REASONING_STYLE = Style(italic=True)
+"""Reasoning tokens are drawn in italics on the same heat scale."""
 REFRESH_S = 0.1
 """Smallest interval between two redraws of the same view while streaming (10 per second)."""
 LINE_CACHE = 512
@@ -61,6 +63,8 @@ class TokenUnit:
     """The text to display (safe: control characters made visible)."""
     logprob: float | None
     """The lowest logprob among its tokens (a glyph is as surprising as its least likely part)."""
+    reasoning: bool = False
+    """Part of the reply's reasoning (drawn in italics)."""
 
 
 class UnitBuilder:
@@ -82,7 +86,8 @@ class UnitBuilder:
             logprob = tokens.logprob_at(pos)
             if self.raw:
                 text = tokens.raw_at(pos) or tokens.text_at(pos).replace("\n", "↵\n")
-                out.append(TokenUnit(pos, pos, safe_text(text), logprob))
+                out.append(TokenUnit(pos, pos, safe_text(text), logprob,
+                                     tokens.is_reasoning(pos)))
                 continue
             if tokens.is_special(pos):
                 continue
@@ -98,7 +103,8 @@ class UnitBuilder:
             if logprob is not None:
                 lps.append(logprob)
             self._pending.clear()
-            out.append(TokenUnit(first, pos, safe_text(text), min(lps) if lps else None))
+            out.append(TokenUnit(first, pos, safe_text(text), min(lps) if lps else None,
+                                 tokens.is_reasoning(pos)))
         UnitBuilder.built += len(out)
         return out
 
@@ -574,6 +580,8 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
             text = piece.text
             style = base + heat[heat_bin(None if unit.logprob is None else
                                          math.exp(unit.logprob))]
+            if unit.reasoning:
+                style += _REASONING_STYLE
             if piece.unit == cursor:
                 style += cursor_style
                 if not unit.text.strip():  # make a whitespace unit visible (same width)

@@ -253,15 +253,28 @@ class ChunkMapper:
         content = delta.get("content")
         if content is not None and not isinstance(content, str):
             raise ValueError("delta.content is not a string")
+        # the reasoning of a reasoning model, split by the server's own parser:
+        # ``reasoning_content`` (vLLM, SGLang, llama.cpp's server), ``reasoning`` (newer vLLM)
+        reasoning = delta.get("reasoning_content")
+        if reasoning is None:
+            reasoning = delta.get("reasoning")
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise ValueError("delta.reasoning_content is not a string")
         lp = choice.get("logprobs")
         entries = lp.get("content") if isinstance(lp, dict) else None
+        out: list[Token] = []
+        if reasoning:
+            if entries and not content:  # the chunk's logprobs are the reasoning's tokens
+                return self._from_entries(entries, reasoning, "reasoning")
+            out = self._emit([(reasoning, None, (), None, reasoning)], "reasoning")
         if entries:
-            return self._from_entries(entries, content)
+            return out + self._from_entries(entries, content)
         if content:
-            return self._emit([(content, None, (), None, content)])
-        return []
+            return out + self._emit([(content, None, (), None, content)])
+        return out
 
-    def _from_entries(self, entries: list[Any], content: str | None) -> list[Token]:
+    def _from_entries(self, entries: list[Any], content: str | None,
+                      channel: str = "answer") -> list[Token]:
         self.saw_logprobs = True
         rows: list[tuple[str, float | None, tuple[Alternative, ...], int | None, str]] = []
         all_bytes = True
@@ -283,7 +296,7 @@ class ChunkMapper:
         if content is not None and joined != content and not all_bytes and "\ufffd" not in content:
             texts = _fit(texts, content)
             rows = [(t, *r[1:]) for t, r in zip(texts, rows)]
-        return self._emit(rows)
+        return self._emit(rows, channel)
 
     def _alternatives(self, entry: dict[str, Any]) -> tuple[Alternative, ...]:
         top = entry.get("top_logprobs") or []
@@ -296,13 +309,14 @@ class ChunkMapper:
         alts.sort(key=lambda a: -a.logprob)
         return tuple(alts[: self.top_logprobs])
 
-    def _emit(self, rows: list[tuple[str, float | None, tuple[Alternative, ...], int | None, str]]
-              ) -> list[Token]:
+    def _emit(self, rows: list[tuple[str, float | None, tuple[Alternative, ...], int | None, str]],
+              channel: str = "answer") -> list[Token]:
         out = []
         for text, logprob, top, glyph_start, raw in rows:
             out.append(Token(index=self.index, id=None, text=text, logprob=logprob, entropy=None,
-                             top=top, glyph_start=glyph_start, raw=raw))
-            self.parts.append(text)
+                             top=top, glyph_start=glyph_start, raw=raw,
+                             channel=channel))  # type: ignore[arg-type]
+            self.parts.append(text if channel == "answer" else "")  # parts: the answer's
             self.index += 1
         return out
 
