@@ -13,7 +13,8 @@ from inference.types import Alternative, Token, Usage
 
 from ..conversation import Conversation, Entry, ModelRef, Reply
 from ..token_records import TokenRecords
-from . import token_columns
+from .token_columns import ColumnError
+from .token_columns import decode as decode_token_columns
 from .schema import (
     _ENTROPY_EPS, _FINISH, _ID_RE, _LOGPROB_EPS, _MAX_COUNT, _MAX_ENTROPY, _MAX_INDEX,
     _MAX_RATE, _MAX_REPLIES, _MAX_SECONDS, _MAX_SHORT, _MAX_TIME, _MAX_TOKEN_ID, _MAX_TOP,
@@ -171,8 +172,8 @@ def _reply_tokens(o: _Obj) -> TokenRecords:
     if isinstance(v, list):
         return _tokens(v, o.at("tokens"))
     try:
-        return token_columns.decode(v)
-    except token_columns.ColumnError as e:
+        return decode_token_columns(v)
+    except ColumnError as e:
         raise _Bad(f"{o.at('tokens')}: {e}") from None
 
 

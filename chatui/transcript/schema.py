@@ -13,7 +13,7 @@ from inference.types import Usage
 
 from ..conversation import Conversation, Entry, ModelRef, Reply
 from ..token_records import TokenRecords
-from . import token_columns
+from .token_columns import encode as encode_token_columns
 from .limits import (_ENTROPY_EPS, _FINISH, _HUGE, _ID_RE, _LOGPROB_EPS,  # noqa: F401
                      _MAX_COUNT, _MAX_ENTROPY, _MAX_INDEX, _MAX_RATE, _MAX_REPLIES,
                      _MAX_SECONDS, _MAX_SHORT, _MAX_TIME, _MAX_TOKEN_ID, _MAX_TOP, _MIN_LOGPROB,
@@ -46,7 +46,7 @@ def _reply_json(r: Reply) -> dict[str, Any]:
     d = {
         "settings": r.settings.to_dict(), "text": r.text, "finish_reason": r.finish_reason,
         "error": r.error, "usage": _usage_json(r.usage),
-        "tokens": token_columns.encode(
+        "tokens": encode_token_columns(
             r.tokens if isinstance(r.tokens, TokenRecords) else TokenRecords(r.tokens)),
     }
     if r.reasoning:  # optional keys (no version bump): written only for a reasoning reply
