@@ -18,8 +18,11 @@ what ``reply.tokens[:] = reply.tokens[:n] + [chosen]`` did. Cheap column reads
 a token.
 
 Absent values round-trip: a presence flag per optional field (``id``, ``logprob``,
-``entropy``, ``glyph_start``); an alternative's ``id`` of None is stored as -1 (token ids are
-never negative).
+``entropy``, ``glyph_start``, ``sampler``); an alternative's ``id`` of None is stored as -1
+(token ids are never negative). What the sampler did (``Token.sampler``) is four more columns:
+the post-sampler probability and nucleus size per token, and per alternative its post-sampler
+probability and the filter that cut it (a byte); a token without it stores nothing per
+alternative there, so ``_sampler_ends`` says where each token's entries end.
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ import itertools
 from array import array
 from typing import Any, Iterable, Iterator, Sequence, overload
 
-from inference.types import Alternative, Token
+from inference.types import Alternative, SamplerCut, Token
 
 _SPECIAL = 1
 _HAS_ID = 2
 _HAS_LOGPROB = 4
 _HAS_ENTROPY = 8
 _HAS_GLYPH = 16
+_HAS_SAMPLER = 32
+_CUTS = ("", "top-k", "top-p", "min-p", "greedy")
+"""``SamplerCut.top_cuts`` values, stored by position (one byte per alternative)."""
 
 
 class _Strings:
@@ -101,7 +107,8 @@ class TokenRecords(Sequence[Token]):
     """A reply's tokens in columns (see the module docstring)."""
 
     __slots__ = ("_index", "_ids", "_flags", "_logprobs", "_entropies", "_glyph", "_texts",
-                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts")
+                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts",
+                 "_sp_probs", "_nucleus", "_sp_ends", "_alt_sp_probs", "_alt_cuts")
 
     def __init__(self, tokens: Iterable[Token] = ()) -> None:
         self._index = array("q")
@@ -117,6 +124,12 @@ class TokenRecords(Sequence[Token]):
         self._alt_ids = array("q")
         self._alt_logprobs = array("d")
         self._alt_texts = _Strings()
+        self._sp_probs = array("d")
+        self._nucleus = array("q")
+        self._sp_ends = array("Q")
+        """Where each token's per-alternative sampler entries end."""
+        self._alt_sp_probs = array("d")
+        self._alt_cuts = bytearray()
         self.extend(tokens)
 
     # ---- adding ----
@@ -137,6 +150,14 @@ class TokenRecords(Sequence[Token]):
         if token.glyph_start is not None:
             flags |= _HAS_GLYPH
         self._glyph.append(token.glyph_start if token.glyph_start is not None else 0)
+        sp = token.sampler
+        if sp is not None:
+            flags |= _HAS_SAMPLER
+            self._alt_sp_probs.extend(sp.top_probs)
+            self._alt_cuts.extend(_CUTS.index(c) for c in sp.top_cuts)
+        self._sp_probs.append(sp.prob if sp is not None else 0.0)
+        self._nucleus.append(sp.nucleus if sp is not None else 0)
+        self._sp_ends.append(len(self._alt_cuts))
         self._flags.append(flags)
         self._texts.append(token.text)
         self._raws.append(token.raw)
@@ -147,11 +168,13 @@ class TokenRecords(Sequence[Token]):
         self._top_ends.append(len(self._alt_ids))
 
     @classmethod
-    def from_fields(cls, rows: Sequence[tuple[Any, ...]]) -> TokenRecords:
+    def from_fields(cls, rows: Sequence[tuple[Any, ...]],
+                    samplers: Sequence[SamplerCut | None] | None = None) -> TokenRecords:
         """Tokens from their fields ``(index, id, text, logprob, entropy, special, raw, top)``,
         ``top`` as ``[id, text, logprob]`` lists (already checked), each column built in one
         go: reading a transcript of 200 replies this way takes a third of the time that
-        making a token and its alternatives one by one took (``chatui.transcript.reader``)."""
+        making a token and its alternatives one by one took (``chatui.transcript.reader``).
+        ``samplers``: each token's ``Token.sampler`` (already checked), when any has one."""
         out = cls()
         if not rows:
             return out
@@ -172,6 +195,22 @@ class TokenRecords(Sequence[Token]):
         out._alt_ids = array("q", [-1 if a[0] is None else a[0] for a in alts])
         out._alt_logprobs = array("d", [a[2] for a in alts])
         out._alt_texts = _Strings.of([a[1] for a in alts])
+        if samplers is None:
+            out._sp_probs = array("d", bytes(8 * len(rows)))
+            out._nucleus = array("q", bytes(8 * len(rows)))
+            out._sp_ends = array("Q", bytes(8 * len(rows)))
+            return out
+        out._sp_probs = array("d", [0.0 if sp is None else sp.prob for sp in samplers])
+        out._nucleus = array("q", [0 if sp is None else sp.nucleus for sp in samplers])
+        out._sp_ends = array("Q", itertools.accumulate(
+            0 if sp is None else len(sp.top_cuts) for sp in samplers))
+        out._alt_sp_probs = array("d", [p for sp in samplers if sp is not None
+                                        for p in sp.top_probs])
+        out._alt_cuts = bytearray(_CUTS.index(c) for sp in samplers if sp is not None
+                                  for c in sp.top_cuts)
+        for i, sp in enumerate(samplers):
+            if sp is not None:
+                out._flags[i] |= _HAS_SAMPLER
         return out
 
     def compact(self) -> None:
@@ -190,9 +229,12 @@ class TokenRecords(Sequence[Token]):
         """Keep the first ``n`` tokens only."""
         n = max(0, min(n, len(self)))
         alts = self._top_ends[n - 1] if n > 0 else 0
+        sp_alts = self._sp_ends[n - 1] if n > 0 else 0
         for column in (self._index, self._ids, self._logprobs, self._entropies, self._glyph,
-                       self._top_ends):
+                       self._top_ends, self._sp_probs, self._nucleus, self._sp_ends):
             del column[n:]
+        del self._alt_sp_probs[sp_alts:]
+        del self._alt_cuts[sp_alts:]
         del self._flags[n:]
         self._texts.truncate(n)
         self._raws.truncate(n)
@@ -257,6 +299,17 @@ class TokenRecords(Sequence[Token]):
                                  self._alt_texts.get(k), self._alt_logprobs[k])
                      for k in range(start, self._top_ends[i]))
 
+    def sampler_at(self, i: int) -> SamplerCut | None:
+        """What the sampler did at token ``i`` (None when not recorded)."""
+        i = self._at(i)
+        if not self._flags[i] & _HAS_SAMPLER:
+            return None
+        start = self._sp_ends[i - 1] if i > 0 else 0
+        end = self._sp_ends[i]
+        return SamplerCut(self._sp_probs[i], self._nucleus[i],
+                          tuple(self._alt_sp_probs[start:end]),
+                          tuple(_CUTS[c] for c in self._alt_cuts[start:end]))
+
     # ---- reading tokens ----
 
     def token(self, i: int) -> Token:
@@ -273,6 +326,7 @@ class TokenRecords(Sequence[Token]):
             special=bool(flags & _SPECIAL),
             glyph_start=self._glyph[i] if flags & _HAS_GLYPH else None,
             raw=self._raws.get(i),
+            sampler=self.sampler_at(i),
         )
 
     def __len__(self) -> int:
@@ -309,7 +363,9 @@ class TokenRecords(Sequence[Token]):
             # as bytes: array's own == makes a float object per element of a 'd' column
             and all(getattr(self, name).tobytes() == getattr(other, name).tobytes() for name in (
                 "_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
-                "_alt_ids", "_alt_logprobs"))
+                "_alt_ids", "_alt_logprobs", "_sp_probs", "_nucleus", "_sp_ends",
+                "_alt_sp_probs"))
+            and self._alt_cuts == other._alt_cuts
             and all(getattr(self, name).ends == getattr(other, name).ends
                     and getattr(self, name).joined == getattr(other, name).joined
                     for name in ("_texts", "_raws", "_alt_texts"))))
@@ -323,9 +379,11 @@ class TokenRecords(Sequence[Token]):
         """An independent copy (what a snapshot for saving needs), column by column."""
         out = TokenRecords()
         for name in ("_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
-                     "_alt_ids", "_alt_logprobs"):
+                     "_alt_ids", "_alt_logprobs", "_sp_probs", "_nucleus", "_sp_ends",
+                     "_alt_sp_probs"):
             setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
         out._flags = bytearray(self._flags)
+        out._alt_cuts = bytearray(self._alt_cuts)
         for name in ("_texts", "_raws", "_alt_texts"):
             setattr(out, name, getattr(self, name).copy())
         return out

@@ -8,6 +8,7 @@ sampling settings, yielding token events with raw logprobs, top-k alternatives a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ import torch
 from .chat import PromptTooLongError, encode_messages, encode_request
 from .detok import IncrementalDetokenizer, StopStringFilter
 from .runner import HFRunner
-from .sampling import RowSampling, decode_step_outputs, score_stats, token_stats
+from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams
 from .types import (
     Alternative,
@@ -30,6 +31,7 @@ from .types import (
     ModelInfo,
     PromptProgress,
     RowDone,
+    SamplerCut,
     Scored,
     ScoreRequest,
     Started,
@@ -42,8 +44,17 @@ log = logging.getLogger(__name__)
 
 
 def _with_text(tok: Token, text: str) -> Token:
-    return Token(tok.index, tok.id, text, tok.logprob, tok.entropy, tok.top, tok.special,
-                 tok.glyph_start, tok.raw)
+    return dataclasses.replace(tok, text=text)
+
+
+def _sampler_cut(stats: list[float], k: int) -> SamplerCut | None:
+    """``sampler_stats``' columns of one row (after ``token_stats``' 3 + 2k), if present."""
+    base = 3 + 2 * k
+    if len(stats) < base + 2 + 2 * k:
+        return None  # a forced token: not sampled
+    return SamplerCut(float(stats[base]), int(stats[base + 1]),
+                      tuple(float(p) for p in stats[base + 2: base + 2 + k]),
+                      tuple(CUT_NAMES[int(c)] for c in stats[base + 2 + k: base + 2 + 2 * k]))
 
 
 class _TokenView:
@@ -231,6 +242,9 @@ class LocalBackend:
         (the conversation's cache is left alone), every position's logits through the decode
         path's ``token_stats``. Yields ``PromptProgress`` per chunk for long texts, then
         ``Scored`` (nothing when cancelled)."""
+        if request.context is not None:
+            yield from self._score_after(request, cancel)
+            return
         ids = list(self.tokenizer(request.text, add_special_tokens=True)["input_ids"])
         limit = self.info.context_limit
         if len(ids) > limit:
@@ -259,14 +273,53 @@ class LocalBackend:
         del cache
         yield self._scored(ids, rows, k)
 
-    def _scored(self, ids: list[int], rows: list[list[float]], k: int) -> Scored:
-        """Token events for the ids of a scored text; ``rows[i]`` scores ``ids[i + 1]``."""
+    def _score_after(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Score ``request.text`` as the continuation of ``request.context`` (``/probe``): the
+        context prefilled in chunks on a fresh cache (all but its last token), then one forward
+        over its last token and the text's tokens gives every text token's statistics."""
+        assert request.context is not None
+        limit = self.info.context_limit
+        text_ids = list(self.tokenizer(request.text, add_special_tokens=False)["input_ids"])
+        if not text_ids:
+            yield Failed("The text to probe encodes to no tokens.")
+            return
+        try:
+            enc = encode_request(self.tokenizer, request.context, limit - len(text_ids),
+                                 request.prefix, request.raw)
+        except PromptTooLongError as exc:
+            yield Failed(str(exc))
+            return
+        ctx = enc.ids
+        if not ctx:
+            yield Failed("There is nothing before the text to probe it after.")
+            return
+        k = request.top_logprobs
+        cache = self.runner.new_cache()
+        t0 = time.perf_counter()
+        for pos in range(0, len(ctx) - 1, self.prefill_chunk):
+            if cancel.is_set():
+                return
+            chunk = ctx[pos: min(pos + self.prefill_chunk, len(ctx) - 1)]
+            self.runner.forward(cache, torch.tensor([chunk], device=self.device))
+            if len(ctx) > self.prefill_chunk:
+                yield PromptProgress(pos + len(chunk), len(ctx), time.perf_counter() - t0)
+        x = torch.tensor([ctx[-1:] + text_ids[:-1]], device=self.device)
+        logits = self.runner.forward(cache, x, all_logits=True)[0]  # [n, V]
+        t = torch.tensor(text_ids, device=self.device)
+        rows = score_stats(logits[: len(text_ids)], t, k).cpu().tolist()
+        del cache
+        yield self._scored(text_ids, rows, k, first_scored=True)
+
+    def _scored(self, ids: list[int], rows: list[list[float]], k: int, *,
+                first_scored: bool = False) -> Scored:
+        """Token events for the ids of a scored text; ``rows[i]`` scores ``ids[i + 1]`` (or
+        ``ids[i]`` with ``first_scored``: the text followed a context)."""
         detok = IncrementalDetokenizer(self.tokenizer)
         fed: list[int] = []  # the position of each token the detokenizer saw
         tokens: list[Token] = []
         ranks: list[int | None] = []
         for i, tid in enumerate(ids):
-            stats = rows[i - 1] if i > 0 else None
+            stats = rows[i] if first_scored else (rows[i - 1] if i > 0 else None)
             special = tid in self.special_ids
             raw = self.piece_text(tid)
             if special:
@@ -489,7 +542,7 @@ class LocalBackend:
             piece = row.detok.step(tid)
             piece_text, start = piece.text, piece.glyph_start
         tok = Token(index, tid, piece_text, float(stats[1]), float(stats[2]), top, special,
-                    start, raw)
+                    start, raw, _sampler_cut(stats, k))
         out: list[Token] = []
         if not special and piece_text == "" and row.detok.pending:
             row.glyph.append(tok)  # an incomplete glyph: wait for the token that completes it
@@ -521,8 +574,8 @@ class LocalBackend:
         if row.glyph:  # an incomplete glyph at the end: its bytes go to its last token
             rest = row.detok.flush()
             first, last = row.glyph[0].index, row.glyph[-1]
-            row.glyph[-1] = Token(last.index, last.id, rest, last.logprob, last.entropy, last.top,
-                                  last.special, first if first < last.index else None, last.raw)
+            row.glyph[-1] = dataclasses.replace(
+                last, text=rest, glyph_start=first if first < last.index else None)
             for t in row.glyph:
                 released += [v.token for v in row.stops.push(_TokenView(t)).released]
             row.glyph = []

@@ -22,6 +22,13 @@ def token_json(t: Token, column: int | None = None) -> dict[str, Any]:
         d["column"] = column
     d.update({"id": t.id, "text": t.text, "logprob": t.logprob, "entropy": t.entropy,
               "top": [{"id": a.id, "text": a.text, "logprob": a.logprob} for a in t.top]})
+    cut = t.sampler
+    if cut is not None:  # what the sampler did (local engine): after the chain, per alternative
+        d["sampled_prob"] = cut.prob
+        d["nucleus"] = cut.nucleus
+        for a, p, c in zip(d["top"], cut.top_probs, cut.top_cuts):
+            a["sampled_prob"] = p
+            a["cut"] = c or None
     if t.special:
         d["special"] = True
     return d

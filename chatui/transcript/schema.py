@@ -69,6 +69,13 @@ def _token_json(t: Token) -> dict[str, Any]:
         d["glyph_start"] = t.glyph_start
     if t.raw:
         d["raw"] = t.raw
+    if t.sampler is not None:  # optional (issue 17): older files have none; v2 readers skip it
+        sp = t.sampler
+        d["sampler"] = {
+            "prob": sp.prob if _finite(sp.prob) else 0.0, "nucleus": sp.nucleus,
+            "top": [[p if _finite(p) else 0.0, c]
+                    for a, p, c in zip(t.top, sp.top_probs, sp.top_cuts) if _finite(a.logprob)],
+        }
     return d
 
 
