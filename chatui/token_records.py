@@ -19,10 +19,9 @@ a token.
 
 Absent values round-trip: a presence flag per optional field (``id``, ``logprob``,
 ``entropy``, ``glyph_start``, ``sampler``); an alternative's ``id`` of None is stored as -1
-(token ids are never negative). What the sampler did (``Token.sampler``) is four more columns:
-the post-sampler probability and nucleus size per token, and per alternative its post-sampler
-probability and the filter that cut it (a byte); a token without it stores nothing per
-alternative there, so ``_sampler_ends`` says where each token's entries end.
+(token ids are never negative). What the sampler did (``Token.sampler``) lives in
+:class:`_SamplerColumns`, made only when a reply's first token with one arrives (a reply from
+another backend, or loaded from an older file, keeps no such columns).
 """
 
 from __future__ import annotations
@@ -103,12 +102,60 @@ class _Strings:
         return out
 
 
+class _SamplerColumns:
+    """``Token.sampler`` of every token in columns: per token the post-sampler probability and
+    the nucleus size, per alternative its post-sampler probability and the filter that cut it
+    (a byte); ``ends`` says where each token's alternatives end (a token without a record
+    stores zeros and no alternatives)."""
+
+    __slots__ = ("probs", "nucleus", "ends", "alt_probs", "alt_cuts")
+
+    def __init__(self, n: int = 0) -> None:
+        self.probs = array("d", bytes(8 * n))
+        self.nucleus = array("q", bytes(8 * n))
+        self.ends = array("Q", bytes(8 * n))
+        self.alt_probs = array("d")
+        self.alt_cuts = bytearray()
+
+    def append(self, sp: SamplerCut | None) -> None:
+        if sp is not None:
+            self.alt_probs.extend(sp.top_probs)
+            self.alt_cuts.extend(_CUTS.index(c) for c in sp.top_cuts)
+        self.probs.append(sp.prob if sp is not None else 0.0)
+        self.nucleus.append(sp.nucleus if sp is not None else 0)
+        self.ends.append(len(self.alt_cuts))
+
+    def get(self, i: int) -> SamplerCut:
+        start = self.ends[i - 1] if i > 0 else 0
+        end = self.ends[i]
+        return SamplerCut(self.probs[i], self.nucleus[i], tuple(self.alt_probs[start:end]),
+                          tuple(_CUTS[c] for c in self.alt_cuts[start:end]))
+
+    def truncate(self, n: int) -> None:
+        alts = self.ends[n - 1] if n > 0 else 0
+        for column in (self.probs, self.nucleus, self.ends):
+            del column[n:]
+        del self.alt_probs[alts:]
+        del self.alt_cuts[alts:]
+
+    def copy(self) -> _SamplerColumns:
+        out = _SamplerColumns()
+        for name in ("probs", "nucleus", "ends", "alt_probs"):
+            setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
+        out.alt_cuts = bytearray(self.alt_cuts)
+        return out
+
+    def same(self, other: _SamplerColumns) -> bool:
+        return (self.alt_cuts == other.alt_cuts
+                and all(getattr(self, n).tobytes() == getattr(other, n).tobytes()
+                        for n in ("probs", "nucleus", "ends", "alt_probs")))
+
+
 class TokenRecords(Sequence[Token]):
     """A reply's tokens in columns (see the module docstring)."""
 
     __slots__ = ("_index", "_ids", "_flags", "_logprobs", "_entropies", "_glyph", "_texts",
-                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts",
-                 "_sp_probs", "_nucleus", "_sp_ends", "_alt_sp_probs", "_alt_cuts")
+                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts", "_sampler")
 
     def __init__(self, tokens: Iterable[Token] = ()) -> None:
         self._index = array("q")
@@ -124,12 +171,7 @@ class TokenRecords(Sequence[Token]):
         self._alt_ids = array("q")
         self._alt_logprobs = array("d")
         self._alt_texts = _Strings()
-        self._sp_probs = array("d")
-        self._nucleus = array("q")
-        self._sp_ends = array("Q")
-        """Where each token's per-alternative sampler entries end."""
-        self._alt_sp_probs = array("d")
-        self._alt_cuts = bytearray()
+        self._sampler: _SamplerColumns | None = None
         self.extend(tokens)
 
     # ---- adding ----
@@ -150,14 +192,12 @@ class TokenRecords(Sequence[Token]):
         if token.glyph_start is not None:
             flags |= _HAS_GLYPH
         self._glyph.append(token.glyph_start if token.glyph_start is not None else 0)
-        sp = token.sampler
-        if sp is not None:
+        if token.sampler is not None:
             flags |= _HAS_SAMPLER
-            self._alt_sp_probs.extend(sp.top_probs)
-            self._alt_cuts.extend(_CUTS.index(c) for c in sp.top_cuts)
-        self._sp_probs.append(sp.prob if sp is not None else 0.0)
-        self._nucleus.append(sp.nucleus if sp is not None else 0)
-        self._sp_ends.append(len(self._alt_cuts))
+            if self._sampler is None:
+                self._sampler = _SamplerColumns(len(self._flags))
+        if self._sampler is not None:
+            self._sampler.append(token.sampler)
         self._flags.append(flags)
         self._texts.append(token.text)
         self._raws.append(token.raw)
@@ -195,22 +235,12 @@ class TokenRecords(Sequence[Token]):
         out._alt_ids = array("q", [-1 if a[0] is None else a[0] for a in alts])
         out._alt_logprobs = array("d", [a[2] for a in alts])
         out._alt_texts = _Strings.of([a[1] for a in alts])
-        if samplers is None:
-            out._sp_probs = array("d", bytes(8 * len(rows)))
-            out._nucleus = array("q", bytes(8 * len(rows)))
-            out._sp_ends = array("Q", bytes(8 * len(rows)))
-            return out
-        out._sp_probs = array("d", [0.0 if sp is None else sp.prob for sp in samplers])
-        out._nucleus = array("q", [0 if sp is None else sp.nucleus for sp in samplers])
-        out._sp_ends = array("Q", itertools.accumulate(
-            0 if sp is None else len(sp.top_cuts) for sp in samplers))
-        out._alt_sp_probs = array("d", [p for sp in samplers if sp is not None
-                                        for p in sp.top_probs])
-        out._alt_cuts = bytearray(_CUTS.index(c) for sp in samplers if sp is not None
-                                  for c in sp.top_cuts)
-        for i, sp in enumerate(samplers):
-            if sp is not None:
-                out._flags[i] |= _HAS_SAMPLER
+        if samplers is not None and any(sp is not None for sp in samplers):
+            out._sampler = _SamplerColumns()
+            for i, sp in enumerate(samplers):
+                out._sampler.append(sp)
+                if sp is not None:
+                    out._flags[i] |= _HAS_SAMPLER
         return out
 
     def compact(self) -> None:
@@ -229,18 +259,17 @@ class TokenRecords(Sequence[Token]):
         """Keep the first ``n`` tokens only."""
         n = max(0, min(n, len(self)))
         alts = self._top_ends[n - 1] if n > 0 else 0
-        sp_alts = self._sp_ends[n - 1] if n > 0 else 0
         for column in (self._index, self._ids, self._logprobs, self._entropies, self._glyph,
-                       self._top_ends, self._sp_probs, self._nucleus, self._sp_ends):
+                       self._top_ends):
             del column[n:]
-        del self._alt_sp_probs[sp_alts:]
-        del self._alt_cuts[sp_alts:]
         del self._flags[n:]
         self._texts.truncate(n)
         self._raws.truncate(n)
         del self._alt_ids[alts:]
         del self._alt_logprobs[alts:]
         self._alt_texts.truncate(alts)
+        if self._sampler is not None:
+            self._sampler.truncate(n)
 
     def clear(self) -> None:
         """Drop every token (as ``list.clear``)."""
@@ -302,13 +331,9 @@ class TokenRecords(Sequence[Token]):
     def sampler_at(self, i: int) -> SamplerCut | None:
         """What the sampler did at token ``i`` (None when not recorded)."""
         i = self._at(i)
-        if not self._flags[i] & _HAS_SAMPLER:
+        if not self._flags[i] & _HAS_SAMPLER or self._sampler is None:
             return None
-        start = self._sp_ends[i - 1] if i > 0 else 0
-        end = self._sp_ends[i]
-        return SamplerCut(self._sp_probs[i], self._nucleus[i],
-                          tuple(self._alt_sp_probs[start:end]),
-                          tuple(_CUTS[c] for c in self._alt_cuts[start:end]))
+        return self._sampler.get(i)
 
     # ---- reading tokens ----
 
@@ -326,7 +351,7 @@ class TokenRecords(Sequence[Token]):
             special=bool(flags & _SPECIAL),
             glyph_start=self._glyph[i] if flags & _HAS_GLYPH else None,
             raw=self._raws.get(i),
-            sampler=self.sampler_at(i),
+            sampler=self._sampler.get(i) if flags & _HAS_SAMPLER and self._sampler else None,
         )
 
     def __len__(self) -> int:
@@ -363,12 +388,13 @@ class TokenRecords(Sequence[Token]):
             # as bytes: array's own == makes a float object per element of a 'd' column
             and all(getattr(self, name).tobytes() == getattr(other, name).tobytes() for name in (
                 "_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
-                "_alt_ids", "_alt_logprobs", "_sp_probs", "_nucleus", "_sp_ends",
-                "_alt_sp_probs"))
-            and self._alt_cuts == other._alt_cuts
+                "_alt_ids", "_alt_logprobs"))
             and all(getattr(self, name).ends == getattr(other, name).ends
                     and getattr(self, name).joined == getattr(other, name).joined
-                    for name in ("_texts", "_raws", "_alt_texts"))))
+                    for name in ("_texts", "_raws", "_alt_texts"))
+            and (self._sampler is other._sampler is None
+                 or (self._sampler is not None and other._sampler is not None
+                     and self._sampler.same(other._sampler)))))
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a list
 
@@ -379,11 +405,10 @@ class TokenRecords(Sequence[Token]):
         """An independent copy (what a snapshot for saving needs), column by column."""
         out = TokenRecords()
         for name in ("_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
-                     "_alt_ids", "_alt_logprobs", "_sp_probs", "_nucleus", "_sp_ends",
-                     "_alt_sp_probs"):
+                     "_alt_ids", "_alt_logprobs"):
             setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
         out._flags = bytearray(self._flags)
-        out._alt_cuts = bytearray(self._alt_cuts)
         for name in ("_texts", "_raws", "_alt_texts"):
             setattr(out, name, getattr(self, name).copy())
+        out._sampler = self._sampler.copy() if self._sampler is not None else None
         return out
