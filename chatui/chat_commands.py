@@ -41,7 +41,7 @@ class AppServices(Protocol):
     @property
     def model_ref(self) -> ModelRef | None: ...
 
-    def save_conversation(self) -> None: ...
+    def save_conversation(self, conv: Conversation | None = None) -> None: ...
 
     def flush_autosaves(self) -> None: ...
 
@@ -87,6 +87,8 @@ class CommandContext(Protocol):
     def show_score(self, label: str, scored: Scored) -> None: ...
 
     def probe_point(self) -> tuple[Entry, Reply, int] | None: ...
+
+    def open_notebook(self, notice: str = "") -> None: ...
 
     def toggle_raw(self) -> bool: ...
 
@@ -329,6 +331,14 @@ async def cmd_probe(ctx: CommandContext, arg: str = "") -> None:
                 scored = ev
     if scored is not None and scored.scored:
         ctx.notice(describe_probe(text, f"at token {position + 1} of the reply", scored))
+
+
+async def cmd_raw_mode(ctx: CommandContext, arg: str = "") -> None:
+    """Open raw mode's notebook (F4 there comes back)."""
+    if ctx.state.generating:
+        ctx.notice("A reply is still being generated; open raw mode after it ends.", "error")
+        return
+    ctx.open_notebook()
 
 
 async def cmd_raw(ctx: CommandContext, arg: str = "") -> None:

@@ -334,6 +334,13 @@ class ChatScreen(Screen[None]):
 
         self.call_after_refresh(select)
 
+    def open_notebook(self, notice: str = "") -> None:
+        """Raw mode's notebook over this screen (:mod:`chatui.screens.notebook`)."""
+        from .notebook import NotebookScreen
+
+        if not any(isinstance(s, NotebookScreen) for s in self.app.screen_stack):
+            self.app.push_screen(NotebookScreen(self, notice=notice))
+
     def probe_point(self) -> tuple[Entry, Reply, int] | None:
         """The reply token under the token view's cursor (``/probe`` asks about it): its
         entry, its reply and its position; None when the cursor is on no reply's token."""

@@ -379,7 +379,11 @@ def _parse(data: object) -> Conversation:
     if "saved" in o.d:
         o.num("saved", 0, _MAX_TIME, what="a time in seconds since 1970")
     raw_msgs = o.list("messages")
+    mode = o.get("mode", "chat")
+    if mode not in ("chat", "raw"):
+        raise _Bad(f"mode must be \"chat\" or \"raw\", not {_show(mode)}")
     return Conversation(
+        mode=mode,
         id=conv_id,
         created=created,  # type: ignore[arg-type]
         title=o.str("title", ""),

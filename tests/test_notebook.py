@@ -1,0 +1,130 @@
+"""Raw mode in the app (issue 17, part 2): ``chatui --raw`` and ``/raw-mode`` open a notebook
+whose text the model continues in place as plain text; the continuation equals transformers'
+``generate`` on the same ids; the transcript records the mode; a checkpoint without a chat
+template opens in it with a notice."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from test_app import SIZE, loaded, make_app
+
+from chatui.conversation import Conversation
+from chatui.screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
+from chatui.transcript import from_json_dict, to_json_dict
+from inference.types import Message
+
+
+async def notebook(pilot, app) -> NotebookScreen:
+    await loaded(pilot, app)
+    for _ in range(200):
+        screen = app.screen
+        if isinstance(screen, NotebookScreen) and screen.is_mounted and screen.query(
+                "#notebook-text"):
+            return screen
+        await pilot.pause(0.02)
+    raise AssertionError("the notebook did not open")
+
+
+async def wait_done(pilot, screen, steps=300):
+    for _ in range(steps):
+        await pilot.pause(0.02)
+        if not screen.generating:
+            break
+    await pilot.pause(0.05)
+
+
+async def test_raw_flag_opens_the_notebook_and_continues_in_place():
+    app = make_app(lambda r, row: " upon a time there was a fox.", raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert("Once")
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb)
+        assert nb.text_area.text == "Once upon a time there was a fox."
+        req = app.holder["backend"].requests[-1]
+        assert req.raw and req.messages == (Message("user", "Once"),)
+        assert nb.reply is not None and nb.reply.text == " upon a time there was a fox."
+        # the token view shows the continuation; the cursor selects a token in the inspector
+        assert "".join(t.text for t in nb.token_view.tokens) == nb.reply.text
+        await pilot.press("ctrl+t", "home", "right")
+        await pilot.pause(0.1)
+        assert "token 2 of" in str(nb.inspector.query_one(".detail").render())
+        # continue from alternative 2 of token 2: the text is cut there and goes on
+        await pilot.press("2")
+        await wait_done(pilot, nb)
+        alt = nb.reply.tokens[1]
+        assert nb.text_area.text.startswith("Once" + nb.reply.tokens[0].text + alt.text)
+        # the conversation recorded is raw, and the transcript keeps the mode
+        conv = nb.conversation
+        assert conv.mode == "raw" and conv.entries[0].text == "Once"
+        doc = json.loads(json.dumps(to_json_dict(conv)))
+        assert doc["mode"] == "raw" and from_json_dict(doc).mode == "raw"
+        # F4: back to the chat
+        await pilot.press("f4")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, NotebookScreen)
+
+
+async def test_raw_mode_command_and_scoring_the_whole_text():
+    app = make_app(lambda r, row: " two three")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.prompt.text = "/raw-mode"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        nb = app.screen
+        assert isinstance(nb, NotebookScreen) and not nb.query_one("#notebook-notice").display
+        nb.text_area.insert("one two three four")
+        await pilot.press("ctrl+e")
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if nb.scored is not None:
+                break
+        assert app.holder["backend"].scored[-1].text == "one two three four"
+        assert "perplexity" in str(nb.query_one("#notebook-status").render())
+        assert "".join(t.text for t in nb.token_view.tokens) == "one two three four"
+
+
+def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():
+    conv = Conversation()
+    conv.add_user("hi")
+    doc = to_json_dict(conv)
+    assert "mode" not in doc and from_json_dict(doc).mode == "chat"
+
+
+async def test_notebook_continuation_equals_transformers_generate(tiny_ckpt):
+    from chatui.app import ChatApp
+    from chatui.config import AppConfig
+    from inference.engine import LocalBackend
+
+    text = "Once upon a time, in a small village by the sea,"
+    app = ChatApp(lambda progress: LocalBackend.from_checkpoint(tiny_ckpt),
+                  config=AppConfig(stable_timings=True, raw_mode=True,
+                                   settings_overrides={"temperature": 0.0,
+                                                       "max_new_tokens": 12}))
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert(text)
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb, 1500)
+        got = [t.id for t in nb.reply.tokens]
+        shown = nb.text_area.text
+    ids = tiny_ckpt.tokenizer(text)["input_ids"]
+    out = tiny_ckpt.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                   eos_token_id=list(tiny_ckpt.eos_token_ids), pad_token_id=2)
+    assert got == out[0, len(ids):].tolist()
+    assert shown == text + tiny_ckpt.tokenizer.decode(got, skip_special_tokens=True)
+
+
+async def test_a_checkpoint_without_a_chat_template_opens_in_raw_mode():
+    from inference.scripted import ScriptedBackend
+
+    backend = ScriptedBackend()
+    backend.info = type(backend.info)(**{**backend.info.__dict__,
+                                         "chat_template_warning": "no chat template"})
+    app = make_app(backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        assert NO_TEMPLATE_NOTICE in str(nb.query_one("#notebook-notice").render())
