@@ -128,3 +128,21 @@ async def test_a_checkpoint_without_a_chat_template_opens_in_raw_mode():
     async with app.run_test(size=SIZE) as pilot:
         nb = await notebook(pilot, app)
         assert NO_TEMPLATE_NOTICE in str(nb.query_one("#notebook-notice").render())
+
+
+def test_readme_documents_every_command_and_this_issues_keys_and_fields():
+    from pathlib import Path
+
+    from chatui.commands import COMMANDS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    missing = [c.name for c in COMMANDS if f"`/{c.name}" not in readme]
+    assert not missing, f"README lacks {missing}"
+    for claim in ("`--raw`", "| Ctrl+O | the model continues", "| Ctrl+E | score the whole",
+                  '"mode": "raw"', '"sampler": {"prob"', '"sampled_prob"', '"nucleus"',
+                  '"prompt_logprobs": K', "/probe \" Paris\""):
+        assert claim in readme, claim
+    for binding in NotebookScreen.BINDINGS:
+        key = {"ctrl+o": "Ctrl+O", "escape": "Esc", "ctrl+e": "Ctrl+E", "ctrl+t": "Ctrl+T",
+               "f4": "F4"}[binding.key]
+        assert f"| {key} |" in readme, key
