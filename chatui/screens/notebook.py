@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 NO_TEMPLATE_NOTICE = ("This checkpoint has no chat template: it opened in raw mode, a notebook "
                       "the model continues as plain text. F4 goes to the chat (a generic ChatML "
                       "template).")
-HELP = "^O continue · Esc stop · ^T tokens/text · 1-9 continue from alternative · ^E score · F4 chat"
+HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
 
 
 class NotebookScreen(Screen[None]):
