@@ -146,3 +146,17 @@ def test_readme_documents_every_command_and_this_issues_keys_and_fields():
         key = {"ctrl+o": "Ctrl+O", "escape": "Esc", "ctrl+e": "Ctrl+E", "ctrl+t": "Ctrl+T",
                "f4": "F4"}[binding.key]
         assert f"| {key} |" in readme, key
+
+
+async def test_the_notebook_honours_stop_strings():
+    app = make_app(lambda r, row: " and the fox ran away STOP never shown", raw_mode=True,
+                   settings_overrides={"stop": ("STOP",)})
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert("The dog")
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb)
+        text = nb.text_area.text
+        assert text.startswith("The dog and the fox ran away") and "STOP" not in text
+        assert "never" not in text
+        assert nb.reply.finish_reason == "stop"

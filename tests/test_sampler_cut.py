@@ -222,3 +222,15 @@ def test_a_bad_sampler_record_is_one_sentence(bad, words):
     doc["messages"][1]["replies"][0]["tokens"][0]["sampler"] = bad
     with pytest.raises(TranscriptError, match=words):
         from_json_dict(doc)
+
+
+def test_generate_json_carries_what_the_sampler_did():
+    from chatui.cli.output import token_json
+
+    tok = _with_cuts()[0]
+    d = token_json(tok)
+    assert d["sampled_prob"] == 0.75 and d["nucleus"] == 2
+    assert [(a["sampled_prob"], a["cut"]) for a in d["top"]] == [
+        (0.75, None), (0.25, None), (0.0, "top-p")]
+    plain = token_json(_with_cuts()[1])
+    assert "sampled_prob" not in plain and all("cut" not in a for a in plain["top"])
