@@ -246,6 +246,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if chat.generating:
             await chat.action_stop()
             return
+        if await self._stop_notebook():
+            return
         focused = self.focused
         selected = getattr(focused, "selected_text", "")
         if selected:
@@ -253,6 +255,16 @@ class ChatApp(ReportsFatalErrors, App[int]):
             return
         self.notify("Ctrl+Q quits (the conversation is kept); Esc or Ctrl+C stops a reply.",
                     timeout=4)
+
+    async def _stop_notebook(self) -> bool:
+        """Stop raw mode's continuation if one runs; True if it did."""
+        from .screens.notebook import NotebookScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, NotebookScreen) and screen.generating:
+                await screen.action_stop()
+                return True
+        return False
 
     async def action_quit(self) -> None:
         """Stop any reply, keep the conversation, close the worker and exit; if the last save
@@ -262,6 +274,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
             await self.chat.stop_generation()
         except LookupError:
             pass
+        await self._stop_notebook()
         self._autosave_error = None
         self.save_conversation()
         if self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say why we wait

@@ -160,3 +160,22 @@ async def test_the_notebook_honours_stop_strings():
         assert text.startswith("The dog and the fox ran away") and "STOP" not in text
         assert "never" not in text
         assert nb.reply.finish_reason == "stop"
+
+
+async def test_escape_and_ctrl_c_stop_a_continuation_and_keep_what_came():
+    long = " ".join(f"w{i}" for i in range(400))
+    for key in ("escape", "ctrl+c"):
+        app = make_app(lambda r, row: long, delay_s=0.01, raw_mode=True)
+        async with app.run_test(size=SIZE) as pilot:
+            nb = await notebook(pilot, app)
+            nb.text_area.insert("go")
+            await pilot.press("ctrl+o")
+            for _ in range(200):
+                await pilot.pause(0.02)
+                if len(nb.text_area.text) > 20:
+                    break
+            await pilot.press(key)
+            await wait_done(pilot, nb)
+            assert not nb.generating and nb.reply.finish_reason == "cancelled", key
+            assert nb.text_area.text == "go" + nb.reply.text and len(nb.reply.tokens) < 400
+            assert not nb.text_area.read_only
