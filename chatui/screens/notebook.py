@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -27,6 +27,7 @@ from inference.types import (Failed, GenerationRequest, Message, RowDone, Scored
 
 from ..conversation import Conversation, Reply
 from ..messages import AlternativeChosen, TokenSelected
+from ..reporting import run_reported
 from ..widgets.inspector import TokenInspector
 from ..widgets.scored import score_summary
 from ..widgets.text import safe_text
@@ -137,8 +138,9 @@ class NotebookScreen(Screen[None]):
         self.generating = True
         self.text_area.read_only = True
         self.status("generating… (Esc stops)")
-        self._run(GenerationRequest((Message("user", text),), (settings,),
-                                    self.chat.state.top_logprobs, raw=True))
+        request = GenerationRequest((Message("user", text),), (settings,),
+                                    self.chat.state.top_logprobs, raw=True)
+        run_reported(self, self._run(request), what="Continuing the text", group="notebook")
 
     @staticmethod
     def _assistant_entry(reply: Reply) -> Any:
@@ -146,7 +148,6 @@ class NotebookScreen(Screen[None]):
 
         return Entry("assistant", replies=[reply])
 
-    @work(group="notebook", exclusive=True)
     async def _run(self, request: GenerationRequest) -> None:
         reply = self.reply
         assert reply is not None
@@ -245,9 +246,8 @@ class NotebookScreen(Screen[None]):
         if not text:
             self.status("There is no text to score.")
             return
-        self._score(text)
+        run_reported(self, self._score(text), what="Scoring the text", group="notebook-score")
 
-    @work(group="notebook-score", exclusive=True)
     async def _score(self, text: str) -> None:
         request = ScoreRequest(text, self.chat.state.top_logprobs)
         async for group in self.chat.services.worker.score(request):
