@@ -224,7 +224,11 @@ def sampler_stats(processed: torch.Tensor, probs: torch.Tensor | None,
     min of 9 x 200 calls: 19 us for greedy (the whole sampling step: 529 us), 319 us for
     temperature 0.7 + top-p 0.95 (of 11.7 ms, top-p's sort dominating), 224 us for
     top-k 40 + top-p 0.9 + min-p 0.05 (of 3.4 ms): 3-7% of the sampling step, under 2% of a
-    decode step of the 135M model here (``benchmarks/sampler_cut.py``).
+    decode step of the 135M model here (``benchmarks/sampler_cut.py``). ``chatui bench
+    --new-tokens 64 --prompt-tokens 64 --repeats 3`` (greedy, int8), interleaved before and
+    after twice on the same machine: 7.7 and 4.9 tok/s before, 6.7 and 10.4 after: its noise
+    there (a factor of 2, other work running) hides a cost of ~20 us a token at ~100-200 ms
+    a step.
     """
     b, k = top_ids.shape
     greedy = rows.greedy[:, None]  # [B, 1]
