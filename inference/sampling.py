@@ -2,8 +2,8 @@
 
 The order follows transformers' ``generate``: repetition penalty, then temperature, top-k,
 top-p and min-p. Everything stays on the device; ``decode_step_outputs`` packs what the host
-needs (chosen ids, their raw logprobs, entropy, top-k alternatives) into one small tensor so a
-step costs one transfer.
+needs (chosen ids, their raw logprobs, entropy, top-k alternatives, and what the sampler did:
+``sampler_stats``) into one small tensor so a step costs one transfer.
 """
 
 from __future__ import annotations
