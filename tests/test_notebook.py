@@ -179,3 +179,25 @@ async def test_escape_and_ctrl_c_stop_a_continuation_and_keep_what_came():
             assert not nb.generating and nb.reply.finish_reason == "cancelled", key
             assert nb.text_area.text == "go" + nb.reply.text and len(nb.reply.tokens) < 400
             assert not nb.text_area.read_only
+
+
+async def test_the_text_is_scored_as_it_is_typed_but_not_as_the_model_writes():
+    from chatui.screens import notebook as nbmod
+
+    app = make_app(lambda r, row: " and more words", raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        backend = app.holder["backend"]
+        nb.text_area.insert("some words")
+        await pilot.press("ctrl+o")  # continued at once: nothing typed is left to score
+        await wait_done(pilot, nb)
+        await pilot.pause(nbmod.SCORE_AFTER_S + 0.5)
+        assert not backend.scored and nb.scored is None
+        assert "".join(t.text for t in nb.token_view.tokens) == " and more words"
+        nb.text_area.insert(" typed")  # typing: scored once it pauses
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if nb.scored is not None:
+                break
+        assert [r.text for r in backend.scored] == ["some words and more words typed"]
+        assert "perplexity" in str(nb.query_one("#notebook-status").render())

@@ -5,8 +5,9 @@ template; the BOS token as the tokenizer adds it: ``GenerationRequest.raw``), st
 the text, with the chat's sampling settings and stop strings. The continuation's tokens are in
 the token view below the text (heat scale, cursor, inspector with alternatives and what the
 sampler did; a digit continues from alternative N: the text is cut before that token, the
-alternative put in its place, and the model goes on). Ctrl+E scores the whole text (``/score``:
-a scored view below). Each continuation is kept as a conversation whose transcript records
+alternative put in its place, and the model goes on). The whole text is scored as it is typed
+(``/score``: :data:`SCORE_AFTER_S` after the last edit, its tokens coloured by their own
+probability in the token view below, the perplexity in the status line), and on Ctrl+E. Each continuation is kept as a conversation whose transcript records
 ``"mode": "raw"``: the text before it as the user message, the continuation as the reply.
 """
 
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 NO_TEMPLATE_NOTICE = ("This checkpoint has no chat template: it opened in raw mode, a notebook "
                       "the model continues as plain text. F4 goes to the chat (a generic ChatML "
                       "template).")
+SCORE_AFTER_S = 1.5
+"""Pause in typing after which the text is scored (each score is one prefill of the whole
+text: about a second for 1,000 tokens of the default model on this CPU)."""
 HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
 
 
@@ -78,6 +82,10 @@ class NotebookScreen(Screen[None]):
         self.scored: Scored | None = None
         self.stream: Any = None
         self.generating = False
+        self.continued = ""
+        """The text as the last continuation left it (edits made by the model are not typed
+        text, and are not scored as such)."""
+        self._score_timer: Any = None
 
     # ---- widgets ----
 
@@ -135,6 +143,9 @@ class NotebookScreen(Screen[None]):
         self.conversation.entries.append(self._assistant_entry(self.reply))
         self.token_view.set_tokens(list(self.reply.tokens))
         self.scored = None
+        if self._score_timer is not None:
+            self._score_timer.stop()
+            self._score_timer = None
         self.generating = True
         self.text_area.read_only = True
         self.status("generating… (Esc stops)")
@@ -177,6 +188,7 @@ class NotebookScreen(Screen[None]):
             reply.finish_reason = finish  # type: ignore[assignment]
             reply.tokens.compact()
             self.generating = False
+            self.continued = self.text_area.text
             self.text_area.read_only = False
             if finish != "error":
                 self.status(f"{len(reply.tokens)} tokens · {finish} · " + HELP)
@@ -239,6 +251,20 @@ class NotebookScreen(Screen[None]):
 
     # ---- scoring ----
 
+    @on(TextArea.Changed, "#notebook-text")
+    def _typed(self) -> None:
+        """Score the text once typing pauses (not while the model writes into it)."""
+        if self.generating or self.text_area.text in ("", self.continued):
+            return
+        if self._score_timer is not None:
+            self._score_timer.stop()
+        self._score_timer = self.set_timer(SCORE_AFTER_S, self._score_typed)
+
+    def _score_typed(self) -> None:
+        self._score_timer = None
+        if not self.generating and self.text_area.text not in ("", self.continued):
+            self.action_score()
+
     def action_score(self) -> None:
         if self.generating:
             return
@@ -250,15 +276,17 @@ class NotebookScreen(Screen[None]):
 
     async def _score(self, text: str) -> None:
         request = ScoreRequest(text, self.chat.state.top_logprobs)
+        result: Scored | None = None
         async for group in self.chat.services.worker.score(request):
             for ev in group:
                 if isinstance(ev, Failed):
                     self.status(ev.message)
                     return
                 if isinstance(ev, Scored):
-                    self.scored = ev
-        if self.scored is not None:
-            s = self.scored
+                    result = ev
+        if result is not None and not self.generating:  # (a continuation started meanwhile
+            # shows its own tokens)
+            self.scored = s = result
             self.token_view.set_tokens(list(s.tokens))
             self.status(score_summary("the text", list(s.tokens), s.perplexity, s.scored,
                                       s.least_likely(3)))
