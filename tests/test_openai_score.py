@@ -114,3 +114,14 @@ def test_a_server_without_prompt_logprobs_is_one_sentence(fake, monkeypatch):  #
 def test_probe_over_openai_is_refused_in_one_sentence(vllm):
     [failed] = score(vllm.url, " Paris", context=(Message("user", "Capital of France?"),))
     assert isinstance(failed, Failed) and "/probe needs the local engine" in failed.message
+
+
+def test_chatui_scores_table_shows_no_made_up_entropy(vllm, capsys):
+    from chatui.cli.output import print_score
+
+    [scored] = score(vllm.url)
+    print_score(scored)
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if "'Hello'" in line)
+    assert row.split()[1:5] == ["-2.5000", "8.21%", "7", "-"]
+    assert lines[-1] == "perplexity %.4g over 3 scored tokens" % scored.perplexity
