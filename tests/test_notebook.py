@@ -201,3 +201,15 @@ async def test_the_text_is_scored_as_it_is_typed_but_not_as_the_model_writes():
                 break
         assert [r.text for r in backend.scored] == ["some words and more words typed"]
         assert "perplexity" in str(nb.query_one("#notebook-status").render())
+
+
+def test_raw_flag_with_a_system_prompt_is_refused_in_one_sentence():
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "chatui", "--raw", "--system", "be brief",
+                        "--backend", "scripted"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2 and "--raw opens a notebook of plain text" in r.stderr
+    assert "Traceback" not in r.stderr
