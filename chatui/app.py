@@ -186,6 +186,9 @@ class ChatApp(ReportsFatalErrors, App[int]):
                                     system_prompt=self.config.system_prompt,
                                     token_mode=self.config.token_view,
                                     stable_timings=self.config.stable_timings))
+        if self.config.raw_mode:
+            run_reported(self, self._open_notebook(shown), what="Opening raw mode",
+                         group="notebook")
         run_reported(self, self._load(), what="Loading the model", group="load")
         if self.config.load_path is not None:
             run_reported(self, self._open(str(self.config.load_path), shown),
@@ -197,6 +200,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
         was silently not shown)."""
         await shown
         await chat_commands.cmd_load(self.chat, path)
+
+    async def _open_notebook(self, shown: Awaitable[Any], notice: str = "") -> None:
+        """Raw mode's notebook over the chat screen, once that is mounted."""
+        await shown
+        self.chat.open_notebook(notice)
 
     async def _load(self) -> None:
         """Load the model behind the loading panel; report a failure in the app."""
@@ -217,6 +225,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
         else:
             log.info("model loaded: %s", info)
             self.chat.model_ready(info)
+            if info.chat_template_warning and not self.config.raw_mode:
+                # no chat template: a base model; its notebook rather than the ChatML fallback
+                from .screens.notebook import NO_TEMPLATE_NOTICE
+
+                self.chat.open_notebook(NO_TEMPLATE_NOTICE)
             self._model_ref = ModelRef(name=info.name, checkpoint=info.checkpoint,
                                        weights_hash=info.weights_hash, dtype=info.dtype,
                                        backend=info.backend, url=info.url)
@@ -233,6 +246,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if chat.generating:
             await chat.action_stop()
             return
+        if await self._stop_notebook():
+            return
         focused = self.focused
         selected = getattr(focused, "selected_text", "")
         if selected:
@@ -240,6 +255,16 @@ class ChatApp(ReportsFatalErrors, App[int]):
             return
         self.notify("Ctrl+Q quits (the conversation is kept); Esc or Ctrl+C stops a reply.",
                     timeout=4)
+
+    async def _stop_notebook(self) -> bool:
+        """Stop raw mode's continuation if one runs; True if it did."""
+        from .screens.notebook import NotebookScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, NotebookScreen) and screen.generating:
+                await screen.action_stop()
+                return True
+        return False
 
     async def action_quit(self) -> None:
         """Stop any reply, keep the conversation, close the worker and exit; if the last save
@@ -249,6 +274,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
             await self.chat.stop_generation()
         except LookupError:
             pass
+        await self._stop_notebook()
         self._autosave_error = None
         self.save_conversation()
         if self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say why we wait
@@ -288,13 +314,14 @@ class ChatApp(ReportsFatalErrors, App[int]):
         """
         return self.autosaver.open(path, self.config.transcripts_dir())
 
-    def save_conversation(self) -> None:
+    def save_conversation(self, conv: Conversation | None = None) -> None:
         """Autosave the conversation (after every reply and on quit) on the autosaver's
-        thread; never raises (a failure is shown once)."""
+        thread; never raises (a failure is shown once). ``conv``: another conversation than
+        the chat's (raw mode's notebook)."""
         if not self.config.autosave:
             return
         try:
-            conv = self.chat.state.conversation
+            conv = conv or self.chat.state.conversation
         except LookupError:
             return
         if not conv.entries:

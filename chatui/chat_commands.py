@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
-from .conversation import Conversation, Entry, ModelRef
+from .conversation import Conversation, Entry, ModelRef, Reply
 from .recorder import prefix_of
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class AppServices(Protocol):
     @property
     def model_ref(self) -> ModelRef | None: ...
 
-    def save_conversation(self) -> None: ...
+    def save_conversation(self, conv: Conversation | None = None) -> None: ...
 
     def flush_autosaves(self) -> None: ...
 
@@ -85,6 +85,10 @@ class CommandContext(Protocol):
     def toggle_token_mode(self) -> None: ...
 
     def show_score(self, label: str, scored: Scored) -> None: ...
+
+    def probe_point(self) -> tuple[Entry, Reply, int] | None: ...
+
+    def open_notebook(self, notice: str = "") -> None: ...
 
     def toggle_raw(self) -> bool: ...
 
@@ -262,6 +266,81 @@ async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
                 scored = ev
     if scored is not None:
         ctx.show_score(label, scored)
+
+
+def probe_text(arg: str) -> str:
+    """The text ``/probe`` asks about: the argument as typed, or inside one pair of quotes
+    (``/probe " Paris"``: a leading space is part of most tokens, and the prompt strips it)."""
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
+        return arg[1:-1]
+    return arg
+
+
+def _pct(logprob: float) -> str:
+    import math
+
+    p = math.exp(logprob)
+    return f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def describe_probe(text: str, at: str, scored: Scored) -> str:
+    """The notice ``/probe`` shows: the first token's probability and rank, and the whole
+    text's probability over its tokens (a forced continuation)."""
+    toks = [t for t in scored.tokens if t.logprob is not None]
+    first = toks[0]
+    rank = scored.ranks[scored.tokens.index(first)]
+    line = (f"/probe {text!r} {at}: its first token {first.text or first.raw!r} "
+            f"{_pct(first.logprob)}"  # type: ignore[arg-type]
+            + (f" (rank {rank:,})" if rank is not None else ""))
+    if len(toks) > 1:
+        total = sum(t.logprob for t in toks)  # type: ignore[misc]
+        parts = " · ".join(f"{t.text or t.raw!r} {_pct(t.logprob)}" for t in toks)  # type: ignore[arg-type]
+        line += f"; the whole text, {len(toks)} tokens: {_pct(total)} ({parts})"
+    return line + "."
+
+
+async def cmd_probe(ctx: CommandContext, arg: str = "") -> None:
+    """How likely the model found TEXT as the next token at the token view's cursor: the
+    context is the reply's prompt and its tokens before the cursor; one forward over TEXT's
+    tokens from there (the score path) gives each token's probability and rank."""
+    state = ctx.state
+    text = probe_text(arg)
+    if not text:
+        ctx.notice("/probe needs a text, e.g. /probe \" Paris\" (quotes keep its spaces).",
+                   "error")
+        return
+    if state.generating:
+        ctx.notice("A reply is still being generated; /probe after it ends.", "error")
+        return
+    point = ctx.probe_point()
+    if point is None:
+        ctx.notice("Put the token view's cursor on a token of a reply first (Ctrl+T, then "
+                   "the arrow keys): /probe asks what the model thought there.", "error")
+        return
+    entry, reply, position = point
+    ids = reply.tokens.ids()[:position]
+    prefix = AssistantPrefix(reply.tokens.text(0, position),
+                             None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
+    request = ScoreRequest(text, state.top_logprobs, context=state.messages_before(entry),
+                           prefix=prefix)
+    scored: Scored | None = None
+    async for group in ctx.services.worker.score(request):
+        for ev in group:
+            if isinstance(ev, Failed):
+                ctx.notice(ev.message, "error")
+                return
+            if isinstance(ev, Scored):
+                scored = ev
+    if scored is not None and scored.scored:
+        ctx.notice(describe_probe(text, f"at token {position + 1} of the reply", scored))
+
+
+async def cmd_raw_mode(ctx: CommandContext, arg: str = "") -> None:
+    """Open raw mode's notebook (F4 there comes back)."""
+    if ctx.state.generating:
+        ctx.notice("A reply is still being generated; open raw mode after it ends.", "error")
+        return
+    ctx.open_notebook()
 
 
 async def cmd_raw(ctx: CommandContext, arg: str = "") -> None:

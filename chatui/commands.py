@@ -55,6 +55,13 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("score", "Score the last user message (or message N) under the model: its "
                 "tokens coloured by their own probability, its perplexity and least likely "
                 "tokens.", args="[N]", handler=run.cmd_score),
+    CommandSpec("raw-mode", "Open raw mode: a notebook whose text the model continues in place "
+                "as plain text (no chat template), for base models; F4 comes back.",
+                handler=run.cmd_raw_mode),
+    CommandSpec("probe", "The probability that the next token at the token view's cursor "
+                "would be TEXT: its first token's probability and rank, and the whole text's "
+                "over its tokens (quotes keep spaces: /probe \" Paris\").", args="TEXT",
+                needs_arg=True, handler=run.cmd_probe),
     CommandSpec("raw", "Toggle the raw token view (special tokens, exact spellings).",
                 handler=run.cmd_raw),
     CommandSpec("think", "Turn the model's reasoning on or off through its chat template's "

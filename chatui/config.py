@@ -67,6 +67,8 @@ class AppConfig:
     """Save the conversation after every message (once transcripts are available)."""
     token_view: bool = False
     """Start with replies shown as tokens on the heat scale instead of Markdown."""
+    raw_mode: bool = False
+    """Open raw mode's notebook (``chatui --raw``) over the chat."""
     stable_timings: bool = False
     """Show fixed timings (tokens/s, time to first token) so screenshots are reproducible."""
 

@@ -171,6 +171,9 @@ class Conversation:
     saving under the old id would drop messages its file holds (see chatui.transcript.identity)."""
     branched_at: int = 0
     """How many messages a branch shares with its parent."""
+    mode: str = "chat"
+    """"chat", or "raw": a notebook's continuation (raw mode; the user message is the text
+    continued, as plain text with no chat template)."""
 
     def snapshot(self) -> Conversation:
         """A copy that later changes to this conversation do not reach (the token columns

@@ -18,8 +18,10 @@ what ``reply.tokens[:] = reply.tokens[:n] + [chosen]`` did. Cheap column reads
 a token.
 
 Absent values round-trip: a presence flag per optional field (``id``, ``logprob``,
-``entropy``, ``glyph_start``); an alternative's ``id`` of None is stored as -1 (token ids are
-never negative).
+``entropy``, ``glyph_start``, ``sampler``); an alternative's ``id`` of None is stored as -1
+(token ids are never negative). What the sampler did (``Token.sampler``) lives in
+:class:`_SamplerColumns`, made only when a reply's first token with one arrives (a reply from
+another backend, or loaded from an older file, keeps no such columns).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import itertools
 from array import array
 from typing import Any, Iterable, Iterator, Sequence, overload
 
-from inference.types import Alternative, Token
+from inference.types import Alternative, SamplerCut, Token
 
 _SPECIAL = 1
 _HAS_ID = 2
@@ -37,6 +39,9 @@ _HAS_ENTROPY = 8
 _HAS_GLYPH = 16
 _REASONING = 32
 """The token belongs to the reply's reasoning (``Token.channel``), not its answer."""
+_HAS_SAMPLER = 64
+_CUTS = ("", "top-k", "top-p", "min-p", "greedy")
+"""``SamplerCut.top_cuts`` values, stored by position (one byte per alternative)."""
 
 
 class _Strings:
@@ -99,11 +104,60 @@ class _Strings:
         return out
 
 
+class _SamplerColumns:
+    """``Token.sampler`` of every token in columns: per token the post-sampler probability and
+    the nucleus size, per alternative its post-sampler probability and the filter that cut it
+    (a byte); ``ends`` says where each token's alternatives end (a token without a record
+    stores zeros and no alternatives)."""
+
+    __slots__ = ("probs", "nucleus", "ends", "alt_probs", "alt_cuts")
+
+    def __init__(self, n: int = 0) -> None:
+        self.probs = array("d", bytes(8 * n))
+        self.nucleus = array("q", bytes(8 * n))
+        self.ends = array("Q", bytes(8 * n))
+        self.alt_probs = array("d")
+        self.alt_cuts = bytearray()
+
+    def append(self, sp: SamplerCut | None) -> None:
+        if sp is not None:
+            self.alt_probs.extend(sp.top_probs)
+            self.alt_cuts.extend(_CUTS.index(c) for c in sp.top_cuts)
+        self.probs.append(sp.prob if sp is not None else 0.0)
+        self.nucleus.append(sp.nucleus if sp is not None else 0)
+        self.ends.append(len(self.alt_cuts))
+
+    def get(self, i: int) -> SamplerCut:
+        start = self.ends[i - 1] if i > 0 else 0
+        end = self.ends[i]
+        return SamplerCut(self.probs[i], self.nucleus[i], tuple(self.alt_probs[start:end]),
+                          tuple(_CUTS[c] for c in self.alt_cuts[start:end]))
+
+    def truncate(self, n: int) -> None:
+        alts = self.ends[n - 1] if n > 0 else 0
+        for column in (self.probs, self.nucleus, self.ends):
+            del column[n:]
+        del self.alt_probs[alts:]
+        del self.alt_cuts[alts:]
+
+    def copy(self) -> _SamplerColumns:
+        out = _SamplerColumns()
+        for name in ("probs", "nucleus", "ends", "alt_probs"):
+            setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
+        out.alt_cuts = bytearray(self.alt_cuts)
+        return out
+
+    def same(self, other: _SamplerColumns) -> bool:
+        return (self.alt_cuts == other.alt_cuts
+                and all(getattr(self, n).tobytes() == getattr(other, n).tobytes()
+                        for n in ("probs", "nucleus", "ends", "alt_probs")))
+
+
 class TokenRecords(Sequence[Token]):
     """A reply's tokens in columns (see the module docstring)."""
 
     __slots__ = ("_index", "_ids", "_flags", "_logprobs", "_entropies", "_glyph", "_texts",
-                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts")
+                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts", "_sampler")
 
     def __init__(self, tokens: Iterable[Token] = ()) -> None:
         self._index = array("q")
@@ -119,6 +173,7 @@ class TokenRecords(Sequence[Token]):
         self._alt_ids = array("q")
         self._alt_logprobs = array("d")
         self._alt_texts = _Strings()
+        self._sampler: _SamplerColumns | None = None
         self.extend(tokens)
 
     # ---- adding ----
@@ -141,6 +196,12 @@ class TokenRecords(Sequence[Token]):
         if token.glyph_start is not None:
             flags |= _HAS_GLYPH
         self._glyph.append(token.glyph_start if token.glyph_start is not None else 0)
+        if token.sampler is not None:
+            flags |= _HAS_SAMPLER
+            if self._sampler is None:
+                self._sampler = _SamplerColumns(len(self._flags))
+        if self._sampler is not None:
+            self._sampler.append(token.sampler)
         self._flags.append(flags)
         self._texts.append(token.text)
         self._raws.append(token.raw)
@@ -152,12 +213,14 @@ class TokenRecords(Sequence[Token]):
 
     @classmethod
     def from_fields(cls, rows: Sequence[tuple[Any, ...]],
-                    reasoning: Sequence[bool] | None = None) -> TokenRecords:
+                    reasoning: Sequence[bool] | None = None,
+                    samplers: Sequence[SamplerCut | None] | None = None) -> TokenRecords:
         """Tokens from their fields ``(index, id, text, logprob, entropy, special, raw, top)``,
         ``top`` as ``[id, text, logprob]`` lists (already checked), each column built in one
         go: reading a transcript of 200 replies this way takes a third of the time that
         making a token and its alternatives one by one took (``chatui.transcript.reader``).
-        ``reasoning[i]``: token i is in the reasoning channel (all answer when None)."""
+        ``reasoning[i]``: token i is in the reasoning channel (all answer when None);
+        ``samplers``: each token's ``Token.sampler`` (already checked), when any has one."""
         out = cls()
         if not rows:
             return out
@@ -182,6 +245,12 @@ class TokenRecords(Sequence[Token]):
         out._alt_ids = array("q", [-1 if a[0] is None else a[0] for a in alts])
         out._alt_logprobs = array("d", [a[2] for a in alts])
         out._alt_texts = _Strings.of([a[1] for a in alts])
+        if samplers is not None and any(sp is not None for sp in samplers):
+            out._sampler = _SamplerColumns()
+            for i, sp in enumerate(samplers):
+                out._sampler.append(sp)
+                if sp is not None:
+                    out._flags[i] |= _HAS_SAMPLER
         return out
 
     # ---- the stored columns, for the transcript's columnar encoding ----
@@ -192,22 +261,37 @@ class TokenRecords(Sequence[Token]):
     :meth:`columns` gives them."""
     STRING_COLUMNS = ("_texts", "_raws", "_alt_texts")
 
-    def columns(self) -> tuple[list[array], bytes, list[tuple[str, array]]]:
+    SAMPLER_COLUMNS = ("probs", "nucleus", "ends", "alt_probs", "alt_cuts")
+    """What the sampler did, when any token has a record (typecode d, q, Q, d and a byte per
+    alternative: the index of its cut in :data:`CUTS`)."""
+    CUTS = _CUTS
+
+    def columns(self) -> tuple[list[array], bytes, list[tuple[str, array]],
+                               list[array | bytearray] | None]:
         """The stored columns as they are: the number arrays (:data:`NUMBER_COLUMNS`), the
         flag byte per token (bit 1 special, 2 id present, 4 logprob present, 8 entropy
-        present, 16 glyph_start present; absent values are stored as 0, an alternative's
-        absent id as -1), and each string column as its joined text with where each string
-        ends. :mod:`chatui.transcript.token_columns` writes and reads them."""
+        present, 16 glyph_start present, 32 reasoning, 64 a sampler record; absent values are
+        stored as 0, an alternative's absent id as -1), each string column as its joined text
+        with where each string ends, and the sampler's columns (:data:`SAMPLER_COLUMNS`) or
+        None. :mod:`chatui.transcript.token_columns` writes and reads them."""
+        sampler = self._sampler
         return ([getattr(self, name) for name in self.NUMBER_COLUMNS], bytes(self._flags),
                 [(getattr(self, name).joined, getattr(self, name).ends)
-                 for name in self.STRING_COLUMNS])
+                 for name in self.STRING_COLUMNS],
+                None if sampler is None else [getattr(sampler, name)
+                                              for name in self.SAMPLER_COLUMNS])
 
     @classmethod
     def from_columns(cls, numbers: Sequence[array], flags: bytes,
-                     strings: Sequence[tuple[str, array]]) -> TokenRecords:
+                     strings: Sequence[tuple[str, array]],
+                     sampler: Sequence[array | bytearray] | None = None) -> TokenRecords:
         """Records over columns as :meth:`columns` gives them (already checked: lengths and
         ends agree, values in range), taken as they are, without a copy."""
         out = cls()
+        if sampler is not None:
+            out._sampler = _SamplerColumns()
+            for name, column in zip(cls.SAMPLER_COLUMNS, sampler, strict=True):
+                setattr(out._sampler, name, column)
         for name, column in zip(cls.NUMBER_COLUMNS, numbers, strict=True):
             setattr(out, name, column)
         out._flags = bytearray(flags)
@@ -243,6 +327,8 @@ class TokenRecords(Sequence[Token]):
         del self._alt_ids[alts:]
         del self._alt_logprobs[alts:]
         self._alt_texts.truncate(alts)
+        if self._sampler is not None:
+            self._sampler.truncate(n)
 
     def clear(self) -> None:
         """Drop every token (as ``list.clear``)."""
@@ -317,6 +403,13 @@ class TokenRecords(Sequence[Token]):
                                  self._alt_texts.get(k), self._alt_logprobs[k])
                      for k in range(start, self._top_ends[i]))
 
+    def sampler_at(self, i: int) -> SamplerCut | None:
+        """What the sampler did at token ``i`` (None when not recorded)."""
+        i = self._at(i)
+        if not self._flags[i] & _HAS_SAMPLER or self._sampler is None:
+            return None
+        return self._sampler.get(i)
+
     # ---- reading tokens ----
 
     def token(self, i: int) -> Token:
@@ -334,6 +427,7 @@ class TokenRecords(Sequence[Token]):
             glyph_start=self._glyph[i] if flags & _HAS_GLYPH else None,
             raw=self._raws.get(i),
             channel="reasoning" if flags & _REASONING else "answer",
+            sampler=self._sampler.get(i) if flags & _HAS_SAMPLER and self._sampler else None,
         )
 
     def __len__(self) -> int:
@@ -373,7 +467,10 @@ class TokenRecords(Sequence[Token]):
                 "_alt_ids", "_alt_logprobs"))
             and all(getattr(self, name).ends == getattr(other, name).ends
                     and getattr(self, name).joined == getattr(other, name).joined
-                    for name in ("_texts", "_raws", "_alt_texts"))))
+                    for name in ("_texts", "_raws", "_alt_texts"))
+            and (self._sampler is other._sampler is None
+                 or (self._sampler is not None and other._sampler is not None
+                     and self._sampler.same(other._sampler)))))
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a list
 
@@ -389,4 +486,5 @@ class TokenRecords(Sequence[Token]):
         out._flags = bytearray(self._flags)
         for name in ("_texts", "_raws", "_alt_texts"):
             setattr(out, name, getattr(self, name).copy())
+        out._sampler = self._sampler.copy() if self._sampler is not None else None
         return out

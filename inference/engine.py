@@ -21,7 +21,7 @@ from .chat import PromptTooLongError, TemplateOptions, encode_messages, encode_r
 from .detok import IncrementalDetokenizer, StopStringFilter
 from .reasoning import ChannelSplitter, detect_format
 from .runner import HFRunner
-from .sampling import RowSampling, decode_step_outputs, score_stats, token_stats
+from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams
 from .types import (
     Alternative,
@@ -32,6 +32,7 @@ from .types import (
     ModelInfo,
     PromptProgress,
     RowDone,
+    SamplerCut,
     Scored,
     ScoreRequest,
     Started,
@@ -45,6 +46,16 @@ log = logging.getLogger(__name__)
 
 def _with_text(tok: Token, text: str) -> Token:
     return dataclasses.replace(tok, text=text)
+
+
+def _sampler_cut(stats: list[float], k: int) -> SamplerCut | None:
+    """``sampler_stats``' columns of one row (after ``token_stats``' 3 + 2k), if present."""
+    base = 3 + 2 * k
+    if len(stats) < base + 2 + 2 * k:
+        return None  # a forced token: not sampled
+    return SamplerCut(float(stats[base]), int(stats[base + 1]),
+                      tuple(float(p) for p in stats[base + 2: base + 2 + k]),
+                      tuple(CUT_NAMES[int(c)] for c in stats[base + 2 + k: base + 2 + 2 * k]))
 
 
 class _TokenView:
@@ -255,6 +266,9 @@ class LocalBackend:
         (the conversation's cache is left alone), every position's logits through the decode
         path's ``token_stats``. Yields ``PromptProgress`` per chunk for long texts, then
         ``Scored`` (nothing when cancelled)."""
+        if request.context is not None:
+            yield from self._score_after(request, cancel)
+            return
         ids = list(self.tokenizer(request.text, add_special_tokens=True)["input_ids"])
         limit = self.info.context_limit
         if len(ids) > limit:
@@ -283,14 +297,53 @@ class LocalBackend:
         del cache
         yield self._scored(ids, rows, k)
 
-    def _scored(self, ids: list[int], rows: list[list[float]], k: int) -> Scored:
-        """Token events for the ids of a scored text; ``rows[i]`` scores ``ids[i + 1]``."""
+    def _score_after(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Score ``request.text`` as the continuation of ``request.context`` (``/probe``): the
+        context prefilled in chunks on a fresh cache (all but its last token), then one forward
+        over its last token and the text's tokens gives every text token's statistics."""
+        assert request.context is not None
+        limit = self.info.context_limit
+        text_ids = list(self.tokenizer(request.text, add_special_tokens=False)["input_ids"])
+        if not text_ids:
+            yield Failed("The text to probe encodes to no tokens.")
+            return
+        try:
+            enc = encode_request(self.tokenizer, request.context, limit - len(text_ids),
+                                 request.prefix, request.raw)
+        except PromptTooLongError as exc:
+            yield Failed(str(exc))
+            return
+        ctx = enc.ids
+        if not ctx:
+            yield Failed("There is nothing before the text to probe it after.")
+            return
+        k = request.top_logprobs
+        cache = self.runner.new_cache()
+        t0 = time.perf_counter()
+        for pos in range(0, len(ctx) - 1, self.prefill_chunk):
+            if cancel.is_set():
+                return
+            chunk = ctx[pos: min(pos + self.prefill_chunk, len(ctx) - 1)]
+            self.runner.forward(cache, torch.tensor([chunk], device=self.device))
+            if len(ctx) > self.prefill_chunk:
+                yield PromptProgress(pos + len(chunk), len(ctx), time.perf_counter() - t0)
+        x = torch.tensor([ctx[-1:] + text_ids[:-1]], device=self.device)
+        logits = self.runner.forward(cache, x, all_logits=True)[0]  # [n, V]
+        t = torch.tensor(text_ids, device=self.device)
+        rows = score_stats(logits[: len(text_ids)], t, k).cpu().tolist()
+        del cache
+        yield self._scored(text_ids, rows, k, first_scored=True)
+
+    def _scored(self, ids: list[int], rows: list[list[float]], k: int, *,
+                first_scored: bool = False) -> Scored:
+        """Token events for the ids of a scored text; ``rows[i]`` scores ``ids[i + 1]`` (or
+        ``ids[i]`` with ``first_scored``: the text followed a context)."""
         detok = IncrementalDetokenizer(self.tokenizer)
         fed: list[int] = []  # the position of each token the detokenizer saw
         tokens: list[Token] = []
         ranks: list[int | None] = []
         for i, tid in enumerate(ids):
-            stats = rows[i - 1] if i > 0 else None
+            stats = rows[i] if first_scored else (rows[i - 1] if i > 0 else None)
             special = tid in self.special_ids
             raw = self.piece_text(tid)
             if special:
@@ -566,7 +619,8 @@ class LocalBackend:
         is_eos = tid in self.eos_ids
         special = is_eos or tid in self.special_ids
         raw = self.piece_text(tid)
-        tok = Token(index, tid, "", float(stats[1]), float(stats[2]), top, special, None, raw)
+        tok = Token(index, tid, "", float(stats[1]), float(stats[2]), top, special, None, raw,
+                    sampler=_sampler_cut(stats, k))
         if row.split is None:
             out = self._place(row, tok)
         else:

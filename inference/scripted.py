@@ -127,11 +127,12 @@ class ScriptedBackend:
 
     def score(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
         """Score a text with the same made-up logprobs as replies (word-like tokens; the first
-        has nothing before it, so no logprob, as with a tokenizer that adds no BOS)."""
+        has nothing before it, so no logprob, as with a tokenizer that adds no BOS; after a
+        ``context`` every token has one)."""
         self.scored.append(request)
         tokens, ranks = [], []
         for i, piece in enumerate(split_tokens(request.text)):
-            if i == 0:
+            if i == 0 and request.context is None:
                 tokens.append(Token(index=0, id=None, text=piece, logprob=None, entropy=None))
                 ranks.append(None)
                 continue

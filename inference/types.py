@@ -84,10 +84,24 @@ class ScoreRequest:
     text: str
     top_logprobs: int = 5
     """How many alternatives to report per token (0 to 20)."""
+    context: tuple[Message, ...] | None = None
+    """Score ``text`` as what comes next after this conversation (``/probe``): the context is
+    encoded as a reply's prompt is (chat template, then ``prefix``; or one plain text when
+    ``raw``), ``text`` follows it encoded on its own (no special tokens), and only the text's
+    tokens are scored, each under everything before it, from one forward over them."""
+    prefix: AssistantPrefix | None = None
+    """With ``context``: the start of the assistant reply the text would continue."""
+    raw: bool = False
+    """With ``context``: the context is one plain text (raw completion), no chat template."""
 
     def __post_init__(self) -> None:
         if not self.text:
             raise ValueError("there is no text to score")
+        if self.context is None and (self.prefix is not None or self.raw):
+            raise ValueError("a prefix or raw context needs a context")
+        if self.raw and self.context is not None and (len(self.context) != 1
+                                                      or self.prefix is not None):
+            raise ValueError("a raw context is one plain text: give one message and no prefix")
         if not 0 <= self.top_logprobs <= 20:
             raise ValueError("top_logprobs must be between 0 and 20")
 
@@ -100,6 +114,24 @@ class Alternative:
     """Token id; None when the backend cannot tell (OpenAI-compatible servers)."""
     text: str
     logprob: float
+
+
+@dataclass(frozen=True)
+class SamplerCut:
+    """What the sampler chain (repetition penalty, temperature, top-k, top-p, min-p, in
+    transformers' order) did at one generated token."""
+
+    prob: float
+    """The token's probability after the chain: the distribution it was drawn from (1 for a
+    greedy token)."""
+    nucleus: int
+    """How many tokens the chain left with a probability above 0 (1 when greedy; the whole
+    vocabulary when no filter is on)."""
+    top_probs: tuple[float, ...] = ()
+    """Each of the token's ``top`` alternatives' probability after the chain (0 if cut)."""
+    top_cuts: tuple[str, ...] = ()
+    """For each alternative, the filter that removed it: "top-k", "top-p", "min-p" or
+    "greedy" (temperature 0); "" when it stayed in the nucleus."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +158,9 @@ class Token:
     channel: Channel = "answer"
     """Reasoning or answer; a reasoning marker (``</think>``) is ``special`` and belongs to
     the reasoning it delimits."""
+    sampler: SamplerCut | None = None
+    """What the sampler did here (local engine only; None for prompt, scored or forced
+    tokens and for other backends)."""
 
     @property
     def prob(self) -> float | None:

@@ -63,7 +63,11 @@ def test_generate_json_on_tiny_model(tiny_model_dir: Path):
     toks, done = lines[:-1], lines[-1]
     assert len(toks) == 6 and all(t["type"] == "token" for t in toks)
     assert set(toks[0]) >= {"id", "text", "logprob", "entropy", "top"}
-    assert len(toks[0]["top"]) == 3 and set(toks[0]["top"][0]) == {"id", "text", "logprob"}
+    assert len(toks[0]["top"]) == 3 and set(toks[0]["top"][0]) == {
+        "id", "text", "logprob", "sampled_prob", "cut"}
+    # greedy: what the sampler did is certain, the one token in its nucleus
+    assert all(t["sampled_prob"] == 1.0 and t["nucleus"] == 1 for t in toks)
+    assert [a["cut"] for a in toks[0]["top"]] == [None, "greedy", "greedy"]
     assert done["type"] == "done" and done["finish_reason"] == "length"
     assert done["completion_tokens"] == 6 and done["prompt_tokens"] > 0
     assert {"ttft_s", "decode_tokens_per_s"} <= set(done)

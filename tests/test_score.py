@@ -104,15 +104,6 @@ def test_scripted_score_is_deterministic():
     assert s.least_likely(1)[0].logprob == min(t.logprob for t in s.tokens[1:])
 
 
-def test_openai_backend_says_why_it_cannot_score():
-    from inference.openai_backend.backend import OpenAIBackend
-
-    backend = OpenAIBackend.__new__(OpenAIBackend)
-    events = score(backend)
-    assert len(events) == 1 and isinstance(events[0], Failed)
-    assert "prompt's own tokens" in events[0].message
-
-
 @pytest.mark.parametrize("isolate", [False, True])
 async def test_worker_scores_in_both_hosts(isolate, tmp_path):
     from inference.scripted import ScriptedFactory

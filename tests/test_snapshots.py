@@ -107,3 +107,24 @@ async def test_help_screen():
     async def run_before(pilot):
         await pilot.press("f1")  # open help
     await snapshot("help", run_before)
+
+
+async def test_raw_mode_notebook():
+    async def run_before(pilot):
+        app = pilot.app
+        app.chat.prompt.text = "/raw-mode"
+        await pilot.press("enter")  # open raw mode's notebook
+        for _ in range(100):
+            if app.screen.query("#notebook-text"):
+                break
+            await pilot.pause(0.01)
+        nb = app.screen
+        nb.text_area.cursor_blink = False
+        nb.text_area.insert("Once upon a time")  # the text to continue
+        await pilot.press("ctrl+o")  # the model continues it in place
+        for _ in range(300):
+            if not nb.generating:
+                break
+            await pilot.pause(0.01)
+        await pilot.press("ctrl+t", "home", "right")  # tokens: select the 2nd one
+    await snapshot("raw_mode_notebook", run_before)

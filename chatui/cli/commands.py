@@ -58,6 +58,9 @@ def main_command(
         "--system", help="System prompt for a new conversation (not with --load: a saved "
                          "conversation keeps its own).")] = None,
     top_logprobs: TopLogprobs = None,
+    raw_mode: Annotated[bool, typer.Option(
+        "--raw", help="Open raw mode: a notebook whose text the model continues as plain text "
+                      "(no chat template), for base models.")] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     """Open the chat (the default command)."""
@@ -82,6 +85,9 @@ def main_command(
                 raise UserError("--system applies to a new conversation; a conversation opened "
                                 "with --load keeps its own system prompt (/system changes it)")
             _check_transcript(load_path)
+        if raw_mode and system is not None:
+            raise UserError("--raw opens a notebook of plain text, which has no system prompt; "
+                            "leave out --system")
         factory = make_factory(opts)
     except (UserError, ValueError) as exc:
         fail(exc)
@@ -89,7 +95,8 @@ def main_command(
     from ..config import AppConfig
 
     config = AppConfig(theme=theme, load_path=load_path, system_prompt=system or "",
-                       settings_overrides=sampling.overrides(), top_logprobs=alternatives)
+                       settings_overrides=sampling.overrides(), top_logprobs=alternatives,
+                       raw_mode=raw_mode)
     raise typer.Exit(run_chat(factory, config))
 
 

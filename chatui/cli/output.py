@@ -23,6 +23,13 @@ def token_json(t: Token, column: int | None = None) -> dict[str, Any]:
     d.update({"id": t.id, "text": t.text, "logprob": t.logprob, "entropy": t.entropy,
               "top": [{"id": a.id, "text": a.text, "logprob": a.logprob} for a in t.top],
               "channel": t.channel})
+    cut = t.sampler
+    if cut is not None:  # what the sampler did (local engine): after the chain, per alternative
+        d["sampled_prob"] = cut.prob
+        d["nucleus"] = cut.nucleus
+        for a, p, c in zip(d["top"], cut.top_probs, cut.top_cuts):
+            a["sampled_prob"] = p
+            a["cut"] = c or None
     if t.special:
         d["special"] = True
     return d
@@ -118,7 +125,9 @@ def print_score(scored: Scored) -> None:
             continue
         alts = "  ".join(f"{a.text!r} {a.logprob:.2f}" for a in t.top if a.id != t.id
                          or a.id is None and a.text != t.text)
-        print(f"{t.index:5d}  {t.logprob:9.4f}  {t.prob:7.2%}  {rank:6d}  {t.entropy or 0:7.3f}  "
+        ent = "-" if t.entropy is None else f"{t.entropy:.3f}"  # (none over the OpenAI API)
+        shown_rank = "-" if rank is None else str(rank)
+        print(f"{t.index:5d}  {t.logprob:9.4f}  {t.prob:7.2%}  {shown_rank:>6}  {ent:>7}  "
               f"{shown:<20}  {alts}")
     print(f"perplexity {scored.perplexity:.4g} over {scored.scored} scored tokens")
 

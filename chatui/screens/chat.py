@@ -38,7 +38,7 @@ from inference.worker import describe_error
 
 from .. import commands, gcpolicy
 from ..chat_commands import AppServices
-from ..conversation import Conversation, Entry
+from ..conversation import Conversation, Entry, Reply
 from ..messages import (
     AlternativeChosen,
     InputReady,
@@ -335,6 +335,26 @@ class ChatScreen(Screen[None]):
                     view.cursor = at
 
         self.call_after_refresh(select)
+
+    def open_notebook(self, notice: str = "") -> None:
+        """Raw mode's notebook over this screen (:mod:`chatui.screens.notebook`)."""
+        from .notebook import NotebookScreen
+
+        if not any(isinstance(s, NotebookScreen) for s in self.app.screen_stack):
+            self.app.push_screen(NotebookScreen(self, notice=notice))
+
+    def probe_point(self) -> tuple[Entry, Reply, int] | None:
+        """The reply token under the token view's cursor (``/probe`` asks about it): its
+        entry, its reply and its position; None when the cursor is on no reply's token."""
+        if not self.token_mode or self.inspector.position < 0:
+            return None
+        found = self._find_view(self.inspector.view_id)
+        if found is None:
+            return None
+        entry, view = found
+        if not 0 <= self.inspector.position < len(view.reply.tokens):
+            return None
+        return entry, view.reply, self.inspector.position
 
     def _scored_token_selected(self, event: TokenSelected) -> None:
         """The cursor moved in a scored message's token view: its token in the inspector."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from inference.settings import FIELD_NAMES, SamplingParams, SettingsError
-from inference.types import Alternative, Token, Usage
+from inference.types import Alternative, SamplerCut, Token, Usage
 
 from ..conversation import Conversation, Entry, ModelRef, Reply
 from ..token_records import TokenRecords
@@ -145,23 +145,55 @@ def _fields(v: Any) -> tuple[Any, ...] | None:
     return index, tid, text, lp, ent, special, raw, top
 
 
+_CUT_NAMES = ("", "top-k", "top-p", "min-p", "greedy")
+
+
+def _sampler(v: Any, where: str, alternatives: int) -> SamplerCut | None:
+    """A token's optional ``"sampler"`` object (what the sampler did; issue 17):
+    ``{"prob", "nucleus", "top": [[prob, cut], ...]}``, one ``top`` entry per alternative."""
+    if v is None:
+        return None
+    o = _Obj(v, where)
+    prob = o.num("prob", 0, 1 + _LOGPROB_EPS, what="a probability between 0 and 1")
+    nucleus = o.int("nucleus", 0, _MAX_TOKEN_ID)
+    top = o.list("top", [])
+    if len(top) != alternatives:
+        raise _Bad(f"{o.at('top')} has {len(top)} entries but the token has {alternatives} "
+                   f"alternatives")
+    probs, cuts = [], []
+    for j, a in enumerate(top):
+        if not (isinstance(a, list) and len(a) == 2 and _is_num(a[0])
+                and 0 <= a[0] <= 1 + _LOGPROB_EPS and a[1] in _CUT_NAMES):
+            raise _Bad(f"{o.at('top')}[{j}] must be [probability, cut] with a cut among "
+                       f"{', '.join(repr(c) for c in _CUT_NAMES)}, not {_show(a)}")
+        probs.append(float(a[0]))
+        cuts.append(a[1])
+    return SamplerCut(float(prob), nucleus, tuple(probs), tuple(cuts))  # type: ignore[arg-type]
+
+
 def _token(v: Any, where: str) -> Token:
     fields = _fields(v)
     if fields is None:
         return _token_checked(v, where)
     index, tid, text, lp, ent, special, raw, top = fields
     return Token(index, tid, text, lp, ent, tuple(Alternative(*a) for a in top), special,
-                 None, raw, v.get("channel", "answer"))
+                 None, raw, v.get("channel", "answer"),
+                 _sampler(v.get("sampler"), f"{where}.sampler", len(top)))
 
 
 def _tokens(items: list[Any], where: str) -> TokenRecords:
     """A reply's tokens, read straight into columns (no object per token or alternative);
     a reply with an unusual token goes token by token through :func:`_token`, which checks
-    each in full."""
+    each in full. A token's optional ``"sampler"`` record is read into its own columns."""
     rows = [_fields(v) for v in items]
     if None not in rows:
         reasoning = [v.get("channel") == "reasoning" for v in items]
-        return TokenRecords.from_fields(rows, reasoning if any(reasoning) else None)  # type: ignore[arg-type]
+        samplers = None
+        if any("sampler" in v for v in items):
+            samplers = [_sampler(v.get("sampler"), f"{where}[{i}].sampler", len(r[7]))
+                        for i, (v, r) in enumerate(zip(items, rows))]
+        return TokenRecords.from_fields(  # type: ignore[arg-type]
+            rows, reasoning if any(reasoning) else None, samplers)
     return TokenRecords([_token(v, f"{where}[{i}]") for i, v in enumerate(items)])
 
 
@@ -205,6 +237,7 @@ def _token_checked(v: Any, where: str) -> Token:
     if channel not in _CHANNELS:
         raise _Bad(f"{o.at('channel')} must be \"reasoning\" or \"answer\", not "
                    f"{_show(channel)}")
+    sampler = _sampler(o.get("sampler", None), o.at("sampler"), len(top))
     return Token(
         index=index,
         id=o.int("id", 0, _MAX_TOKEN_ID, nullable=True),
@@ -215,6 +248,7 @@ def _token_checked(v: Any, where: str) -> Token:
                       what=f"an entropy in nats between 0 and {_MAX_ENTROPY:g}"),
         top=tuple(top), special=special, glyph_start=glyph_start, raw=o.str("raw", ""),
         channel=channel,
+        sampler=sampler,
     )
 
 
@@ -371,7 +405,11 @@ def _parse(data: object) -> Conversation:
     if "saved" in o.d:
         o.num("saved", 0, _MAX_TIME, what="a time in seconds since 1970")
     raw_msgs = o.list("messages")
+    mode = o.get("mode", "chat")
+    if mode not in ("chat", "raw"):
+        raise _Bad(f"mode must be \"chat\" or \"raw\", not {_show(mode)}")
     return Conversation(
+        mode=mode,
         id=conv_id,
         created=created,  # type: ignore[arg-type]
         title=o.str("title", ""),

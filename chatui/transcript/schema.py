@@ -113,4 +113,6 @@ def to_json_dict(conv: Conversation) -> dict[str, Any]:
     }
     if conv.parent:
         doc["parent"] = parent_json(conv)
+    if conv.mode != "chat":  # optional (issue 17): raw mode's notebook
+        doc["mode"] = conv.mode
     return doc

@@ -19,10 +19,15 @@ The layout (``"tokens"`` of a reply; the object form, a list of token objects, i
      "text": str, "text_ends": b64 uint64[N], "raw": str, "raw_ends": b64 uint64[N],
      "top_ends": b64 uint64[N],            # where each token's alternatives end
      "top_id": b64 int64[A], "top_logprob": b64 float64[A],
-     "top_text": str, "top_text_ends": b64 uint64[A]}
+     "top_text": str, "top_text_ends": b64 uint64[A],
+     # optional, what the sampler did (tokens flagged 64 have a record, an entry per
+     # alternative; the others none):
+     "sampler_prob": b64 float64[N], "sampler_nucleus": b64 int64[N],
+     "sampler_top_ends": b64 uint64[N], "sampler_top_prob": b64 float64[S],
+     "sampler_top_cut": b64 uint8[S]}     # 0 kept, 1 top-k, 2 top-p, 3 min-p, 4 greedy
 
 ``flags`` bits: 1 special, 2 id known, 4 logprob known, 8 entropy known, 16 glyph_start set,
-32 a reasoning token (``Token.channel``);
+32 a reasoning token (``Token.channel``), 64 a sampler record;
 an unknown value is stored as 0 and an alternative's unknown id as -1. Ends count code points.
 Floats round-trip bit for bit; the reader checks every value as the object form's reader does
 (ranges, NaN and infinity refused, ends increasing and matching their text).
@@ -32,13 +37,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import math
 import operator
 import sys
 from array import array
 from typing import Any
 
-from inference.types import Token
+from inference.types import SamplerCut, Token
 
 from ..token_records import TokenRecords
 from .limits import (_ENTROPY_EPS, _LOGPROB_EPS, _MAX_ENTROPY, _MAX_INDEX, _MAX_TOKEN_ID,
@@ -49,7 +55,12 @@ _NUMBER_KEYS = ("index", "id", "logprob", "entropy", "glyph_start", "top_ends", 
 """The JSON keys of :data:`TokenRecords.NUMBER_COLUMNS`, in its order."""
 _TYPECODES = ("q", "q", "d", "d", "q", "Q", "q", "d")
 _STRING_KEYS = ("text", "raw", "top_text")
-_FLAG_BITS = 63
+_SAMPLER_KEYS = ("sampler_prob", "sampler_nucleus", "sampler_top_ends", "sampler_top_prob",
+                 "sampler_top_cut")
+"""The keys of :data:`TokenRecords.SAMPLER_COLUMNS`, in its order (optional: what the
+sampler did, issue 17)."""
+_HAS_SAMPLER = 64
+_FLAG_BITS = 127
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
@@ -91,9 +102,10 @@ def encode(tokens: TokenRecords) -> dict[str, Any]:
     """The ``tokens`` object of a reply. Non-finite statistics (a -inf logprob from a masked
     logit) are written as unknown and non-finite alternatives left out, as the object form
     did, rather than making the conversation unsavable."""
-    numbers, flags, strings = tokens.columns()
-    if not all(_all_finite(numbers[i]) for i in (2, 3, 7)):
-        numbers, flags, strings = _finite_copy(tokens).columns()
+    numbers, flags, strings, sampler = tokens.columns()
+    if not (all(_all_finite(numbers[i]) for i in (2, 3, 7))
+            and (sampler is None or all(_all_finite(sampler[i]) for i in (0, 3)))):
+        numbers, flags, strings, sampler = _finite_copy(tokens).columns()
     doc: dict[str, Any] = {"n": len(flags)}
     for key, column in zip(_NUMBER_KEYS, numbers):
         doc[key] = _b64(column)
@@ -101,6 +113,10 @@ def encode(tokens: TokenRecords) -> dict[str, Any]:
     for key, (joined, ends) in zip(_STRING_KEYS, strings):
         doc[key] = joined
         doc[f"{key}_ends"] = _b64(ends)
+    if sampler is not None:
+        for key, column in zip(_SAMPLER_KEYS, sampler):
+            doc[key] = (base64.b64encode(column).decode("ascii")
+                        if isinstance(column, bytearray) else _b64(column))
     return doc
 
 
@@ -108,10 +124,18 @@ def _finite_copy(tokens: TokenRecords) -> TokenRecords:
     def fix(x: float | None) -> float | None:
         return x if x is None or _finite(x) else None
 
-    return TokenRecords(
-        Token(t.index, t.id, t.text, fix(t.logprob), fix(t.entropy),
-              tuple(a for a in t.top if _finite(a.logprob)), t.special, t.glyph_start, t.raw)
-        for t in tokens)
+    def keep(t: Token) -> Token:
+        kept = [j for j, a in enumerate(t.top) if _finite(a.logprob)]
+        sp = t.sampler
+        if sp is not None:
+            sp = SamplerCut(sp.prob if _finite(sp.prob) else 0.0, sp.nucleus,
+                            tuple(p if _finite(p) else 0.0 for p in
+                                  (sp.top_probs[j] for j in kept)),
+                            tuple(sp.top_cuts[j] for j in kept))
+        return dataclasses.replace(t, logprob=fix(t.logprob), entropy=fix(t.entropy),
+                                   top=tuple(t.top[j] for j in kept), sampler=sp)
+
+    return TokenRecords(keep(t) for t in tokens)
 
 
 def _check_range(key: str, column: array, lo: float, hi: float, what: str) -> None:
@@ -172,7 +196,37 @@ def decode(doc: Any) -> TokenRecords:
         strings.append((joined, ends))
     return TokenRecords.from_columns(
         (index, ids, logprobs, entropies, glyph, top_ends, alt_ids, alt_logprobs),
-        bytes(flags), strings)
+        bytes(flags), strings, _sampler(doc, flags, top_ends, alts))
+
+
+def _sampler(doc: dict[str, Any], flags: array, top_ends: array,
+             alts: int) -> list[array | bytearray] | None:
+    """The sampler's columns, when the reply has them: a record for the tokens flagged 64,
+    with an entry per alternative of theirs (none for the others)."""
+    if _SAMPLER_KEYS[0] not in doc:
+        return None
+    n = len(flags)
+    probs, nucleus, ends = (_unb64(doc, key, code, n)
+                            for key, code in zip(_SAMPLER_KEYS[:3], ("d", "q", "Q")))
+    count = ends[-1] if n else 0
+    if count > alts:
+        raise ColumnError("sampler_top_ends promises more entries than there are alternatives")
+    alt_probs = _unb64(doc, _SAMPLER_KEYS[3], "d", count)
+    cuts = bytearray(_unb64(doc, _SAMPLER_KEYS[4], "B", count).tobytes())
+    _check_range("sampler_prob", probs, 0, 1 + _LOGPROB_EPS, "a probability")
+    _check_range("sampler_top_prob", alt_probs, 0, 1 + _LOGPROB_EPS, "a probability")
+    _check_range("sampler_nucleus", nucleus, 0, _MAX_TOKEN_ID, "a number of tokens")
+    if cuts and max(cuts) >= len(TokenRecords.CUTS):
+        raise ColumnError("sampler_top_cut holds an unknown filter")
+    _check_ends("sampler_top_ends", ends, count)
+    start = top_start = 0
+    for i in range(n):
+        size = ends[i] - start
+        if size != ((top_ends[i] - top_start) if flags[i] & _HAS_SAMPLER else 0):
+            raise ColumnError(f"sampler_top_ends gives token {i} a record for each of "
+                              f"{size} alternatives, not its own")
+        start, top_start = ends[i], top_ends[i]
+    return [probs, nucleus, ends, alt_probs, cuts]
 
 
 __all__ = ["ColumnError", "decode", "encode"]

@@ -1,5 +1,7 @@
 """The side panel of the token view: the selected token's probability, rank, entropy and its
-top-k alternatives as bars (click one, or press its digit, to continue from it)."""
+top-k alternatives as bars (click one, or press its digit, to continue from it); for a token
+the local engine sampled, also what the sampler did: the probability after the sampler chain,
+the nucleus size, and per alternative its post-sampler probability or the filter that cut it."""
 
 from __future__ import annotations
 
@@ -62,6 +64,10 @@ def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
         lines.append(Content(f"glyph of {len(tokens)} tokens: {probs}"))
     if first.prob is not None:
         lines.append(Content(f"probability  {first.prob:.2%}   logprob {first.logprob:.3f}"))
+    cut = first.sampler
+    if cut is not None:
+        lines.append(Content(f"sampled      {cut.prob:.2%}   nucleus {cut.nucleus:,} "
+                             f"token{'s' if cut.nucleus != 1 else ''}"))
     rank = token_rank(first)
     if first.top:
         lines.append(Content(f"rank         {rank if rank else f'>{len(first.top)}'} "
@@ -75,10 +81,17 @@ def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
     if first.top:
         lines.append(Content(""))
         lines.append(Content.styled("alternatives  (digit or click: continue from it)", "$text-muted"))
+        cuts = cut is not None and len(cut.top_cuts) == len(first.top)
+        if cuts:
+            lines.append(Content.styled(f"{'':{BAR_WIDTH + 2}}    raw sampled", "$text-muted"))
         for i, alt in enumerate(first.top):
             prob = math.exp(alt.logprob)
             marker = "←" if rank == i + 1 else " "
-            label = f"{i + 1} {_bar(prob)} {prob:6.1%} {show_token(alt.text)} {marker}"
+            after = ""
+            if cuts:  # the post-sampler probability, or the filter that removed it
+                after = f"{cut.top_probs[i]:7.1%} " if not cut.top_cuts[i] \
+                    else f"{cut.top_cuts[i]:>7} "
+            label = f"{i + 1} {_bar(prob)} {prob:6.1%} {after}{show_token(alt.text)} {marker}"
             line = Content(label, [Span(2, 2 + BAR_WIDTH, f"$heat-{heat_bin(prob)}"),
                                    Span(0, len(label), Style.from_meta({"alt": i + 1}))])
             lines.append(line)

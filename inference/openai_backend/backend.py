@@ -11,6 +11,7 @@ from ..backend import BackendFactory, ProgressCallback
 from ..types import Event, Failed, GenerationRequest, Message, ModelInfo, Progress, ScoreRequest
 from .protocol import parse_base_url
 from .rows import generate_rows
+from .scoring import score_over_openai
 from .transport import DEFAULT_TIMEOUT_S, Server
 
 
@@ -68,9 +69,8 @@ class OpenAIBackend:
                              self.info.context_limit)
 
     def score(self, request: ScoreRequest, cancel: threading.Event) -> Iterator[Event]:
-        """Not over this API: scoring needs the logprobs of the prompt's own tokens, which the
-        OpenAI API does not return (vLLM's ``prompt_logprobs`` extension is not used yet)."""
-        yield Failed(SCORE_UNSUPPORTED)
+        """vLLM's ``prompt_logprobs`` (``scoring``); a server without them gets one sentence."""
+        return score_over_openai(self.server, request, cancel)
 
 
 SCORE_UNSUPPORTED = ("Scoring a text needs the logprobs of the prompt's own tokens, which an "

@@ -1,0 +1,298 @@
+"""Raw mode: a notebook for base models (``chatui --raw``, ``/raw-mode``).
+
+One text the user edits; Ctrl+O has the model continue it in place, as plain text (no chat
+template; the BOS token as the tokenizer adds it: ``GenerationRequest.raw``), streaming into
+the text, with the chat's sampling settings and stop strings. The continuation's tokens are in
+the token view below the text (heat scale, cursor, inspector with alternatives and what the
+sampler did; a digit continues from alternative N: the text is cut before that token, the
+alternative put in its place, and the model goes on). The whole text is scored as it is typed
+(``/score``: :data:`SCORE_AFTER_S` after the last edit, its tokens coloured by their own
+probability in the token view below, the perplexity in the status line), and on Ctrl+E. Each continuation is kept as a conversation whose transcript records
+``"mode": "raw"``: the text before it as the user message, the continuation as the reply.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Static, TextArea
+
+from inference.types import (Failed, GenerationRequest, Message, RowDone, Scored, ScoreRequest,
+                             TokenBatch)
+
+from ..conversation import Conversation, Reply
+from ..messages import AlternativeChosen, TokenSelected
+from ..reporting import run_reported
+from ..widgets.inspector import TokenInspector
+from ..widgets.scored import score_summary
+from ..widgets.text import safe_text
+from ..widgets.token_view import TokenView
+
+if TYPE_CHECKING:
+    from .chat import ChatScreen
+
+NO_TEMPLATE_NOTICE = ("This checkpoint has no chat template: it opened in raw mode, a notebook "
+                      "the model continues as plain text. F4 goes to the chat (a generic ChatML "
+                      "template).")
+SCORE_AFTER_S = 1.5
+"""Pause in typing after which the text is scored (each score is one prefill of the whole
+text: about a second for 1,000 tokens of the default model on this CPU)."""
+HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
+
+
+class NotebookScreen(Screen[None]):
+    """The notebook (see the module docstring). It reads the chat's settings and worker."""
+
+    BINDINGS = [
+        Binding("ctrl+o", "continue_text", "Continue", priority=True, id="notebook.continue",
+                tooltip="The model continues the text in place"),
+        Binding("escape", "stop", "Stop", id="notebook.stop", tooltip="Stop the continuation"),
+        Binding("ctrl+e", "score", "Score", priority=True, id="notebook.score",
+                tooltip="Score the whole text under the model"),
+        Binding("ctrl+t", "toggle_focus", "Tokens", priority=True, id="notebook.tokens",
+                tooltip="Move between the text and the continuation's tokens"),
+        Binding("f4", "chat", "Chat", id="notebook.chat", tooltip="Back to the chat"),
+    ]
+
+    DEFAULT_CSS = """
+    NotebookScreen #notebook-main { height: 1fr; }
+    NotebookScreen #notebook-left { width: 1fr; }
+    NotebookScreen #notebook-text { height: 2fr; }
+    NotebookScreen #notebook-tokens { height: 1fr; border-top: solid $panel; }
+    NotebookScreen #notebook-notice { height: auto; color: $warning; padding: 0 1; }
+    NotebookScreen #notebook-status { height: 1; color: $text-muted; padding: 0 1; }
+    """
+
+    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "") -> None:
+        super().__init__()
+        self.chat = chat
+        self.initial_text = text
+        self.initial_notice = notice
+        self.conversation = Conversation(mode="raw")
+        """The latest continuation as a conversation (what the transcript records)."""
+        self.base = ""
+        """The text the latest continuation continued."""
+        self.reply: Reply | None = None
+        self.scored: Scored | None = None
+        self.stream: Any = None
+        self.generating = False
+        self.continued = ""
+        """The text as the last continuation left it (edits made by the model are not typed
+        text, and are not scored as such)."""
+        self._score_timer: Any = None
+
+    # ---- widgets ----
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="notebook-main"):
+            with Vertical(id="notebook-left"):
+                yield Static(Content(safe_text(self.initial_notice)), id="notebook-notice")
+                yield TextArea(self.initial_text, id="notebook-text", soft_wrap=True)
+                view = TokenView(id="notebook-tokens")
+                view.owner_id = "notebook-tokens"
+                yield view
+            yield TokenInspector(id="notebook-inspector")
+        yield Static(HELP, id="notebook-status")
+
+    @property
+    def text_area(self) -> TextArea:
+        return self.query_one("#notebook-text", TextArea)
+
+    @property
+    def token_view(self) -> TokenView:
+        return self.query_one("#notebook-tokens", TokenView)
+
+    @property
+    def inspector(self) -> TokenInspector:
+        return self.query_one("#notebook-inspector", TokenInspector)
+
+    def on_mount(self) -> None:
+        self.query_one("#notebook-notice").display = bool(self.initial_notice)
+        self.text_area.focus()
+        self.text_area.move_cursor(self.text_area.document.end)
+
+    def status(self, text: str) -> None:
+        self.query_one("#notebook-status", Static).update(Content(safe_text(text)))
+
+    # ---- continuing ----
+
+    def action_continue_text(self) -> None:
+        if self.generating:
+            return
+        text = self.text_area.text
+        if not text:
+            self.status("Type a text first: the model continues it.")
+            return
+        self.start(text)
+
+    def start(self, text: str, kept: list[Any] | None = None) -> None:
+        """Continue ``text`` (``kept``: tokens of the continuation already in it, from a
+        continue-from-alternative)."""
+        settings = self.chat.state.settings
+        self.base = text if kept is None else self.base
+        self.reply = Reply(settings)
+        self.reply.tokens.extend(kept or [])
+        self.conversation = Conversation(mode="raw", model=self.conversation.model)
+        self.conversation.add_user(self.base)
+        self.conversation.entries.append(self._assistant_entry(self.reply))
+        self.token_view.set_tokens(list(self.reply.tokens))
+        self.scored = None
+        if self._score_timer is not None:
+            self._score_timer.stop()
+            self._score_timer = None
+        self.generating = True
+        self.text_area.read_only = True
+        self.status("generating… (Esc stops)")
+        request = GenerationRequest((Message("user", text),), (settings,),
+                                    self.chat.state.top_logprobs, raw=True)
+        run_reported(self, self._run(request), what="Continuing the text", group="notebook")
+
+    @staticmethod
+    def _assistant_entry(reply: Reply) -> Any:
+        from ..conversation import Entry
+
+        return Entry("assistant", replies=[reply])
+
+    async def _run(self, request: GenerationRequest) -> None:
+        reply = self.reply
+        assert reply is not None
+        finish = "stop"
+        try:
+            self.stream = stream = self.chat.services.worker.generate(request)
+            async for group in stream:
+                for ev in group:
+                    if isinstance(ev, TokenBatch):
+                        reply.tokens.extend(ev.tokens)
+                        self.token_view.append(ev.tokens)
+                        self.token_view.sync()
+                        piece = "".join(t.text for t in ev.tokens if not t.special)
+                        if piece:
+                            self.text_area.insert(piece, self.text_area.document.end,
+                                                  maintain_selection_offset=False)
+                    elif isinstance(ev, RowDone):
+                        finish = ev.finish_reason
+                        reply.usage = ev.usage
+                    elif isinstance(ev, Failed):
+                        finish = "error"
+                        reply.error = ev.message
+                        self.status(ev.message)
+        finally:
+            self.stream = None
+            reply.text = reply.tokens.text()
+            reply.finish_reason = finish  # type: ignore[assignment]
+            reply.tokens.compact()
+            self.generating = False
+            self.continued = self.text_area.text
+            self.text_area.read_only = False
+            if finish != "error":
+                self.status(f"{len(reply.tokens)} tokens · {finish} · " + HELP)
+            self._save()
+
+    def _save(self) -> None:
+        """Autosave the notebook as its own conversation (``"mode": "raw"``)."""
+        services = self.chat.services
+        ref = services.model_ref
+        if ref is not None:
+            self.conversation.model = ref
+        save = getattr(services, "save_conversation", None)
+        if save is not None:
+            save(self.conversation)
+
+    async def action_stop(self) -> None:
+        if self.stream is not None:
+            self.stream.cancel()
+
+    # ---- tokens ----
+
+    def action_toggle_focus(self) -> None:
+        if self.focused is self.token_view:
+            self.text_area.focus()
+        else:
+            self.token_view.focus()
+
+    @on(TokenSelected)
+    def _token_selected(self, event: TokenSelected) -> None:
+        tokens = list(self.scored.tokens) if self.scored is not None else (
+            list(self.reply.tokens) if self.reply is not None else [])
+        units = self.token_view.units
+        if not 0 <= event.unit < len(units):
+            return
+        unit = units[event.unit]
+        self.inspector.show(event.view_id, tokens[unit.start:unit.end + 1], event.unit,
+                            len(units), position=unit.start)
+
+    @on(AlternativeChosen)
+    def _alternative_chosen(self, event: AlternativeChosen) -> None:
+        """Cut the text before the token, put alternative N in its place, continue."""
+        reply = self.reply
+        if self.generating or reply is None or self.scored is not None:
+            return
+        position, rank = event.token_index, event.alt_rank
+        if not 0 <= position < len(reply.tokens):
+            return
+        token = reply.tokens[position]
+        if not 1 <= rank <= len(token.top):
+            self.status(f"This token has {len(token.top)} alternatives; there is no "
+                        f"number {rank}.")
+            return
+        from ..recorder import branch
+
+        branch(reply, position, rank)
+        kept = list(reply.tokens)
+        text = self.base + reply.tokens.text()
+        self.text_area.load_text(text)
+        self.start(text, kept=kept)
+
+    # ---- scoring ----
+
+    @on(TextArea.Changed, "#notebook-text")
+    def _typed(self) -> None:
+        """Score the text once typing pauses (not while the model writes into it)."""
+        if self.generating or self.text_area.text in ("", self.continued):
+            return
+        if self._score_timer is not None:
+            self._score_timer.stop()
+        self._score_timer = self.set_timer(SCORE_AFTER_S, self._score_typed)
+
+    def _score_typed(self) -> None:
+        self._score_timer = None
+        if not self.generating and self.text_area.text not in ("", self.continued):
+            self.action_score()
+
+    def action_score(self) -> None:
+        if self.generating:
+            return
+        text = self.text_area.text
+        if not text:
+            self.status("There is no text to score.")
+            return
+        run_reported(self, self._score(text), what="Scoring the text", group="notebook-score")
+
+    async def _score(self, text: str) -> None:
+        request = ScoreRequest(text, self.chat.state.top_logprobs)
+        result: Scored | None = None
+        async for group in self.chat.services.worker.score(request):
+            for ev in group:
+                if isinstance(ev, Failed):
+                    self.status(ev.message)
+                    return
+                if isinstance(ev, Scored):
+                    result = ev
+        if result is not None and not self.generating:  # (a continuation started meanwhile
+            # shows its own tokens)
+            self.scored = s = result
+            self.token_view.set_tokens(list(s.tokens))
+            self.status(score_summary("the text", list(s.tokens), s.perplexity, s.scored,
+                                      s.least_likely(3)))
+
+    # ---- leaving ----
+
+    async def action_chat(self) -> None:
+        await self.action_stop()
+        self.dismiss()

@@ -1,0 +1,215 @@
+"""Raw mode in the app (issue 17, part 2): ``chatui --raw`` and ``/raw-mode`` open a notebook
+whose text the model continues in place as plain text; the continuation equals transformers'
+``generate`` on the same ids; the transcript records the mode; a checkpoint without a chat
+template opens in it with a notice."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from test_app import SIZE, loaded, make_app
+
+from chatui.conversation import Conversation
+from chatui.screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
+from chatui.transcript import from_json_dict, to_json_dict
+from inference.types import Message
+
+
+async def notebook(pilot, app) -> NotebookScreen:
+    await loaded(pilot, app)
+    for _ in range(200):
+        screen = app.screen
+        if isinstance(screen, NotebookScreen) and screen.is_mounted and screen.query(
+                "#notebook-text"):
+            return screen
+        await pilot.pause(0.02)
+    raise AssertionError("the notebook did not open")
+
+
+async def wait_done(pilot, screen, steps=300):
+    for _ in range(steps):
+        await pilot.pause(0.02)
+        if not screen.generating:
+            break
+    await pilot.pause(0.05)
+
+
+async def test_raw_flag_opens_the_notebook_and_continues_in_place():
+    app = make_app(lambda r, row: " upon a time there was a fox.", raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert("Once")
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb)
+        assert nb.text_area.text == "Once upon a time there was a fox."
+        req = app.holder["backend"].requests[-1]
+        assert req.raw and req.messages == (Message("user", "Once"),)
+        assert nb.reply is not None and nb.reply.text == " upon a time there was a fox."
+        # the token view shows the continuation; the cursor selects a token in the inspector
+        assert "".join(t.text for t in nb.token_view.tokens) == nb.reply.text
+        await pilot.press("ctrl+t", "home", "right")
+        await pilot.pause(0.1)
+        assert "token 2 of" in str(nb.inspector.query_one(".detail").render())
+        # continue from alternative 2 of token 2: the text is cut there and goes on
+        await pilot.press("2")
+        await wait_done(pilot, nb)
+        alt = nb.reply.tokens[1]
+        assert nb.text_area.text.startswith("Once" + nb.reply.tokens[0].text + alt.text)
+        # the conversation recorded is raw, and the transcript keeps the mode
+        conv = nb.conversation
+        assert conv.mode == "raw" and conv.entries[0].text == "Once"
+        doc = json.loads(json.dumps(to_json_dict(conv)))
+        assert doc["mode"] == "raw" and from_json_dict(doc).mode == "raw"
+        # F4: back to the chat
+        await pilot.press("f4")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, NotebookScreen)
+
+
+async def test_raw_mode_command_and_scoring_the_whole_text():
+    app = make_app(lambda r, row: " two three")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.prompt.text = "/raw-mode"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        nb = app.screen
+        assert isinstance(nb, NotebookScreen) and not nb.query_one("#notebook-notice").display
+        nb.text_area.insert("one two three four")
+        await pilot.press("ctrl+e")
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if nb.scored is not None:
+                break
+        assert app.holder["backend"].scored[-1].text == "one two three four"
+        assert "perplexity" in str(nb.query_one("#notebook-status").render())
+        assert "".join(t.text for t in nb.token_view.tokens) == "one two three four"
+
+
+def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():
+    conv = Conversation()
+    conv.add_user("hi")
+    doc = to_json_dict(conv)
+    assert "mode" not in doc and from_json_dict(doc).mode == "chat"
+
+
+async def test_notebook_continuation_equals_transformers_generate(tiny_ckpt):
+    from chatui.app import ChatApp
+    from chatui.config import AppConfig
+    from inference.engine import LocalBackend
+
+    text = "Once upon a time, in a small village by the sea,"
+    app = ChatApp(lambda progress: LocalBackend.from_checkpoint(tiny_ckpt),
+                  config=AppConfig(stable_timings=True, raw_mode=True,
+                                   settings_overrides={"temperature": 0.0,
+                                                       "max_new_tokens": 12}))
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert(text)
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb, 1500)
+        got = [t.id for t in nb.reply.tokens]
+        shown = nb.text_area.text
+    ids = tiny_ckpt.tokenizer(text)["input_ids"]
+    out = tiny_ckpt.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                   eos_token_id=list(tiny_ckpt.eos_token_ids), pad_token_id=2)
+    assert got == out[0, len(ids):].tolist()
+    assert shown == text + tiny_ckpt.tokenizer.decode(got, skip_special_tokens=True)
+
+
+async def test_a_checkpoint_without_a_chat_template_opens_in_raw_mode():
+    from inference.scripted import ScriptedBackend
+
+    backend = ScriptedBackend()
+    backend.info = type(backend.info)(**{**backend.info.__dict__,
+                                         "chat_template_warning": "no chat template"})
+    app = make_app(backend=backend)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        assert NO_TEMPLATE_NOTICE in str(nb.query_one("#notebook-notice").render())
+
+
+def test_readme_documents_every_command_and_this_issues_keys_and_fields():
+    from pathlib import Path
+
+    from chatui.commands import COMMANDS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    missing = [c.name for c in COMMANDS if f"`/{c.name}" not in readme]
+    assert not missing, f"README lacks {missing}"
+    for claim in ("`--raw`", "| Ctrl+O | the model continues", "| Ctrl+E | score the whole",
+                  '"mode": "raw"', '`sampler_prob`', '"sampled_prob"', '"nucleus"',
+                  '"prompt_logprobs": K', "/probe \" Paris\""):
+        assert claim in readme, claim
+    for binding in NotebookScreen.BINDINGS:
+        key = {"ctrl+o": "Ctrl+O", "escape": "Esc", "ctrl+e": "Ctrl+E", "ctrl+t": "Ctrl+T",
+               "f4": "F4"}[binding.key]
+        assert f"| {key} |" in readme, key
+
+
+async def test_the_notebook_honours_stop_strings():
+    app = make_app(lambda r, row: " and the fox ran away STOP never shown", raw_mode=True,
+                   settings_overrides={"stop": ("STOP",)})
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert("The dog")
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb)
+        text = nb.text_area.text
+        assert text.startswith("The dog and the fox ran away") and "STOP" not in text
+        assert "never" not in text
+        assert nb.reply.finish_reason == "stop"
+
+
+async def test_escape_and_ctrl_c_stop_a_continuation_and_keep_what_came():
+    long = " ".join(f"w{i}" for i in range(400))
+    for key in ("escape", "ctrl+c"):
+        app = make_app(lambda r, row: long, delay_s=0.01, raw_mode=True)
+        async with app.run_test(size=SIZE) as pilot:
+            nb = await notebook(pilot, app)
+            nb.text_area.insert("go")
+            await pilot.press("ctrl+o")
+            for _ in range(200):
+                await pilot.pause(0.02)
+                if len(nb.text_area.text) > 20:
+                    break
+            await pilot.press(key)
+            await wait_done(pilot, nb)
+            assert not nb.generating and nb.reply.finish_reason == "cancelled", key
+            assert nb.text_area.text == "go" + nb.reply.text and len(nb.reply.tokens) < 400
+            assert not nb.text_area.read_only
+
+
+async def test_the_text_is_scored_as_it_is_typed_but_not_as_the_model_writes():
+    from chatui.screens import notebook as nbmod
+
+    app = make_app(lambda r, row: " and more words", raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        backend = app.holder["backend"]
+        nb.text_area.insert("some words")
+        await pilot.press("ctrl+o")  # continued at once: nothing typed is left to score
+        await wait_done(pilot, nb)
+        await pilot.pause(nbmod.SCORE_AFTER_S + 0.5)
+        assert not backend.scored and nb.scored is None
+        assert "".join(t.text for t in nb.token_view.tokens) == " and more words"
+        nb.text_area.insert(" typed")  # typing: scored once it pauses
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if nb.scored is not None:
+                break
+        assert [r.text for r in backend.scored] == ["some words and more words typed"]
+        assert "perplexity" in str(nb.query_one("#notebook-status").render())
+
+
+def test_raw_flag_with_a_system_prompt_is_refused_in_one_sentence():
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "chatui", "--raw", "--system", "be brief",
+                        "--backend", "scripted"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2 and "--raw opens a notebook of plain text" in r.stderr
+    assert "Traceback" not in r.stderr
