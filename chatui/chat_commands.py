@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
-from .conversation import Conversation, Entry, ModelRef
+from .conversation import Conversation, Entry, ModelRef, walk
 from .recorder import prefix_of
 
 if TYPE_CHECKING:
@@ -71,6 +71,14 @@ class CommandContext(Protocol):
                                 cleared: bool = False) -> None: ...
 
     async def remove_entry(self, entry: Entry) -> None: ...
+
+    async def rewind(self, entry: Entry) -> None: ...
+
+    async def step_sibling(self, delta: int, entry: Entry | None = None) -> None: ...
+
+    async def sync_path(self) -> None: ...
+
+    def open_tree(self) -> None: ...
 
     def settings_changed(self) -> None: ...
 
@@ -175,7 +183,7 @@ async def cmd_retry(ctx: CommandContext, arg: str = "") -> None:
     if last is None or last.role != "assistant":
         ctx.notice("There is no reply to retry.", "error")
         return
-    await ctx.remove_entry(last)
+    await ctx.rewind(last)  # the reply stays in the tree, as the new one's sibling
     ctx.answer("", again=last)
 
 
@@ -186,9 +194,7 @@ async def cmd_edit(ctx: CommandContext, arg: str = "") -> None:
     if user is None:
         ctx.notice("There is no prompt to edit.", "error")
         return
-    index = conv.entries.index(user)
-    for entry in list(conv.entries[index:]):
-        await ctx.remove_entry(entry)
+    await ctx.rewind(user)  # the prompt and its replies stay in the tree, as a branch
     ctx.put_prompt(user.text)
 
 
@@ -484,13 +490,64 @@ async def cmd_export(ctx: CommandContext, arg: str = "") -> None:
     if not ctx.state.conversation.entries:
         ctx.notice("There is nothing to export yet.", "error")
         return
+    words = arg.split()
+    all_branches = "--all" in words
+    if all_branches:
+        arg = " ".join(w for w in words if w != "--all")
     fmt, path = export_target(arg)
     try:
-        written = transcript.export_to_file(ctx.state.conversation, fmt, path)
+        written = transcript.export_to_file(ctx.state.conversation, fmt, path,
+                                            all_branches=all_branches)
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return
     ctx.notice(f"Exported to {written}")
+
+
+# ---- the tree (issue 18) ----
+
+async def cmd_prev(ctx: CommandContext, arg: str = "") -> None:
+    await ctx.step_sibling(-1)
+
+
+async def cmd_next(ctx: CommandContext, arg: str = "") -> None:
+    await ctx.step_sibling(+1)
+
+
+async def cmd_tree(ctx: CommandContext, arg: str = "") -> None:
+    ctx.open_tree()
+
+
+async def cmd_delete(ctx: CommandContext, arg: str = "") -> None:
+    """``/delete``: say what would go; ``/delete yes``: delete the alternative shown at the
+    last message with alternatives, and everything after it (the one thing that removes a
+    reply from the tree and, at the next save, from its file)."""
+    state = ctx.state
+    if state.generating:
+        ctx.notice("A reply is still being generated: press Esc to stop it first.", "error")
+        return
+    conv = state.conversation
+    path = conv.entries
+    entry = next((e for e in reversed(path) if len(conv.siblings(e)) > 1), None)
+    if entry is None:
+        ctx.notice("Only an alternative can be deleted, and no message here has one; "
+                   "/clear starts a new conversation (this one stays saved).", "error")
+        return
+    kids = conv.siblings(entry)
+    n = sum(1 for _ in walk([entry]))
+    what = (f"alternative {kids.index(entry) + 1} of {len(kids)} at message "
+            f"{path.index(entry) + 1} ({n} message{'s' if n != 1 else ''} with what "
+            "follows it)")
+    if arg.strip().lower() not in ("yes", "y", "confirm"):
+        ctx.notice(f"/delete yes deletes {what}, from the tree and its file; the other "
+                   "alternatives stay.")
+        return
+    conv.delete(entry)
+    if kids:
+        conv.select(kids[-1])
+    await ctx.sync_path()
+    ctx.services.save_conversation()
+    ctx.notice(f"Deleted {what}.")
 
 
 # ---- compare mode (the compare flow does the work) ----

@@ -77,6 +77,16 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 handler=run.cmd_compare),
     CommandSpec("pick", "Continue with column N of the last comparison.", args="N",
                 needs_arg=True, key="F6: next", handler=run.cmd_pick),
+    CommandSpec("prev", "Show the previous alternative of the last message that has "
+                "several (‹ 2/3 ›); the conversation below follows it.", key="Alt+Left",
+                handler=run.cmd_prev),
+    CommandSpec("next", "Show the next alternative of the last message that has several.",
+                key="Alt+Right", handler=run.cmd_next),
+    CommandSpec("tree", "The whole conversation as a tree of branches; Enter opens one.",
+                key="F4", handler=run.cmd_tree),
+    CommandSpec("delete", "Delete the alternative shown (and what follows it) from the tree "
+                "and its file: /delete says what, /delete yes does it.", args="[yes]",
+                handler=run.cmd_delete),
 )
 
 BY_NAME: dict[str, CommandSpec] = {c.name: c for c in COMMANDS}

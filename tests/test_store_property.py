@@ -96,7 +96,7 @@ class World:
 
     def edit(self) -> None:
         if len(self.conv.entries) >= 2:
-            del self.conv.entries[-2:]
+            self.conv.truncate(len(self.conv.entries) - 2)
 
     def save_as(self) -> None:
         if self.conv.entries:

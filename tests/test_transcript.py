@@ -412,7 +412,7 @@ def test_version_1_is_migrated(tmp_path: Path) -> None:
     assert reply.tokens[0].top == (Alternative(15496, "Hello", -0.5),)
     assert conv.title == "Old chat" and conv.model.dtype == "float32"
     save_transcript(conv, path)
-    assert json.loads(path.read_text())["version"] == FORMAT_VERSION == 2
+    assert json.loads(path.read_text())["version"] == FORMAT_VERSION == 3
     assert "settings" in json.loads(path.read_text())["messages"][1]["replies"][0]
     assert load_transcript(path) == conv
 
@@ -804,7 +804,7 @@ def test_autosave_branches_instead_of_dropping_messages(tmp_path: Path) -> None:
     again.entries[-1].replies[0] = Reply(SamplingParams(), text="A two, again and more")
     assert autosave(again, tmp_path) == path and again.id == retried.id
     edited = conv.snapshot()
-    del edited.entries[2:]  # /edit of the second prompt
+    edited.truncate(2)  # a copy rewritten from the second prompt on
     edited.add_user("Q two, edited")
     other = autosave(edited, tmp_path)
     assert other not in (home, path) and edited.parent == original and edited.branched_at == 2
@@ -863,7 +863,7 @@ def test_save_as_never_replaces_a_file_holding_more(tmp_path: Path) -> None:
     _exchange(conv, "two")
     save_transcript(conv, path)  # a newer version: fine
     older = load_transcript(path)
-    del older.entries[2:]
+    older.truncate(2)
     with pytest.raises(TranscriptError, match=r"it holds messages this conversation does not"):
         save_transcript(older, path)
     notes = tmp_path / "notes.json"

@@ -38,7 +38,7 @@ from inference.worker import describe_error
 
 from .. import commands, gcpolicy
 from ..chat_commands import AppServices
-from ..conversation import Conversation, Entry
+from ..conversation import Conversation, Entry, Reply
 from ..messages import (
     AlternativeChosen,
     InputReady,
@@ -56,7 +56,7 @@ from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
 from ..widgets.inspector import TokenInspector
-from ..widgets.items import Notice, UserMessage, estimate_lines
+from ..widgets.items import Notice, SiblingBar, UserMessage, estimate_lines
 from ..widgets.log_window import Item, LogWindow
 from ..widgets.prompt import PromptInput
 from ..widgets.reply import ReplyView
@@ -93,6 +93,12 @@ class ChatScreen(Screen[None]):
         Binding("f1", "command('/help')", "Help", id="chat.help", tooltip="Commands and keys"),
         Binding("ctrl+f", "command('/find')", "Find", id="chat.find", show=False,
                 tooltip="Search the saved conversations"),
+        Binding("alt+left", "command('/prev')", "Prev", id="chat.prev", show=False,
+                tooltip="The previous alternative (‹ 2/3 ›) of the last message with several"),
+        Binding("alt+right", "command('/next')", "Next", id="chat.next", show=False,
+                tooltip="The next alternative of the last message with several"),
+        Binding("f4", "command('/tree')", "Tree", id="chat.tree", show=False,
+                tooltip="The conversation as a tree of branches"),
         *pick_bindings(),
     ]
     """Keys run the same registry handlers as the slash commands (``action_command``)."""
@@ -295,10 +301,21 @@ class ChatScreen(Screen[None]):
                     estimate=lambda width: estimate_lines(text, width - 2) + 1,
                     key=key, tag="notice")
 
+    def _sibling_bar(self, entry: Entry) -> list[Widget]:
+        """``‹ 2/3 ›`` under ``entry`` when it has alternatives (none otherwise)."""
+        try:
+            kids = self.state.conversation.siblings(entry)
+        except ValueError:  # no longer in the tree
+            return []
+        if len(kids) < 2:
+            return []
+        return [SiblingBar(entry.node, kids.index(entry), len(kids))]
+
     def _user_item(self, entry: Entry) -> Item:
         widget_id = self._next_id("user")
-        return Item(build=lambda: [UserMessage(entry.text, id=widget_id)],
-                    estimate=lambda width: estimate_lines(entry.text, width - 3) + 2,
+        return Item(build=lambda: [UserMessage(entry.text, id=widget_id),
+                                   *self._sibling_bar(entry)],
+                    estimate=lambda width: estimate_lines(entry.text, width - 3) + 3,
                     key=entry, tag="user")
 
     def show_score(self, label: str, scored: Scored) -> None:
@@ -360,19 +377,20 @@ class ChatScreen(Screen[None]):
         def build() -> list[Widget]:
             if entry.is_comparison:
                 return [CompareView(entry, view_ids=ids, stable_timings=self.stable_timings,
-                                    token_mode=self.token_mode, raw=self.raw, id=group_id)]
+                                    token_mode=self.token_mode, raw=self.raw, id=group_id),
+                        *self._sibling_bar(entry)]
             reply = entry.reply
             assert reply is not None
             view = ReplyView(reply, stable_timings=self.stable_timings,
                              token_mode=self.token_mode, id=ids[0])
             view.raw = self.raw
             view.type_into = self._type_into_prompt
-            return [view]
+            return [view, *self._sibling_bar(entry)]
 
         def estimate(width: int) -> int:
             columns = len(entry.replies)
             inner = (width - 1) // columns if columns > 1 else width - 3
-            return max(estimate_lines(r.text, inner) for r in entry.replies) + 3 + (
+            return max(estimate_lines(r.text, inner) for r in entry.replies) + 4 + (
                 columns > 1)
 
         return Item(build=build, estimate=estimate, key=entry, tag="reply")
@@ -426,9 +444,93 @@ class ChatScreen(Screen[None]):
         return None
 
     async def remove_entry(self, entry: Entry) -> None:
-        self.state.conversation.entries.remove(entry)
+        """Take ``entry`` out of the tree (a send that got nothing back) and off the screen."""
+        self.state.conversation.discard(entry)
         for item in self.window.items_of(entry):
             await self.window.remove(item)
+
+    async def rewind(self, entry: Entry) -> None:
+        """End the conversation before ``entry``: it stays in the tree as a branch (/retry,
+        /edit), off the screen until it is chosen again."""
+        self.state.conversation.rewind(entry)
+        await self.sync_path()
+
+    async def sync_path(self) -> None:
+        """Show the conversation's path as it is now: the items of messages that left it go,
+        those of messages that joined it come at the end (in order). The path is derived
+        from the tree; this only follows it."""
+        path = self.state.conversation.entries
+        shown: list[Entry] = []
+        for item in self.window.items:
+            if item.tag in ("user", "reply") and isinstance(item.key, Entry) \
+                    and (not shown or shown[-1] is not item.key):
+                shown.append(item.key)
+        keep = 0
+        while keep < min(len(path), len(shown)) and path[keep] is shown[keep]:
+            keep += 1
+        for entry in shown[keep:]:
+            for item in self.window.items_of(entry):
+                await self.window.remove(item)
+        for entry in path[keep:]:
+            if entry.role == "user":
+                self.window.add(self._user_item(entry))
+            elif entry.replies:
+                self.window.add(self._reply_item(entry))
+
+    # ---- the tree: siblings ----
+
+    def _branch_point(self) -> Entry | None:
+        """The message sibling keys move: the last one on the path with alternatives."""
+        conv = self.state.conversation
+        return next((e for e in reversed(conv.entries) if len(conv.siblings(e)) > 1), None)
+
+    async def step_sibling(self, delta: int, entry: Entry | None = None) -> None:
+        """Show the alternative ``delta`` places from ``entry`` (default: the last message
+        with alternatives); the conversation below follows its branch."""
+        if self.generating:
+            self.notice("A reply is still being generated: press Esc to stop it first.",
+                        "error")
+            return
+        entry = entry or self._branch_point()
+        if entry is None:
+            self.notice("No message here has alternatives (a retry, an edit or a "
+                        "continuation from another token makes one).", "error")
+            return
+        conv = self.state.conversation
+        if conv.step_sibling(entry, delta) is entry:
+            return
+        await self.sync_path()
+        self.services.save_conversation()
+        await self._update_context()
+
+    async def open_node(self, node: str) -> None:
+        """Go on with the message whose node id is ``node`` (the tree view's Enter)."""
+        conv = self.state.conversation
+        entry = next((e for e in conv.all_entries() if e.node == node), None)
+        if entry is None:
+            return
+        await self.stop_generation()
+        conv.select(entry)
+        await self.sync_path()
+        self.services.save_conversation()
+        await self._update_context()
+
+    @on(SiblingBar.Step)
+    async def _sibling_clicked(self, event: SiblingBar.Step) -> None:
+        entry = next((e for e in self.state.conversation.entries if e.node == event.node),
+                     None)
+        if entry is not None:
+            await self.step_sibling(event.delta, entry)
+
+    def open_tree(self) -> None:
+        from .tree import TreeScreen
+
+        def opened(node: str | None) -> None:
+            if node is not None:
+                self.call_later(self.open_node, node)
+
+        self.app.push_screen(TreeScreen(self.state.conversation),
+                             reported_callback(self, "The tree view", opened))
 
     @on(PageConversation)
     def _page_conversation(self, event: PageConversation) -> None:
@@ -665,9 +767,6 @@ class ChatScreen(Screen[None]):
         if found is None:
             return
         entry, view = found
-        if entry is not self.state.conversation.last_assistant:
-            self.notice("Continuing from an alternative works on the last reply only.", "error")
-            return
         if entry.is_comparison:
             self.notice("Continuing from an alternative works on a single reply, not on a "
                         "comparison; /pick a column and go on from there.", "error")
@@ -683,13 +782,18 @@ class ChatScreen(Screen[None]):
             self.notice(f"This token has {len(token.top)} alternatives; there is no "
                         f"number {rank}.", "error")
             return
-        prefix = branch(reply, position, rank)
-        reply.settings = self.state.settings
+        # a sibling of the reply that shares its prefix (issue 18): the reply itself stays
+        new = Reply(self.state.settings, tokens=reply.tokens.copy())
+        prefix = branch(new, position, rank)
+        entry = self.state.conversation.add_sibling(entry, Entry("assistant", replies=[new]))
+        reply = new
         # max_tokens bounds the whole reply: the kept tokens and the alternative count
         # (a continuation of 512 more made a 513-token reply for max_tokens 512)
         left = reply.settings.max_new_tokens - len(reply.tokens)
-        await view.rebuild()
+        await self.sync_path()
         if left <= 0:
+            view = self._view_of(entry, draw=True)
+            assert isinstance(view, ReplyView)
             reply.finish_reason = "length"
             view.refresh_stats()
             index = self.state.conversation.entries.index(entry)

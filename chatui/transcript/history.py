@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..conversation import Conversation
 from ..export import conversation_title, model_label
-from .identity import branch, first_unheld
+from .identity import branch, first_unheld, tree_holds
 from .journal import journal_path
 from .reader import _is_num
 from .schema import TranscriptError
@@ -127,9 +127,9 @@ def claim(conv: Conversation, directory: Path | None = None) -> Conversation:
         disk = _on_disk(autosave_path(cur, directory))
         if disk is None:
             return cur
-        at = 0 if disk is _UNREADABLE else first_unheld(cur.entries, disk.entries)
-        if disk is not _UNREADABLE and at == len(disk.entries):
+        if disk is not _UNREADABLE and tree_holds(cur, disk):
             return cur
+        at = 0 if disk is _UNREADABLE else first_unheld(cur.entries, disk.entries)
         cur = branch(cur, at)
     return replace(conv, id=uuid.uuid4().hex[:12], parent=conv.id, branched_at=0)
 

@@ -61,11 +61,46 @@ def holds(new: Sequence[Entry], old: Sequence[Entry]) -> bool:
     return len(new) >= len(old) and first_unheld(new, old) == len(old)
 
 
+def tree_holds(new: Conversation, old: Conversation) -> bool:
+    """Writing ``new`` over a file holding ``old`` loses no message of any branch: every
+    message of ``old`` is held (equal, or grown) by the message of ``new`` with the same
+    node id, or else by the one at the same place in the tree (the same child of the same
+    child...: two copies built apart, or a version 2 file, name their messages apart),
+    unless the user deleted it (:meth:`Conversation.delete`)."""
+    by_id: dict[str, Entry] = {}
+    by_place: dict[tuple[int, ...], Entry] = {}
+    for place, e in _places(new.tops):
+        by_id[e.node] = e
+        by_place[place] = e
+    for place, e in _places(old.tops):
+        n = by_id.get(e.node)
+        if n is not None and entry_holds(n, e):
+            continue
+        if n is None and e.node in new.deleted:
+            continue
+        n = by_place.get(place)
+        if n is not None and entry_holds(n, e):
+            continue
+        return False
+    return True
+
+
+def _places(tops: Sequence[Entry]) -> list[tuple[tuple[int, ...], Entry]]:
+    """Every entry with its place: the child indices that lead to it from the top."""
+    out: list[tuple[tuple[int, ...], Entry]] = []
+    stack = [((i,), e) for i, e in enumerate(tops)]
+    while stack:
+        place, e = stack.pop()
+        out.append((place, e))
+        stack.extend((place + (i,), c) for i, c in enumerate(e.children))
+    return out
+
+
 def first_difference(a: Sequence[Entry], b: Sequence[Entry]) -> int:
     """The index of the first message that differs between ``a`` and ``b`` (snapshots share
     their tokens and texts, so equal messages compare by identity, fast)."""
     for i, (x, y) in enumerate(zip(a, b)):
-        if not (x is y or x == y):
+        if not (x is y or (x.node == y.node and x == y)):
             return i
     return min(len(a), len(b))
 
