@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
-from .conversation import Conversation, Entry, ModelRef, walk
+from .conversation import Conversation, Entry, ModelRef, index_of, walk
 from .recorder import prefix_of
 
 if TYPE_CHECKING:
@@ -535,8 +535,8 @@ async def cmd_delete(ctx: CommandContext, arg: str = "") -> None:
         return
     kids = conv.siblings(entry)
     n = sum(1 for _ in walk([entry]))
-    what = (f"alternative {kids.index(entry) + 1} of {len(kids)} at message "
-            f"{path.index(entry) + 1} ({n} message{'s' if n != 1 else ''} with what "
+    what = (f"alternative {index_of(kids, entry) + 1} of {len(kids)} at message "
+            f"{index_of(path, entry) + 1} ({n} message{'s' if n != 1 else ''} with what "
             "follows it)")
     if arg.strip().lower() not in ("yes", "y", "confirm"):
         ctx.notice(f"/delete yes deletes {what}, from the tree and its file; the other "

@@ -138,6 +138,15 @@ def new_node_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
+def index_of(items: Sequence[Entry], entry: Entry) -> int:
+    """The place of ``entry`` in ``items`` by identity (``list.index`` compares entries by
+    what they say, and two alternatives may say the same)."""
+    for i, e in enumerate(items):
+        if e is entry:
+            return i
+    raise ValueError("the entry is not there")
+
+
 def walk(tops: Sequence[Entry]) -> Iterable[tuple[Entry | None, Entry]]:
     """Every entry of a tree as (parent, entry), parents before children (no recursion: a
     conversation hundreds of messages deep is as deep a tree)."""
@@ -321,14 +330,14 @@ class Conversation:
             chain.append(node)
             node = parent_of[id(node)]
         chain.reverse()
-        self.top = self.tops.index(chain[0])
+        self.top = index_of(self.tops, chain[0])
         for a, b in zip(chain, chain[1:]):
-            a.active = a.children.index(b)
+            a.active = index_of(a.children, b)
 
     def step_sibling(self, entry: Entry, delta: int) -> Entry:
         """The sibling ``delta`` places from ``entry`` (clamped), chosen."""
         kids = self.siblings(entry)
-        i = max(0, min(len(kids) - 1, kids.index(entry) + delta))
+        i = max(0, min(len(kids) - 1, index_of(kids, entry) + delta))
         self.select(kids[i])
         return kids[i]
 
@@ -337,7 +346,7 @@ class Conversation:
         got anything (a failed send given back to the prompt box) and the explicit delete."""
         parent = self.parent_of(entry)
         kids = self.tops if parent is None else parent.children
-        i = kids.index(entry)
+        i = index_of(kids, entry)
         chosen = self.top if parent is None else parent.active
         del kids[i]
         self._choose(parent, -1 if chosen == i else chosen - (chosen > i))

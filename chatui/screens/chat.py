@@ -38,7 +38,7 @@ from inference.worker import describe_error
 
 from .. import commands, gcpolicy
 from ..chat_commands import AppServices
-from ..conversation import Conversation, Entry, Reply
+from ..conversation import Conversation, Entry, Reply, index_of
 from ..messages import (
     AlternativeChosen,
     InputReady,
@@ -309,7 +309,7 @@ class ChatScreen(Screen[None]):
             return []
         if len(kids) < 2:
             return []
-        return [SiblingBar(entry.node, kids.index(entry), len(kids))]
+        return [SiblingBar(entry.node, index_of(kids, entry), len(kids))]
 
     def _user_item(self, entry: Entry) -> Item:
         widget_id = self._next_id("user")
@@ -500,6 +500,8 @@ class ChatScreen(Screen[None]):
         if conv.step_sibling(entry, delta) is entry:
             return
         await self.sync_path()
+        if not isinstance(self.focused, TokenView):
+            self.prompt.focus()  # (a click on an arrow took the focus)
         self.services.save_conversation()
         await self._update_context()
 
@@ -616,7 +618,7 @@ class ChatScreen(Screen[None]):
         self.generating = True
         self.log_view.anchor()
         self.services.save_conversation()  # the user's message is kept if the reply never ends
-        self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
+        self.post_message(ResponseStarted(index_of(self.state.conversation.entries, entry)))
         self._gen_worker = run_reported(self, self._stream(job, request, item),
                                         what="The reply", group="generate")
 
@@ -791,16 +793,29 @@ class ChatScreen(Screen[None]):
         # (a continuation of 512 more made a 513-token reply for max_tokens 512)
         left = reply.settings.max_new_tokens - len(reply.tokens)
         await self.sync_path()
+        view = self._view_of(entry, draw=True)
+        assert isinstance(view, ReplyView)
+        item = self._reply_item_of(entry)
+        if item is not None and item.mounting is not None:
+            await item.mounting
+        if self.token_mode:  # the cursor stays on the token chosen, in the new branch
+            self._focus_token(view, position)
         if left <= 0:
-            view = self._view_of(entry, draw=True)
-            assert isinstance(view, ReplyView)
             reply.finish_reason = "length"
             view.refresh_stats()
-            index = self.state.conversation.entries.index(entry)
+            index = index_of(self.state.conversation.entries, entry)
             self.services.save_conversation()
             self.post_message(ResponseComplete(index, "length"))
             return
         self.start_reply(entry, prefix=prefix, max_new_tokens=left)
+
+    def _focus_token(self, view: ReplyView, position: int) -> None:
+        """Focus ``view``'s token view with its cursor on the token at ``position``."""
+        tv = view.token_view
+        tv.focus()
+        at = next((i for i, u in enumerate(tv.units) if u.start <= position <= u.end), None)
+        if at is not None:
+            tv.cursor = at
 
     # ---- compare mode (the flow's host) ----
 
@@ -821,7 +836,7 @@ class ChatScreen(Screen[None]):
         self.app.notify(f"Continuing with column {entry.chosen + 1}.", timeout=3)
         self.prompt.focus()
         self.services.save_conversation()
-        self.post_message(ReplyChosen(self.state.conversation.entries.index(entry)))
+        self.post_message(ReplyChosen(index_of(self.state.conversation.entries, entry)))
 
     def on_compare_view_picked(self, event: CompareView.Picked) -> None:
         self.compare.pick_column(event.view.entry, event.column)

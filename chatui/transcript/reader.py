@@ -11,7 +11,7 @@ from typing import Any, Callable
 from inference.settings import FIELD_NAMES, SamplingParams, SettingsError
 from inference.types import Alternative, Token, Usage
 
-from ..conversation import Conversation, Entry, ModelRef, Reply
+from ..conversation import Conversation, Entry, ModelRef, Reply, index_of
 from ..token_records import TokenRecords
 from .schema import (
     _ENTROPY_EPS, _FINISH, _ID_RE, _LOGPROB_EPS, _MAX_COUNT, _MAX_ENTROPY, _MAX_INDEX,
@@ -364,6 +364,7 @@ def _tree(o: _Obj) -> dict[str, Any]:
         nodes[entry.node] = entry
         slots.setdefault(parent, []).append((pos, order, entry))
 
+    nexts: list[tuple[Entry, int | None, str]] = []
     prev: str | None = None
     for i, (m, e) in enumerate(zip(raw_msgs, path)):
         place(prev, _sibling(m, f"messages[{i}]"), 0, e, f"messages[{i}]")
@@ -375,20 +376,26 @@ def _tree(o: _Obj) -> dict[str, Any]:
         if "node" not in bo.d:
             raise _Bad(f"{where}.node is missing")
         parent = bo.get("parent")
-        if parent is not None and parent not in nodes:
+        if parent is not None and (not isinstance(parent, str) or parent not in nodes):
             raise _Bad(f"{where}.parent {_show(parent)} names no message before it")
         place(parent, _sibling(b, where), 1, e, where)
+        nexts.append((e, bo.int("next", 0, _MAX_INDEX, -1) if "next" in bo.d else -1, where))
     for parent, kids in slots.items():
         kids.sort(key=lambda k: (k[0], k[1]))
         children = [k[2] for k in kids]
         if parent is not None:
             nodes[parent].children = children
     tops = [k[2] for k in slots.get(None, [])]
+    for e, nxt, where in nexts:
+        if nxt is not None and nxt >= len(e.children):
+            raise _Bad(f"{where}.next is {nxt} but the message has {len(e.children)} replies "
+                       "after it")
+        e.active = -1 if nxt is None else nxt
     for a, b in zip(path, path[1:]):
-        a.active = a.children.index(b)
+        a.active = index_of(a.children, b)
     if path:
         path[-1].active = -1
-    return {"tops": tops, "top": tops.index(path[0]) if path else -1}
+    return {"tops": tops, "top": index_of(tops, path[0]) if path else -1}
 
 
 def _migrate(doc: dict[str, Any], version: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from inference.types import Token, Usage
 
-from ..conversation import Conversation, Entry, ModelRef, Reply, walk
+from ..conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
 
 FORMAT_VERSION = 3
 """Version written. 1: settings stored flat in each reply. 2: settings in ``reply.settings``.
@@ -127,8 +127,10 @@ def branches_json(conv: Conversation) -> list[dict[str, Any]]:
         if id(e) in on_path:
             continue
         kids = conv.tops if parent is None else parent.children
-        d = entry_json(e, kids.index(e))
+        d = entry_json(e, index_of(kids, e))
         d["parent"] = None if parent is None else parent.node
+        if e.active >= 0:
+            d["next"] = e.active  # the branch it goes on with, when it is chosen again
         out.append(d)
     return out
 
