@@ -735,11 +735,31 @@ def _texts(conv: Conversation) -> list[str]:
     return [e.content for e in conv.entries]
 
 
-@pytest.mark.parametrize("opener", ["load_transcript", "open_transcript"])
-def test_a_loaded_older_copy_never_rewinds_its_original(tmp_path: Path, opener: str) -> None:
-    """Issue 14: /save ~/snap.json after one exchange, a second exchange, /load ~/snap.json,
-    quit. Through the app's calls of today (load_transcript, then the autosaver) and through
-    open_transcript."""
+def test_an_older_copy_opens_in_its_home_tree(tmp_path: Path) -> None:
+    """Issue 18: open_transcript of an older copy (what /load does) gives the home's tree with
+    the copy's path: the newer messages stay as a branch, going on adds a sibling, and the
+    home's file keeps everything (no file of its own)."""
+    data, snap = tmp_path / "data", tmp_path / "snap.json"
+    conv = Conversation()
+    _exchange(conv, "one")
+    save_transcript(conv, snap)
+    _exchange(conv, "two")
+    home = autosave(conv, data)
+    opened = tr.open_transcript(snap, data)
+    assert opened.id == conv.id and opened.parent == ""
+    assert _texts(opened) == ["Q one", "A one"]
+    _exchange(opened, "three")
+    assert autosave(opened, data) == home
+    back = load_transcript(home)
+    assert _texts(back) == ["Q one", "A one", "Q three", "A three"]
+    assert [e.text for e in back.entries[1].children] == ["Q two", "Q three"]
+    assert len(list_transcripts(data)) == 1
+
+
+def test_a_loaded_older_copy_never_rewinds_its_original(tmp_path: Path) -> None:
+    """Issue 14: /save ~/snap.json after one exchange, a second exchange, a copy read without
+    its home (load_transcript), then autosaved: it becomes a branch with a file of its own."""
+    opener = "load_transcript"
     from chatui.autosaver import Autosaver
 
     data, snap = tmp_path / "data", tmp_path / "snap.json"

@@ -22,7 +22,7 @@ import hashlib
 from dataclasses import replace
 from typing import Sequence
 
-from ..conversation import Conversation, Entry, Reply
+from ..conversation import Conversation, Entry, Reply, index_of, new_node_id, walk
 
 
 def reply_holds(new: Reply, old: Reply) -> bool:
@@ -114,3 +114,43 @@ def branch(conv: Conversation, at: int) -> Conversation:
     """``conv`` as a branch leaving the conversation ``conv.id`` at message ``at`` (the entries
     are shared, not copied)."""
     return replace(conv, id=branch_id(conv.id, at), parent=conv.id, branched_at=at)
+
+
+def _alike(a: Entry, b: Entry) -> bool:
+    """One of the two holds the other (the same message, perhaps grown)."""
+    return entry_holds(a, b) or entry_holds(b, a)
+
+
+def merge(home: Conversation, copy: Conversation) -> Conversation:
+    """``home`` (read from the conversation's own file) with every message of ``copy`` (an
+    older copy of it, or one that went another way) in its tree (issue 18: loading an older
+    copy adds a sibling instead of a file of its own). A copy's message that is in ``home``
+    (the same node, or the same place with the same text) is shared, the longer version
+    kept; the others are added as alternatives where they leave. The path is the copy's
+    (ending where it ended); ``home`` keeps its id and every message it had, so the next save
+    extends its file. ``home`` is changed and returned; ``copy`` is left alone."""
+    taken = {e.node for e in home.all_entries()}
+    mapping: dict[int, Entry] = {}
+    for cparent, e in walk(copy.tops):
+        mparent = None if cparent is None else mapping[id(cparent)]
+        kids = home.tops if mparent is None else mparent.children
+        match = (next((k for k in kids if k.node == e.node and _alike(k, e)), None)
+                 or next((k for k in kids if _alike(k, e)), None))
+        if match is None:
+            node = e.node if e.node not in taken else new_node_id()
+            taken.add(node)
+            match = replace(e, children=[], active=-1, node=node)
+            kids.append(match)
+        elif not entry_holds(match, e):  # the copy's version grew: it replaces, in place
+            grown = replace(e, children=match.children, active=match.active, node=match.node)
+            kids[index_of(kids, match)] = grown
+            match = grown
+        mapping[id(e)] = match
+    path = copy.entries
+    if path:
+        last = mapping[id(path[-1])]
+        home.select(last)
+        last.active = -1
+    else:
+        home.top = -1
+    return home
