@@ -530,6 +530,19 @@ async def cmd_tree(ctx: CommandContext, arg: str = "") -> None:
     ctx.open_tree()
 
 
+async def cmd_fanout(ctx: CommandContext, arg: str = "") -> None:
+    """``/fanout [K]``: how many alternatives ``f`` in the token view decodes (2 to 8)."""
+    arg = arg.strip()
+    if arg:
+        if not arg.isdigit() or not 2 <= int(arg) <= 8:
+            ctx.notice(f"/fanout takes a number of branches from 2 to 8; got {arg!r}.",
+                       "error")
+            return
+        ctx.state.fan_k = int(arg)
+    ctx.notice(f"Fan-out: f in the token view decodes the {ctx.state.fan_k} most likely "
+               "tokens at the cursor as branches, side by side (/pick chooses one).")
+
+
 async def cmd_delete(ctx: CommandContext, arg: str = "") -> None:
     """``/delete``: say what would go; ``/delete yes``: delete the alternative shown at the
     last message with alternatives, and everything after it (the one thing that removes a

@@ -333,3 +333,52 @@ async def test_continue_from_alternative_keeps_the_reply(config_dir) -> None:  #
         assert new.reply.tokens[1].text == first.reply.tokens[1].top[1].text
         assert _bars(app) == ["‹ 2/2 ›"]
 
+
+
+async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
+    """``f`` in the token view: the top 3 alternatives at the cursor decoded in one request
+    (one prefix, three forced first tokens), streaming as the columns of a new alternative;
+    /pick chooses one; the original reply stays; the file holds everything."""
+    import dataclasses
+
+    from chatui.widgets.compare import CompareView
+    from inference.scripted import ScriptedBackend
+
+    class IdBackend(ScriptedBackend):
+        def generate(self, request, cancel):
+            for ev in super().generate(request, cancel):
+                if hasattr(ev, "tokens"):
+                    ev = dataclasses.replace(ev, tokens=tuple(
+                        dataclasses.replace(t, id=100 + t.index, top=tuple(
+                            dataclasses.replace(a, id=200 + k) for k, a in enumerate(t.top)))
+                        for t in ev.tokens))
+                yield ev
+
+    backend = IdBackend(_numbered())
+    app = make_app(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        original = app.chat.conversation.entries[-1]
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "right", "f")
+        await settle(pilot, app)
+        request = backend.requests[-1]
+        assert request.first_tokens == (200, 201, 202)
+        assert request.prefix.token_ids == (100, 101) and len(request.settings) == 3
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group is not original and conv.siblings(group) == [original, group]
+        assert len(group.replies) == 3
+        for r in group.replies:
+            assert r.tokens[:2] == original.reply.tokens[:2] and r.finish_reason == "stop"
+        [view] = app.chat.query(CompareView)
+        assert len(view.views) == 3
+        await pilot.press("escape")  # from the token view to the prompt
+        await send(pilot, app, "/fanout 9")  # refused, one sentence
+        await send(pilot, app, "/pick 2")
+        from test_app import notices
+        assert group.chosen == 1 and conv.entries[-1] is group, [str(n.render()) for n in notices(app)]
+        app.flush_autosaves()
+        disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
+        assert disk == conv

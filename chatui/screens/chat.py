@@ -41,6 +41,7 @@ from ..chat_commands import AppServices
 from ..conversation import Conversation, Entry, Reply, index_of
 from ..messages import (
     AlternativeChosen,
+    FanOutRequested,
     InputReady,
     PageConversation,
     PromptSubmitted,
@@ -50,7 +51,7 @@ from ..messages import (
     ResponseStarted,
     TokenSelected,
 )
-from ..recorder import ContextReported, ReplyRecorder, branch
+from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
 from ..reporting import reported_callback, run_reported
 from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
@@ -594,7 +595,8 @@ class ChatScreen(Screen[None]):
 
     def start_reply(self, entry: Entry, *, prompt_text: str = "",
                     prefix: AssistantPrefix | None = None,
-                    max_new_tokens: int | None = None) -> None:
+                    max_new_tokens: int | None = None,
+                    first_tokens: tuple[int, ...] | None = None) -> None:
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
         replies keep their settings)."""
@@ -612,7 +614,7 @@ class ChatScreen(Screen[None]):
         request = GenerationRequest(
             messages=self.state.messages_before(entry),
             settings=settings,
-            top_logprobs=self.state.top_logprobs, prefix=prefix)
+            top_logprobs=self.state.top_logprobs, prefix=prefix, first_tokens=first_tokens)
         job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
         self.state.job = job
         self.generating = True
@@ -808,6 +810,58 @@ class ChatScreen(Screen[None]):
             self.post_message(ResponseComplete(index, "length"))
             return
         self.start_reply(entry, prefix=prefix, max_new_tokens=left)
+
+    @on(FanOutRequested)
+    async def _fan_out_requested(self, event: FanOutRequested) -> None:
+        await self.fan_out(event.view_id, event.token_index, self.state.fan_k)
+
+    async def fan_out(self, view_id: str, position: int, k: int) -> None:
+        """Decode the ``k`` most likely tokens at ``position`` of a reply as ``k`` branches in
+        one batch (issue 18): one prefill of the shared prefix, the cache expanded to k rows,
+        row j starting with alternative j (the worker's ``first_tokens``, as ``chatui generate
+        --fork-at`` does). They stream side by side as the columns of a new alternative to
+        the reply (the compare view, each with its token view); /pick or F6 chooses the one
+        to go on with, the others stay."""
+        found = self._find_view(view_id)
+        if found is None:
+            return
+        entry, view = found
+        if entry.is_comparison:
+            self.notice("Fan-out works on a single reply, not on a comparison; /pick a "
+                        "column and go on from there.", "error")
+            return
+        if self.generating:
+            await self.stop_generation()
+        reply = entry.reply
+        assert reply is not None
+        if not 0 <= position < len(reply.tokens):
+            return
+        alternatives = reply.tokens[position].top[:k]
+        if len(alternatives) < k:
+            self.notice(f"This token has {len(alternatives)} alternatives, fewer than the "
+                        f"{k} to fan out (/fanout K sets how many).", "error")
+            return
+        ids = tuple(a.id for a in alternatives)
+        if any(i is None for i in ids):
+            self.notice("Fan-out needs token ids, which this backend does not give; the "
+                        "digit keys continue from one alternative.", "error")
+            return
+        left = self.state.settings.max_new_tokens - position
+        if left <= 0:
+            self.notice("The reply is already as long as max_tokens allows there; "
+                        "/set max_tokens N first.", "error")
+            return
+        shared = Reply(self.state.settings, tokens=reply.tokens.copy())
+        shared.tokens.truncate(position)
+        shared.text = shared.tokens.text()
+        prefix = prefix_of(shared)
+        rows = [Reply(self.state.settings, text=shared.text, tokens=shared.tokens.copy())
+                for _ in range(k)]
+        group = self.state.conversation.add_sibling(entry, Entry("assistant", replies=rows))
+        await self.sync_path()
+        self.start_reply(group, prefix=prefix, max_new_tokens=left,
+                         first_tokens=ids)  # type: ignore[arg-type]
+        self.prompt.focus()  # where /pick N (or F6) is typed
 
     def _focus_token(self, view: ReplyView, position: int) -> None:
         """Focus ``view``'s token view with its cursor on the token at ``position``."""

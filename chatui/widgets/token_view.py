@@ -38,7 +38,7 @@ from themes import heat_bin
 
 from ..token_records import TokenRecords
 
-from ..messages import AlternativeChosen, TokenSelected
+from ..messages import AlternativeChosen, FanOutRequested, TokenSelected
 from .settled import GrowsInSteps, SettledSize, round_up
 from .selection import with_selection
 from .text import safe_text
@@ -282,6 +282,8 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         Binding("home", "jump(0)", "First token", show=False),
         Binding("end", "jump(-1)", "Last token", show=False),
         Binding("n", "least_likely", "Least likely", tooltip="Jump to the least likely token"),
+        Binding("f", "fan_out", "Fan out", show=False,
+                tooltip="Decode the top alternatives at this token as branches, side by side"),
         *[Binding(str(k), f"choose({k})", f"Continue with alternative {k}", show=False)
           for k in range(1, 10)],
     ]
@@ -668,6 +670,12 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
             self.app.bell()
             return
         self.post_message(AlternativeChosen(self.owner_id, self.units[self.cursor].start, rank))
+
+    def action_fan_out(self) -> None:
+        if self.cursor is None or self.cursor >= len(self.units):
+            self.app.bell()
+            return
+        self.post_message(FanOutRequested(self.owner_id, self.units[self.cursor].start))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
