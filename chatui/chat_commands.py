@@ -518,12 +518,14 @@ async def cmd_export(ctx: CommandContext, arg: str = "") -> None:
 
 # ---- the tree (issue 18) ----
 
-async def cmd_prev(ctx: CommandContext, arg: str = "") -> None:
-    await ctx.step_sibling(-1)
-
-
-async def cmd_next(ctx: CommandContext, arg: str = "") -> None:
-    await ctx.step_sibling(+1)
+async def cmd_sibling(ctx: CommandContext, arg: str = "") -> None:
+    """``/sibling prev|next`` (Alt+Left/Right): another alternative of the last message that
+    has several."""
+    word = arg.strip().lower() or "next"
+    if word not in ("prev", "previous", "next", "-1", "+1", "1"):
+        ctx.notice(f"/sibling takes prev or next; got {arg.strip()!r}.", "error")
+        return
+    await ctx.step_sibling(-1 if word in ("prev", "previous", "-1") else +1)
 
 
 async def cmd_tree(ctx: CommandContext, arg: str = "") -> None:

@@ -77,11 +77,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 handler=run.cmd_compare),
     CommandSpec("pick", "Continue with column N of the last comparison.", args="N",
                 needs_arg=True, key="F6: next", handler=run.cmd_pick),
-    CommandSpec("prev", "Show the previous alternative of the last message that has "
-                "several (‹ 2/3 ›); the conversation below follows it.", key="Alt+Left",
-                handler=run.cmd_prev),
-    CommandSpec("next", "Show the next alternative of the last message that has several.",
-                key="Alt+Right", handler=run.cmd_next),
+    CommandSpec("sibling", "Show the previous or next alternative of the last message that "
+                "has several (‹ 2/3 ›); the conversation below follows it.",
+                args="prev|next", key="Alt+Left / Alt+Right", handler=run.cmd_sibling),
     CommandSpec("tree", "The whole conversation as a tree of branches; Enter opens one.",
                 key="F4", handler=run.cmd_tree),
     CommandSpec("fanout", "Set how many alternatives (2-8, default 3) f in the token view "

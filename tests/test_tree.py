@@ -1,7 +1,7 @@
 """Issue 18: the conversation is a tree. Unit tests of the tree (the path derived from the
 choices), transcript format 3 (round trips of random trees, fuzzed tree documents, migration
 of versions 1 and 2, journal lines that graft by node id), exports of every branch, and pilot
-tests of sibling navigation (keys, clicks, /prev /next, /delete) and the tree view.
+tests of sibling navigation (keys, clicks, /sibling, /delete) and the tree view.
 """
 
 from __future__ import annotations
@@ -258,9 +258,9 @@ async def test_sibling_navigation_keys_clicks_and_commands(config_dir) -> None: 
         await pilot.press("alt+left")
         await settle(pilot, app)
         assert conv.entries[-1].text.startswith("reply-1") and _bars(app) == ["‹ 2/3 ›"]
-        await send(pilot, app, "/prev")
+        await send(pilot, app, "/sibling prev")
         assert conv.entries[-1].text.startswith("reply-0") and _bars(app) == ["‹ 1/3 ›"]
-        await send(pilot, app, "/prev")  # clamped at the first
+        await send(pilot, app, "/sibling prev")  # clamped at the first
         assert _bars(app) == ["‹ 1/3 ›"]
         bar = app.chat.query_one(SiblingBar)
         await pilot.click(SiblingBar, offset=(len(str(bar.render())), 0))  # the ›

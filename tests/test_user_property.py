@@ -2,7 +2,7 @@
 retry, edit, save a copy, load a copy or a listed conversation, delete from the history,
 compare and pick, clear, quit and come back), every message that was ever completed is still on
 disk in some transcript, and every transcript on disk loads. Issue 18's: with continuing from
-an alternative token, sibling navigation (/prev, /next) and opening branches from the tree
+an alternative token, sibling navigation (/sibling prev, /sibling next) and opening branches from the tree
 view too, every reply completed in the conversation open is in its tree (reachable on
 screen), and the screen shows exactly the conversation's path.
 
@@ -133,7 +133,7 @@ async def test_random_use_never_loses_a_completed_message(seed, tmp_path, config
                             completed.update(r.text for r in last.replies
                                              if r.finish_reason in ("stop", "length"))
                 elif action in ("prev", "next"):
-                    await send(pilot, app, f"/{action}")
+                    await send(pilot, app, f"/sibling {action}")
                 elif action == "tree":  # the tree view: open a random branch
                     await pilot.press("f4")
                     await pilot.pause()
