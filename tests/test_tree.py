@@ -302,8 +302,8 @@ async def test_tree_view_lists_branches_and_enter_opens_one(config_dir) -> None:
             labels.append(str(node.label))
             stack.extend(node.children)
         assert labels[0].startswith("● you: first question")
-        assert any(lbl.startswith("○ assistant: reply-0") and "mean logprob" in lbl
-                   and "tokens" in lbl for lbl in labels)
+        assert any(lbl.startswith("○ assistant: reply-0") and "mean lp" in lbl
+                   and " tok" in lbl for lbl in labels)
         assert any(lbl.startswith("● assistant: reply-1") and "3 messages" in lbl
                    for lbl in labels)
         tree.move_cursor(next(n for n in tree.root.children[0].children

@@ -48,18 +48,18 @@ def branch_from(entry: Entry) -> Branch:
 
 
 def branch_label(branch: Branch, on_path: bool) -> str:
-    """``● you: first words… · mean logprob -0.42 · 37 tokens · 4 messages``."""
+    """``● assistant: first words… · mean lp -0.42 · 37 tok · 4 messages``."""
     first = branch.first
-    words = " ".join(first.text.split()[:8]) or "(empty)"
-    if len(first.text.split()) > 8:
+    words = " ".join(first.text.split()[:6]) or "(empty)"
+    if len(first.text.split()) > 6:
         words += "…"
     who = "you" if first.role == "user" else "assistant"
     parts = [f"{'●' if on_path else '○'} {who}: {words}"]
     reply = next((e.reply for e in branch.entries if e.reply is not None), None)
     if reply is not None:
         mean = reply.mean_logprob
-        parts.append("mean logprob " + (f"{mean:.2f}" if mean is not None else "n/a"))
-        parts.append(f"{len(reply.tokens)} tokens")
+        parts.append("mean lp " + (f"{mean:.2f}" if mean is not None else "n/a"))
+        parts.append(f"{len(reply.tokens)} tok")
     n = len(branch.entries)
     parts.append(f"{n} message{'s' if n != 1 else ''}")
     return " · ".join(parts)
@@ -107,8 +107,8 @@ class TreeScreen(ModalScreen[str | None]):
             stack.extend((node, c) for c in reversed(branch.last.children))
         tree.root.expand()
         tree.focus()
-        if cursor is not None:
-            tree.move_cursor(cursor)
+        if cursor is not None:  # on the branch shown (once the lines exist)
+            self.call_after_refresh(tree.move_cursor, cursor)
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
         event.stop()
