@@ -181,6 +181,32 @@ def branch_stats(entry: Entry) -> tuple[str, float | None, int]:
     return words, None, len(entry.text.split())
 
 
+def fork_points(conv: Conversation, entry: Entry) -> dict[int, list[tuple[int, str]]]:
+    """Where branches leave ``entry``'s reply (continue-from-alternative, fan-out): for each
+    token position, the branches that share the reply's tokens before it and differ there,
+    as (sibling index, their token's text), the reply's own first. A sibling with nothing in
+    common (a plain retry) is no fork."""
+    reply = entry.reply
+    if reply is None:
+        return {}
+    mine = _records(reply.tokens)
+    kids = conv.siblings(entry)
+    own = index_of(kids, entry)
+    out: dict[int, list[tuple[int, str]]] = {}
+    for i, sibling in enumerate(kids):
+        for r in sibling.replies:
+            if r is reply:
+                continue
+            other = _records(r.tokens)
+            n = min(len(mine), len(other))
+            p = next((j for j in range(n) if mine.text_at(j) != other.text_at(j)
+                      or mine[j].id != other[j].id), None)
+            if not p:  # nothing shared, or one is the other's start
+                continue
+            out.setdefault(p, [(own, mine.text_at(p))]).append((i, other.text_at(p)))
+    return out
+
+
 def _same_tree(a: Sequence[Entry], b: Sequence[Entry]) -> bool:
     pairs = [(a, b)]
     while pairs:

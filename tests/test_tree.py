@@ -332,6 +332,19 @@ async def test_continue_from_alternative_keeps_the_reply(config_dir) -> None:  #
         assert new.reply.tokens[0] == first.reply.tokens[0]  # the shared prefix
         assert new.reply.tokens[1].text == first.reply.tokens[1].top[1].text
         assert _bars(app) == ["‹ 2/2 ›"]
+        # the fork point: underlined in the token view, both branches' tokens in the panel
+        view = app.chat._reply_views()[-1]
+        assert view.forks == frozenset({1}) and view.token_view.forks == frozenset({1})
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right")
+        await pilot.pause(0.1)
+        branches = str(app.chat.inspector.query_one(".branches").render())
+        assert branches == (f"branches here: ‹2/2› {new.reply.tokens[1].text!r} · "
+                            f"‹1/2› {first.reply.tokens[1].text!r}")
+        await pilot.press("right")
+        await pilot.pause(0.1)
+        assert not app.chat.inspector.query_one(".branches").display
 
 
 

@@ -38,7 +38,7 @@ from inference.worker import describe_error
 
 from .. import commands, gcpolicy
 from ..chat_commands import AppServices
-from ..conversation import Conversation, Entry, Reply, index_of
+from ..conversation import Conversation, Entry, Reply, fork_points, index_of
 from ..messages import (
     AlternativeChosen,
     FanOutRequested,
@@ -386,6 +386,10 @@ class ChatScreen(Screen[None]):
                              token_mode=self.token_mode, id=ids[0])
             view.raw = self.raw
             view.type_into = self._type_into_prompt
+            try:
+                view.forks = frozenset(fork_points(self.state.conversation, entry))
+            except ValueError:  # no longer in the tree
+                pass
             return [view, *self._sibling_bar(entry)]
 
         def estimate(width: int) -> int:
@@ -752,6 +756,18 @@ class ChatScreen(Screen[None]):
         unit = units[event.unit]
         tokens = view.reply.tokens[unit.start:unit.end + 1]
         self.inspector.show(event.view_id, tokens, event.unit, len(units), position=unit.start)
+        if view.forks and any(unit.start <= p <= unit.end for p in view.forks):
+            self.inspector.show_branches(self._branches_text(found[0], unit.start, unit.end))
+
+    def _branches_text(self, entry: Entry, start: int, end: int) -> str:
+        """The branches that leave ``entry``'s reply within tokens ``start``..``end``, side
+        by side: ``branches here: ‹1/3› ' Hello' · ‹2/3› 'alt1'``."""
+        conv = self.state.conversation
+        n = len(conv.siblings(entry))
+        parts = [f"‹{i + 1}/{n}› {text!r}"
+                 for p, forks in sorted(fork_points(conv, entry).items()) if start <= p <= end
+                 for i, text in forks]
+        return "branches here: " + " · ".join(parts) if parts else ""
 
     def _type_into_prompt(self, text: str, submit: bool) -> None:
         """Text typed in a token view (which takes none) goes to the prompt."""

@@ -289,6 +289,9 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
     ]
 
     cursor: reactive[int | None] = reactive(None, init=False, always_update=True)
+    forks: frozenset[int] = frozenset()
+    """Token positions where a branch of the conversation leaves this reply (issue 18):
+    underlined."""
     """Selected unit index, or None."""
 
     def __init__(self, tokens: Sequence[Token] = (), *, raw: bool = False,
@@ -576,6 +579,8 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
             text = piece.text
             style = base + heat[heat_bin(None if unit.logprob is None else
                                          math.exp(unit.logprob))]
+            if self.forks and any(unit.start <= p <= unit.end for p in self.forks):
+                style += Style(underline=True)
             if piece.unit == cursor:
                 style += cursor_style
                 if not unit.text.strip():  # make a whitespace unit visible (same width)
