@@ -377,6 +377,21 @@ class Conversation:
         del kids[i]
         self._choose(parent, -1 if chosen == i else chosen - (chosen > i))
 
+    def split(self, group: Entry) -> Entry:
+        """Turn the columns of ``group`` (a fan-out) into sibling entries of one reply each,
+        in its place, and go on with its chosen column (what followed the group follows
+        it). The group's node leaves the tree; every reply stays."""
+        parent = self.parent_of(group)
+        kids = self.tops if parent is None else parent.children
+        i = index_of(kids, group)
+        parts = [Entry("assistant", time=group.time, replies=[r]) for r in group.replies]
+        chosen = parts[group.chosen]
+        chosen.children, chosen.active = group.children, group.active
+        kids[i:i + 1] = parts
+        self.deleted.add(group.node)
+        self.select(chosen)
+        return chosen
+
     def delete(self, entry: Entry) -> None:
         """The explicit delete (confirmed by the user): ``entry`` and its branch go, and saves
         may drop them from the file."""

@@ -351,7 +351,8 @@ async def test_continue_from_alternative_keeps_the_reply(config_dir) -> None:  #
 async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
     """``f`` in the token view: the top 3 alternatives at the cursor decoded in one request
     (one prefix, three forced first tokens), streaming as the columns of a new alternative;
-    /pick chooses one; the original reply stays; the file holds everything."""
+    /pick chooses one and the others become its siblings; the original reply stays; the file
+    holds everything."""
     import dataclasses
 
     from chatui.widgets.compare import CompareView
@@ -390,8 +391,11 @@ async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
         await pilot.press("escape")  # from the token view to the prompt
         await send(pilot, app, "/fanout 9")  # refused, one sentence
         await send(pilot, app, "/pick 2")
-        from test_app import notices
-        assert group.chosen == 1 and conv.entries[-1] is group, [str(n.render()) for n in notices(app)]
+        await settle(pilot, app)
+        picked = conv.entries[-1]  # the branch picked, its own entry; the others siblings
+        assert picked.replies == [group.replies[1]] and len(conv.siblings(picked)) == 4
+        assert conv.siblings(picked)[0] is original and _bars(app) == ["‹ 3/4 ›"]
+        assert not app.chat.query(CompareView)
         app.flush_autosaves()
         disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
         assert disk == conv

@@ -128,6 +128,9 @@ class ChatScreen(Screen[None]):
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
+        self._fanouts: set[str] = set()
+        """The node ids of this session's fan-outs not yet picked from (/pick splits them
+        into siblings)."""
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
@@ -837,7 +840,7 @@ class ChatScreen(Screen[None]):
         row j starting with alternative j (the worker's ``first_tokens``, as ``chatui generate
         --fork-at`` does). They stream side by side as the columns of a new alternative to
         the reply (the compare view, each with its token view); /pick or F6 chooses the one
-        to go on with, the others stay."""
+        to go on with, and the others become its siblings (:meth:`Conversation.split`)."""
         found = self._find_view(view_id)
         if found is None:
             return
@@ -874,10 +877,23 @@ class ChatScreen(Screen[None]):
         rows = [Reply(self.state.settings, text=shared.text, tokens=shared.tokens.copy())
                 for _ in range(k)]
         group = self.state.conversation.add_sibling(entry, Entry("assistant", replies=rows))
+        self._fanouts.add(group.node)
         await self.sync_path()
         self.start_reply(group, prefix=prefix, max_new_tokens=left,
                          first_tokens=ids)  # type: ignore[arg-type]
         self.prompt.focus()  # where /pick N (or F6) is typed
+
+    async def _split_fan_out(self, group: Entry) -> None:
+        """/pick on a fan-out: go on with the branch picked, the others its siblings."""
+        conv = self.state.conversation
+        column = group.chosen
+        entry = conv.split(group)
+        await self.sync_path()
+        self.app.notify(f"Continuing with branch {column + 1}; the others are its "
+                        "alternatives (‹ ›).", timeout=3)
+        self.prompt.focus()
+        self.services.save_conversation()
+        self.post_message(ReplyChosen(index_of(conv.entries, entry)))
 
     def _focus_token(self, view: ReplyView, position: int) -> None:
         """Focus ``view``'s token view with its cursor on the token at ``position``."""
@@ -900,6 +916,10 @@ class ChatScreen(Screen[None]):
                              reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:
+        if entry.node in self._fanouts:  # a fan-out's branches become siblings
+            self._fanouts.discard(entry.node)
+            self.call_later(self._split_fan_out, entry)
+            return
         view = self._view_of(entry)
         if isinstance(view, CompareView):
             view.refresh_chosen()
