@@ -306,6 +306,10 @@ class Conversation:
 
     def parent_of(self, entry: Entry) -> Entry | None:
         """The entry before ``entry`` in its branch (None for a top-level one)."""
+        path = self.entries  # the common case, without walking every branch
+        for i, e in enumerate(path):
+            if e is entry:
+                return path[i - 1] if i else None
         for parent, e in walk(self.tops):
             if e is entry:
                 return parent
