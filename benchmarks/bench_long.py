@@ -328,7 +328,7 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                 # loop, then the writer's journal append on its thread (the document was
                 # written by an earlier save of the session)
                 before = chat.conversation.snapshot()
-                del before.entries[-2:]
+                before.truncate(len(before.entries) - 2)
                 writer = AutosaveWriter()
                 writer.write(before, Path(tmp))
                 t0 = time.thread_time()

@@ -12,6 +12,7 @@ import asyncio
 
 import datetime
 import difflib
+import os
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
-from .conversation import Conversation, Entry, ModelRef, Reply
+from .conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
 from .recorder import prefix_of
 
 if TYPE_CHECKING:
@@ -71,6 +72,14 @@ class CommandContext(Protocol):
                                 cleared: bool = False) -> None: ...
 
     async def remove_entry(self, entry: Entry) -> None: ...
+
+    async def rewind(self, entry: Entry) -> None: ...
+
+    async def step_sibling(self, delta: int, entry: Entry | None = None) -> None: ...
+
+    async def sync_path(self) -> None: ...
+
+    def open_tree(self) -> None: ...
 
     def settings_changed(self) -> None: ...
 
@@ -181,7 +190,7 @@ async def cmd_retry(ctx: CommandContext, arg: str = "") -> None:
     if last is None or last.role != "assistant":
         ctx.notice("There is no reply to retry.", "error")
         return
-    await ctx.remove_entry(last)
+    await ctx.rewind(last)  # the reply stays in the tree, as the new one's sibling
     ctx.answer("", again=last)
 
 
@@ -192,9 +201,7 @@ async def cmd_edit(ctx: CommandContext, arg: str = "") -> None:
     if user is None:
         ctx.notice("There is no prompt to edit.", "error")
         return
-    index = conv.entries.index(user)
-    for entry in list(conv.entries[index:]):
-        await ctx.remove_entry(entry)
+    await ctx.rewind(user)  # the prompt and its replies stay in the tree, as a branch
     ctx.put_prompt(user.text)
 
 
@@ -567,7 +574,18 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
     if conv.parent and not home.exists():  # a branch made just now (its file comes next save)
         note = (" Its conversation has gone on since this copy was saved, so it opens as a "
                 "branch: new messages go to a new file and the newer one stays as it is.")
+    elif home.exists() and not _same_file(home, path) \
+            and len(conv.all_entries()) > len(conv.entries):
+        note = (" It opens inside its conversation's tree: the messages saved since stay as "
+                "a branch (‹ › under a message, or /tree), and new ones are saved with them.")
     ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).{note}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 EXPORT_WORDS = {"md": "md", "markdown": "md", "messages": "messages", "json": "messages"}
@@ -596,13 +614,79 @@ async def cmd_export(ctx: CommandContext, arg: str = "") -> None:
     if not ctx.state.conversation.entries:
         ctx.notice("There is nothing to export yet.", "error")
         return
+    words = arg.split()
+    all_branches = "--all" in words
+    if all_branches:
+        arg = " ".join(w for w in words if w != "--all")
     fmt, path = export_target(arg)
     try:
-        written = transcript.export_to_file(ctx.state.conversation, fmt, path)
+        written = transcript.export_to_file(ctx.state.conversation, fmt, path,
+                                            all_branches=all_branches)
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return
     ctx.notice(f"Exported to {written}")
+
+
+# ---- the tree (issue 18) ----
+
+async def cmd_sibling(ctx: CommandContext, arg: str = "") -> None:
+    """``/sibling prev|next`` (Alt+Left/Right): another alternative of the last message that
+    has several."""
+    word = arg.strip().lower() or "next"
+    if word not in ("prev", "previous", "next", "-1", "+1", "1"):
+        ctx.notice(f"/sibling takes prev or next; got {arg.strip()!r}.", "error")
+        return
+    await ctx.step_sibling(-1 if word in ("prev", "previous", "-1") else +1)
+
+
+async def cmd_tree(ctx: CommandContext, arg: str = "") -> None:
+    ctx.open_tree()
+
+
+async def cmd_fanout(ctx: CommandContext, arg: str = "") -> None:
+    """``/fanout [K]``: how many alternatives ``f`` in the token view decodes (2 to 8)."""
+    arg = arg.strip()
+    if arg:
+        if not arg.isdigit() or not 2 <= int(arg) <= 8:
+            ctx.notice(f"/fanout takes a number of branches from 2 to 8; got {arg!r}.",
+                       "error")
+            return
+        ctx.state.fan_k = int(arg)
+    ctx.notice(f"Fan-out: f in the token view decodes the {ctx.state.fan_k} most likely "
+               "tokens at the cursor as branches, side by side (/pick chooses one).")
+
+
+async def cmd_delete(ctx: CommandContext, arg: str = "") -> None:
+    """``/delete``: say what would go; ``/delete yes``: delete the alternative shown at the
+    last message with alternatives, and everything after it (the one thing that removes a
+    reply from the tree and, at the next save, from its file)."""
+    state = ctx.state
+    if state.generating:
+        ctx.notice("A reply is still being generated: press Esc to stop it first.", "error")
+        return
+    conv = state.conversation
+    path = conv.entries
+    entry = next((e for e in reversed(path) if len(conv.siblings(e)) > 1), None)
+    if entry is None:
+        ctx.notice("Only an alternative can be deleted, and no message here has one; "
+                   "/clear starts a new conversation (this one stays saved).", "error")
+        return
+    kids = conv.siblings(entry)
+    n = sum(1 for _ in walk([entry]))
+    what = (f"alternative {index_of(kids, entry) + 1} of {len(kids)} at message "
+            f"{index_of(path, entry) + 1} ({n} message{'s' if n != 1 else ''} with what "
+            "follows it)")
+    if arg.strip().lower() not in ("yes", "y", "confirm"):
+        ctx.notice(f"/delete yes deletes {what}, from the tree and its file; the other "
+                   "alternatives stay.")
+        return
+    conv.delete(entry)
+    if kids:
+        conv.select(kids[-1])
+    await ctx.sync_path()
+    ctx.services.save_conversation()
+    ctx.notice(f"Deleted {what}.")
 
 
 # ---- compare mode (the compare flow does the work) ----

@@ -89,6 +89,17 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 handler=run.cmd_compare),
     CommandSpec("pick", "Continue with column N of the last comparison.", args="N",
                 needs_arg=True, key="F6: next", handler=run.cmd_pick),
+    CommandSpec("sibling", "Show the previous or next alternative of the last message that "
+                "has several (‹ 2/3 ›); the conversation below follows it.",
+                args="prev|next", key="Alt+Left / Alt+Right", handler=run.cmd_sibling),
+    CommandSpec("tree", "The whole conversation as a tree of branches; Enter opens one.",
+                key="F5", handler=run.cmd_tree),
+    CommandSpec("fanout", "Set how many alternatives (2-8, default 3) f in the token view "
+                "decodes as branches in one batch, side by side.", args="[K]",
+                key="f (token view)", handler=run.cmd_fanout),
+    CommandSpec("delete", "Delete the alternative shown (and what follows it) from the tree "
+                "and its file: /delete says what, /delete yes does it.", args="[yes]",
+                handler=run.cmd_delete),
 )
 
 BY_NAME: dict[str, CommandSpec] = {c.name: c for c in COMMANDS}

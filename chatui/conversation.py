@@ -1,6 +1,11 @@
 """The conversation the app shows and transcripts store: plain, mutable, UI-free data.
 
-A conversation is a system prompt and a list of entries. A user entry has text; an assistant
+A conversation is a system prompt and a tree of entries (issue 18): retry, edit,
+continue-from-alternative and opening an older copy add a sibling instead of replacing, so no
+reply is ever lost. Each entry's children are the alternatives for the next message and
+``active`` names the one the conversation goes on with; :attr:`Conversation.entries`, the
+conversation as it is shown and sent to a model, is *derived* from those choices (the chosen
+child at each node, from the top), never kept beside them. A user entry has text; an assistant
 entry has one reply, or several (a comparison group) of which ``chosen`` continues the chat.
 An assistant entry's text is derived from its chosen reply (never copied, so never stale).
 """
@@ -101,6 +106,18 @@ class Entry:
     time: float = field(default_factory=time.time)
     replies: list[Reply] = field(default_factory=list)
     chosen: int = 0
+    node: str = field(default_factory=lambda: new_node_id(), compare=False)
+    """The entry's id in the tree (stable across saves: journal lines name the nodes they
+    change). Not part of equality: two entries saying the same thing are equal."""
+    children: list[Entry] = field(default_factory=list, compare=False, repr=False)
+    """The alternatives for the next message, oldest first."""
+    active: int = field(default=-1, compare=False)
+    """The child the conversation goes on with (-1: it ends here, e.g. after /edit)."""
+
+    @property
+    def next(self) -> Entry | None:
+        """The chosen child (None: the conversation ends here)."""
+        return self.children[self.active] if 0 <= self.active < len(self.children) else None
 
     @property
     def reply(self) -> Reply | None:
@@ -144,6 +161,92 @@ def entry_message(entry: Entry) -> Message:
     return Message(entry.role, entry.content, reply.reasoning if reply is not None else "")
 
 
+def new_node_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def index_of(items: Sequence[Entry], entry: Entry) -> int:
+    """The place of ``entry`` in ``items`` by identity (``list.index`` compares entries by
+    what they say, and two alternatives may say the same)."""
+    for i, e in enumerate(items):
+        if e is entry:
+            return i
+    raise ValueError("the entry is not there")
+
+
+def walk(tops: Sequence[Entry]) -> Iterable[tuple[Entry | None, Entry]]:
+    """Every entry of a tree as (parent, entry), parents before children (no recursion: a
+    conversation hundreds of messages deep is as deep a tree)."""
+    stack: list[tuple[Entry | None, Entry]] = [(None, e) for e in reversed(tops)]
+    while stack:
+        parent, entry = stack.pop()
+        yield parent, entry
+        stack.extend((entry, c) for c in reversed(entry.children))
+
+
+def copy_tree(tops: Sequence[Entry]) -> list[Entry]:
+    """A copy of a tree that later changes do not reach (token columns copied, node ids and
+    choices kept)."""
+    copies: dict[int, Entry] = {}
+    out: list[Entry] = []
+    for parent, e in walk(tops):
+        c = replace(e, replies=[replace(r, tokens=r.tokens.copy()) for r in e.replies],
+                    children=[], node=e.node, active=e.active)
+        copies[id(e)] = c
+        (out if parent is None else copies[id(parent)].children).append(c)
+    return out
+
+
+def branch_stats(entry: Entry) -> tuple[str, float | None, int]:
+    """What the tree view and ``‹ 2/3 ›`` say of a branch starting at ``entry``: its first
+    words, the mean logprob of its (chosen) reply, and its length: tokens for a reply, words
+    for a prompt."""
+    words = " ".join(entry.text.split()[:8])
+    reply = entry.reply
+    if reply is not None:
+        return words, reply.mean_logprob, len(reply.tokens)
+    return words, None, len(entry.text.split())
+
+
+def fork_points(conv: Conversation, entry: Entry) -> dict[int, list[tuple[int, str]]]:
+    """Where branches leave ``entry``'s reply (continue-from-alternative, fan-out): for each
+    token position, the branches that share the reply's tokens before it and differ there,
+    as (sibling index, their token's text), the reply's own first. A sibling with nothing in
+    common (a plain retry) is no fork."""
+    reply = entry.reply
+    if reply is None:
+        return {}
+    mine = _records(reply.tokens)
+    kids = conv.siblings(entry)
+    own = index_of(kids, entry)
+    out: dict[int, list[tuple[int, str]]] = {}
+    for i, sibling in enumerate(kids):
+        for r in sibling.replies:
+            if r is reply:
+                continue
+            other = _records(r.tokens)
+            n = min(len(mine), len(other))
+            p = next((j for j in range(n) if mine.text_at(j) != other.text_at(j)
+                      or mine[j].id != other[j].id), None)
+            if not p:  # nothing shared, or one is the other's start
+                continue
+            out.setdefault(p, [(own, mine.text_at(p))]).append((i, other.text_at(p)))
+    return out
+
+
+def _same_tree(a: Sequence[Entry], b: Sequence[Entry]) -> bool:
+    pairs = [(a, b)]
+    while pairs:
+        xs, ys = pairs.pop()
+        if len(xs) != len(ys):
+            return False
+        for x, y in zip(xs, ys):
+            if not (x == y and x.active == y.active):
+                return False
+            pairs.append((x.children, y.children))
+    return True
+
+
 @dataclass
 class ModelRef:
     """Which model made a conversation (as recorded in a transcript)."""
@@ -156,15 +259,18 @@ class ModelRef:
     url: str = ""
 
 
-@dataclass
+@dataclass(init=False, eq=False)
 class Conversation:
-    """A whole chat."""
+    """A whole chat: a tree of entries and the choices that make its path."""
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     created: float = field(default_factory=time.time)
     title: str = ""
     system_prompt: str = ""
-    entries: list[Entry] = field(default_factory=list)
+    tops: list[Entry] = field(default_factory=list)
+    """The first messages: the tree's top level (alternatives for the first message)."""
+    top: int = -1
+    """The top-level entry the conversation starts with (-1: it is empty)."""
     model: ModelRef = field(default_factory=ModelRef)
     parent: str = ""
     """The id of the conversation this one is a branch of ("" for none): a branch is made when
@@ -174,13 +280,171 @@ class Conversation:
     mode: str = "chat"
     """"chat", or "raw": a notebook's continuation (raw mode; the user message is the text
     continued, as plain text with no chat template)."""
+    deleted: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Node ids the user deleted (an explicit delete, confirmed): the only messages a save
+    may drop from a file."""
+
+    def __init__(self, id: str | None = None, created: float | None = None, title: str = "",
+                 system_prompt: str = "", tops: list[Entry] | None = None, top: int = -1,
+                 model: ModelRef | None = None, parent: str = "", branched_at: int = 0,
+                 deleted: set[str] | None = None, *,
+                 entries: Sequence[Entry] = (), mode: str = "chat") -> None:
+        """The dataclass's fields, and ``entries``: a conversation with one branch whose
+        path is those entries (each the chosen child of the one before)."""
+        self.id = id if id is not None else uuid.uuid4().hex[:12]
+        self.created = created if created is not None else time.time()
+        self.title = title
+        self.system_prompt = system_prompt
+        self.tops = tops if tops is not None else []
+        self.top = top
+        self.model = model if model is not None else ModelRef()
+        self.parent = parent
+        self.branched_at = branched_at
+        self.deleted = deleted if deleted is not None else set()
+        self.mode = mode
+        for e in entries:
+            self.append(e)
+
+    def __eq__(self, other: object) -> bool:
+        """The same fields and the same tree: every entry equal, with its children and
+        choices (node ids aside: two trees that say the same are equal)."""
+        if not isinstance(other, Conversation):
+            return NotImplemented
+        return ((self.id, self.created, self.title, self.system_prompt, self.top, self.model,
+                 self.parent, self.branched_at, self.mode)
+                == (other.id, other.created, other.title, other.system_prompt, other.top,
+                    other.model, other.parent, other.branched_at, other.mode)
+                and _same_tree(self.tops, other.tops))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ---- the path (derived) and the tree ----
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        """The conversation as shown and sent: from the top, the chosen child at each node.
+        A tuple: change the tree through the methods below."""
+        out: list[Entry] = []
+        e = self.tops[self.top] if 0 <= self.top < len(self.tops) else None
+        while e is not None:
+            out.append(e)
+            e = e.next
+        return tuple(out)
+
+    def all_entries(self) -> list[Entry]:
+        """Every entry of every branch, parents before children."""
+        return [e for _, e in walk(self.tops)]
+
+    def parent_of(self, entry: Entry) -> Entry | None:
+        """The entry before ``entry`` in its branch (None for a top-level one)."""
+        path = self.entries  # the common case, without walking every branch
+        for i, e in enumerate(path):
+            if e is entry:
+                return path[i - 1] if i else None
+        for parent, e in walk(self.tops):
+            if e is entry:
+                return parent
+        raise ValueError("the entry is not in this conversation")
+
+    def siblings(self, entry: Entry) -> list[Entry]:
+        """``entry`` and its alternatives (the children of its parent), oldest first."""
+        parent = self.parent_of(entry)
+        return self.tops if parent is None else parent.children
+
+    def _choose(self, parent: Entry | None, index: int) -> None:
+        if parent is None:
+            self.top = index
+        else:
+            parent.active = index
+
+    def append(self, entry: Entry) -> Entry:
+        """Add ``entry`` after the last message (a new child of it, chosen)."""
+        path = self.entries
+        parent = path[-1] if path else None
+        kids = self.tops if parent is None else parent.children
+        kids.append(entry)
+        self._choose(parent, len(kids) - 1)
+        return entry
+
+    def add_sibling(self, of: Entry, entry: Entry) -> Entry:
+        """Add ``entry`` as an alternative to ``of`` and go on with it."""
+        parent = self.parent_of(of)
+        kids = self.tops if parent is None else parent.children
+        kids.append(entry)
+        self._choose(parent, len(kids) - 1)
+        return entry
+
+    def rewind(self, entry: Entry) -> None:
+        """End the conversation before ``entry`` (kept, with what follows, as a branch):
+        what /retry and /edit do before the new reply or prompt is added as its sibling."""
+        self._choose(self.parent_of(entry), -1)
+
+    def select(self, entry: Entry) -> None:
+        """Go on with ``entry``: every node above it chooses the branch that leads to it
+        (below it, its own choices stand)."""
+        chain: list[Entry] = []
+        parent_of: dict[int, Entry | None] = {id(e): p for p, e in walk(self.tops)}
+        if id(entry) not in parent_of:
+            raise ValueError("the entry is not in this conversation")
+        node: Entry | None = entry
+        while node is not None:
+            chain.append(node)
+            node = parent_of[id(node)]
+        chain.reverse()
+        self.top = index_of(self.tops, chain[0])
+        for a, b in zip(chain, chain[1:]):
+            a.active = index_of(a.children, b)
+
+    def step_sibling(self, entry: Entry, delta: int) -> Entry:
+        """The sibling ``delta`` places from ``entry`` (clamped), chosen."""
+        kids = self.siblings(entry)
+        i = max(0, min(len(kids) - 1, index_of(kids, entry) + delta))
+        self.select(kids[i])
+        return kids[i]
+
+    def discard(self, entry: Entry) -> None:
+        """Take ``entry`` (and what follows it) out of the tree: for a message that never
+        got anything (a failed send given back to the prompt box) and the explicit delete."""
+        parent = self.parent_of(entry)
+        kids = self.tops if parent is None else parent.children
+        i = index_of(kids, entry)
+        chosen = self.top if parent is None else parent.active
+        del kids[i]
+        self._choose(parent, -1 if chosen == i else chosen - (chosen > i))
+
+    def split(self, group: Entry) -> Entry:
+        """Turn the columns of ``group`` (a fan-out) into sibling entries of one reply each,
+        in its place, and go on with its chosen column (what followed the group follows
+        it). The group's node leaves the tree; every reply stays."""
+        parent = self.parent_of(group)
+        kids = self.tops if parent is None else parent.children
+        i = index_of(kids, group)
+        parts = [Entry("assistant", time=group.time, replies=[r]) for r in group.replies]
+        chosen = parts[group.chosen]
+        chosen.children, chosen.active = group.children, group.active
+        kids[i:i + 1] = parts
+        self.deleted.add(group.node)
+        self.select(chosen)
+        return chosen
+
+    def delete(self, entry: Entry) -> None:
+        """The explicit delete (confirmed by the user): ``entry`` and its branch go, and saves
+        may drop them from the file."""
+        self.deleted.update(e.node for _, e in walk([entry]))
+        self.discard(entry)
+
+    def truncate(self, at: int) -> None:
+        """Keep only the first ``at`` messages of the path (the rest leave the tree, as a
+        rewritten copy of a conversation would have them)."""
+        path = self.entries
+        if at < len(path):
+            self.discard(path[at])
 
     def snapshot(self) -> Conversation:
         """A copy that later changes to this conversation do not reach (the token columns
         are copied): what a save on another thread writes."""
-        return replace(self, model=replace(self.model), entries=[
-            replace(e, replies=[replace(r, tokens=r.tokens.copy()) for r in e.replies])
-            for e in self.entries])
+        return replace(self, model=replace(self.model), tops=copy_tree(self.tops),
+                       deleted=set(self.deleted))
 
     def messages(self) -> tuple[Message, ...]:
         """The role/content messages to send to a model (system prompt first if any)."""
@@ -193,19 +457,15 @@ class Conversation:
 
     def add_user(self, text: str) -> Entry:
         entry = Entry("user", text)
-        self.entries.append(entry)
+        self.append(entry)
         if not self.title:
             self.title = text.strip().splitlines()[0][:80] if text.strip() else ""
         return entry
 
     def add_assistant(self, settings: list[SamplingParams]) -> Entry:
         entry = Entry("assistant", replies=[Reply(s) for s in settings])
-        self.entries.append(entry)
+        self.append(entry)
         return entry
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.title = ""
 
     @property
     def last_user(self) -> Entry | None:

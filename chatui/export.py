@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from typing import Sequence
 
 from inference.settings import SamplingParams
 
@@ -120,8 +121,35 @@ def _assistant(entry: Entry) -> list[str]:
     return out
 
 
-def export_markdown(conv: Conversation) -> str:
-    """Readable Markdown: title, model, system prompt, then each message.
+def leaf_paths(conv: Conversation) -> list[tuple[Entry, ...]]:
+    """Every branch of the tree, as the path from the first message to its last (one per
+    message with no children), oldest first."""
+    out: list[tuple[Entry, ...]] = []
+    stack: list[tuple[Entry, ...]] = [(e,) for e in reversed(conv.tops)]
+    while stack:
+        path = stack.pop()
+        kids = path[-1].children
+        if not kids:
+            out.append(path)
+        stack.extend(path + (k,) for k in reversed(kids))
+    return out
+
+
+def _messages_md(entries: Sequence[Entry], level: str = "##") -> list[str]:
+    lines: list[str] = []
+    for e in entries:
+        if e.role == "user":
+            lines += [f"{level} User", "", _visible(e.text), ""]
+        else:
+            lines += [x.replace("## ", f"{level} ", 1) if x.startswith("## ") else x
+                      for x in _assistant(e)]
+    return lines
+
+
+def export_markdown(conv: Conversation, *, all_branches: bool = False) -> str:
+    """Readable Markdown: title, model, system prompt, then each message of the chosen
+    path; with ``all_branches``, then every other branch from where it leaves the path
+    (``/export md --all``).
 
     Comparison groups show every column with its settings and which one was chosen; each
     reply ends with a small stats line (tokens, tokens/s, time to first token, perplexity).
@@ -141,11 +169,19 @@ def export_markdown(conv: Conversation) -> str:
     lines += ["  \n".join(meta), ""]
     if conv.system_prompt:
         lines += ["## System", "", _visible(conv.system_prompt), ""]
-    for e in conv.entries:
-        if e.role == "user":
-            lines += ["## User", "", _visible(e.text), ""]
-        else:
-            lines += _assistant(e)
+    path = conv.entries
+    lines += _messages_md(path)
+    if all_branches:
+        n = 0
+        for branch in leaf_paths(conv):
+            at = next((i for i, (a, b) in enumerate(zip(branch, path)) if a is not b),
+                      min(len(branch), len(path)))
+            if at == len(branch):
+                continue  # the chosen path, or a part of it
+            n += 1
+            where = f"after message {at}" if at else "at the first message"
+            lines += ["---", "", f"## Branch {n} (leaves the conversation {where})", ""]
+            lines += _messages_md(branch[at:], "###")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

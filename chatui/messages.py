@@ -57,6 +57,15 @@ class TokenSelected(Message):
 
 
 @dataclass
+class FanOutRequested(Message):
+    """The user asked to decode the top alternatives at ``token_index`` as branches in one
+    batch (``f`` in the token view)."""
+
+    view_id: str
+    token_index: int
+
+
+@dataclass
 class AlternativeChosen(Message):
     """The user asked to regenerate a reply from ``token_index`` with alternative ``alt_rank``."""
 

@@ -78,6 +78,8 @@ class ChatState:
     armed: ArmedComparison | None = None
     last_columns: tuple[str, ...] = DEFAULT_COLUMNS
     job: Job | None = None
+    fan_k: int = 3
+    """How many alternatives ``f`` in the token view decodes as branches (``/fanout K``)."""
     history: list[Any] = field(default_factory=list)
     """The last ``/history`` listing (``/load N`` opens its N-th)."""
     thinking: bool | None = None

@@ -168,7 +168,7 @@ async def test_clear_empties_conversation_and_engine_cache():
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "hello")
         await send(pilot, app, "/clear")
-        assert app.chat.conversation.entries == []
+        assert app.chat.conversation.entries == ()
         assert not replies(app) and not list(app.chat.query(UserMessage))
         assert app.holder["backend"].resets == 1
         assert app.chat.status.context_used == 0
@@ -201,7 +201,7 @@ async def test_edit_puts_last_prompt_back():
         await send(pilot, app, "first")
         await send(pilot, app, "/edit")
         assert app.chat.prompt.text == "first"
-        assert app.chat.conversation.entries == []
+        assert app.chat.conversation.entries == ()
 
 
 async def test_continue_after_length_limit_appends_to_same_reply():
@@ -258,7 +258,7 @@ async def test_unknown_command_says_so_and_suggests():
         await send(pilot, app, "/retyr")
         text = str(notices(app, "error")[-1].render())
         assert "Unknown command /retyr" in text and "/retry" in text
-        assert app.chat.conversation.entries == []  # never sent to the model
+        assert app.chat.conversation.entries == ()  # never sent to the model
         assert not app.holder["backend"].requests  # never sent to the model
 
 
@@ -385,7 +385,9 @@ async def test_token_view_keeps_the_space_where_a_line_breaks():
         app.screen.selections = {}
 
 
-async def test_continue_from_alternative_replaces_reply():
+async def test_continue_from_alternative_adds_a_sibling():
+    """Issue 18: the reply continued from an alternative is a new sibling sharing the
+    prefix; the original stays in the tree (‹ 1/2 ›)."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "hello")
@@ -398,10 +400,17 @@ async def test_continue_from_alternative_replaces_reply():
         request = app.holder["backend"].requests[-1]
         assert request.prefix is not None
         assert request.prefix.text == "You said:alt1"
+        original = view.reply
+        assert original.tokens[2].text != "alt1" and not original.text.startswith(
+            "You said:alt1")
+        view = replies(app)[0]
+        tv = view.token_view
         reply = view.reply
-        assert reply.tokens[2].text == "alt1"
+        assert reply.tokens[2].text == "alt1" and reply.tokens[:2] == original.tokens[:2]
         assert reply.text.startswith("You said:alt1You said:")  # scripted ignores the prefix
         assert len(app.chat.conversation.entries) == 2 and len(replies(app)) == 1
+        conv = app.chat.conversation
+        assert [e.reply for e in conv.siblings(conv.entries[-1])] == [original, reply]
         assert tv.units and tv.tokens == reply.tokens
         assert tv.tokens is not reply.tokens  # the view keeps its own list
 
@@ -489,7 +498,7 @@ async def test_generation_failure_gives_prompt_back():
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "hello")
         assert "out of memory" in str(notices(app, "error")[-1].render())
-        assert app.chat.conversation.entries == []
+        assert app.chat.conversation.entries == ()
         assert app.chat.prompt.text == "hello"
 
 

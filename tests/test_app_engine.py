@@ -140,6 +140,8 @@ async def test_continue_from_alternative_is_token_exact(engine_app):
         await settle(pilot, app)
         request = app.holder["backend"].requests[-1]
         assert request.prefix.token_ids == tuple(t.id for t in before) + (alt.id,)
+        original, reply = reply, app.chat.conversation.entries[-1].reply  # a sibling (issue 18)
+        assert original.tokens[position].id != alt.id
         assert reply.tokens[:position] == before
         assert reply.tokens[position].id == alt.id
         assert reply.finish_reason in ("stop", "length")
@@ -162,3 +164,39 @@ async def test_status_line_names_the_weights_quantization(tiny_ckpt, tmp_path, m
             assert model.endswith("· cpu · int8 weights, fp32 compute")
         else:
             assert model.endswith("· cpu · bf16")
+
+
+async def test_fan_out_decodes_the_alternatives_as_branches(engine_app):
+    """``f`` in the token view with the real engine: one request whose rows start with the
+    top 3 alternatives at the cursor (forced first tokens, their real logprobs), after the
+    reply's tokens before it; /pick keeps the others as siblings (issue 18)."""
+    app = engine_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        reply = app.chat.conversation.entries[-1].reply
+        assert len(reply.tokens) >= 4
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "right")
+        await pilot.pause(0.1)
+        tv = replies(app)[0].token_view
+        position = tv.units[tv.cursor].start
+        alts = reply.tokens[position].top[:3]
+        await pilot.press("f")
+        await settle(pilot, app)
+        request = app.holder["backend"].requests[-1]
+        assert request.first_tokens == tuple(a.id for a in alts)
+        assert request.prefix.token_ids == tuple(t.id for t in reply.tokens[:position])
+        group = app.chat.conversation.entries[-1]
+        assert len(group.replies) == 3
+        for row, alt in zip(group.replies, alts):
+            assert row.tokens[:position] == reply.tokens[:position]
+            assert row.tokens[position].id == alt.id
+            assert abs(row.tokens[position].logprob - alt.logprob) < 1e-4
+            assert row.finish_reason in ("stop", "length")
+        await pilot.press("escape")
+        await send(pilot, app, "/pick 3")
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        assert conv.entries[-1].reply is group.replies[2]
+        assert len(conv.siblings(conv.entries[-1])) == 4

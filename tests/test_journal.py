@@ -314,7 +314,10 @@ def test_opening_through_the_autosaver_needs_no_reading_back(
     copy = tmp_path / "copy.json"
     save_transcript(written[0], copy)
     monkeypatch.undo()
-    assert saver.open(copy, tmp_path).parent == "jj"  # an older copy opens as a branch
+    opened = saver.open(copy, tmp_path)  # an older copy opens in its home's tree (issue 18)
+    assert opened.id == "jj" and opened.parent == ""
+    assert opened.entries == written[0].entries and len(opened.all_entries()) == len(
+        conv.all_entries())
 
 
 def test_the_writer_forgets_conversations_that_are_gone(tmp_path: Path) -> None:

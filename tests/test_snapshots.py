@@ -128,3 +128,34 @@ async def test_raw_mode_notebook():
             await pilot.pause(0.01)
         await pilot.press("ctrl+t", "home", "right")  # tokens: select the 2nd one
     await snapshot("raw_mode_notebook", run_before)
+
+
+async def _command(pilot, text: str) -> None:
+    """Type a slash command (or message) and wait until any reply it starts has ended."""
+    app = pilot.app
+    app.chat.prompt.text = text
+    await pilot.press("enter")
+    for _ in range(300):
+        if not app.chat.generating:
+            break
+        await pilot.pause(0.01)
+    await app.workers.wait_for_complete()
+
+
+async def test_sibling_bar():
+    async def run_before(pilot):
+        await _chat(pilot)
+        await _command(pilot, "/retry")  # a second reply, the first kept: ‹ 2/2 ›
+        await _command(pilot, "/retry")  # ‹ 3/3 ›
+        await pilot.press("alt+left")  # back to the second: ‹ 2/3 ›
+        await pilot.pause(0.1)
+    await snapshot("sibling_bar", run_before)
+
+
+async def test_tree_view():
+    async def run_before(pilot):
+        await _chat(pilot)
+        await _command(pilot, "/retry")  # the first reply stays as a branch
+        await _command(pilot, "And a follow-up question")
+        await pilot.press("f5")  # the tree view
+    await snapshot("tree_view", run_before)

@@ -30,7 +30,7 @@ STEPS = 40
 
 def _texts(conv: Conversation) -> set[str]:
     out = set()
-    for e in conv.entries:
+    for e in conv.all_entries():  # every branch (issue 18)
         out.add(e.text) if e.role == "user" else out.update(r.text for r in e.replies)
     return out
 
@@ -96,7 +96,7 @@ class World:
 
     def edit(self) -> None:
         if len(self.conv.entries) >= 2:
-            del self.conv.entries[-2:]
+            self.conv.truncate(len(self.conv.entries) - 2)
 
     def save_as(self) -> None:
         if self.conv.entries:

@@ -473,7 +473,7 @@ def test_version_1_is_migrated(tmp_path: Path) -> None:
     assert reply.tokens[0].top == (Alternative(15496, "Hello", -0.5),)
     assert conv.title == "Old chat" and conv.model.dtype == "float32"
     save_transcript(conv, path)
-    assert json.loads(path.read_text())["version"] == FORMAT_VERSION == 2
+    assert json.loads(path.read_text())["version"] == FORMAT_VERSION == 3
     assert "settings" in json.loads(path.read_text())["messages"][1]["replies"][0]
     assert load_transcript(path) == conv
 
@@ -796,11 +796,31 @@ def _texts(conv: Conversation) -> list[str]:
     return [e.content for e in conv.entries]
 
 
-@pytest.mark.parametrize("opener", ["load_transcript", "open_transcript"])
-def test_a_loaded_older_copy_never_rewinds_its_original(tmp_path: Path, opener: str) -> None:
-    """Issue 14: /save ~/snap.json after one exchange, a second exchange, /load ~/snap.json,
-    quit. Through the app's calls of today (load_transcript, then the autosaver) and through
-    open_transcript."""
+def test_an_older_copy_opens_in_its_home_tree(tmp_path: Path) -> None:
+    """Issue 18: open_transcript of an older copy (what /load does) gives the home's tree with
+    the copy's path: the newer messages stay as a branch, going on adds a sibling, and the
+    home's file keeps everything (no file of its own)."""
+    data, snap = tmp_path / "data", tmp_path / "snap.json"
+    conv = Conversation()
+    _exchange(conv, "one")
+    save_transcript(conv, snap)
+    _exchange(conv, "two")
+    home = autosave(conv, data)
+    opened = tr.open_transcript(snap, data)
+    assert opened.id == conv.id and opened.parent == ""
+    assert _texts(opened) == ["Q one", "A one"]
+    _exchange(opened, "three")
+    assert autosave(opened, data) == home
+    back = load_transcript(home)
+    assert _texts(back) == ["Q one", "A one", "Q three", "A three"]
+    assert [e.text for e in back.entries[1].children] == ["Q two", "Q three"]
+    assert len(list_transcripts(data)) == 1
+
+
+def test_a_loaded_older_copy_never_rewinds_its_original(tmp_path: Path) -> None:
+    """Issue 14: /save ~/snap.json after one exchange, a second exchange, a copy read without
+    its home (load_transcript), then autosaved: it becomes a branch with a file of its own."""
+    opener = "load_transcript"
     from chatui.autosaver import Autosaver
 
     data, snap = tmp_path / "data", tmp_path / "snap.json"
@@ -865,7 +885,7 @@ def test_autosave_branches_instead_of_dropping_messages(tmp_path: Path) -> None:
     again.entries[-1].replies[0] = Reply(SamplingParams(), text="A two, again and more")
     assert autosave(again, tmp_path) == path and again.id == retried.id
     edited = conv.snapshot()
-    del edited.entries[2:]  # /edit of the second prompt
+    edited.truncate(2)  # a copy rewritten from the second prompt on
     edited.add_user("Q two, edited")
     other = autosave(edited, tmp_path)
     assert other not in (home, path) and edited.parent == original and edited.branched_at == 2
@@ -924,7 +944,7 @@ def test_save_as_never_replaces_a_file_holding_more(tmp_path: Path) -> None:
     _exchange(conv, "two")
     save_transcript(conv, path)  # a newer version: fine
     older = load_transcript(path)
-    del older.entries[2:]
+    older.truncate(2)
     with pytest.raises(TranscriptError, match=r"it holds messages this conversation does not"):
         save_transcript(older, path)
     notes = tmp_path / "notes.json"

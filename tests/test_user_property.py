@@ -1,7 +1,10 @@
 """Issue 14's promise, checked by random use of the app: whatever a user does (send, stop,
 retry, edit, save a copy, load a copy or a listed conversation, delete from the history,
 compare and pick, clear, quit and come back), every message that was ever completed is still on
-disk in some transcript, and every transcript on disk loads.
+disk in some transcript, and every transcript on disk loads. Issue 18's: with continuing from
+an alternative token, sibling navigation (/sibling prev, /sibling next) and opening branches from the tree
+view too, every reply completed in the conversation open is in its tree (reachable on
+screen), and the screen shows exactly the conversation's path.
 
 The app runs under the pilot with a scripted engine whose every reply is unique, so a text
 found on disk can only be that reply. The store-level twin (``test_store_property.py``) drives
@@ -22,7 +25,7 @@ from test_app import config_dir, make_app, send, settle, tap  # noqa: F401
 SEEDS = range(4)
 STEPS = 14
 ACTIONS = ("send", "send", "send", "stop", "retry", "edit", "save", "load", "history_load",
-           "delete", "compare", "clear", "quit")
+           "delete", "compare", "clear", "quit", "fork", "prev", "next", "tree")
 
 
 def _all_texts(folders: list[Path]) -> tuple[set[str], list[str]]:
@@ -37,7 +40,7 @@ def _all_texts(folders: list[Path]) -> tuple[set[str], list[str]]:
             except tr.TranscriptError as exc:
                 broken.append(f"{path}: {exc}")
                 continue
-            for entry in conv.entries:
+            for entry in conv.all_entries():  # every branch of the tree (issue 18)
                 if entry.role == "user":
                     texts.add(entry.text)
                 texts.update(r.text for r in entry.replies)
@@ -59,6 +62,8 @@ async def test_random_use_never_loses_a_completed_message(seed, tmp_path, config
         return make_app(reply, delay_s=0.004)
 
     app = fresh_app()
+    here: set[str] = set()
+    """The replies completed in the conversation open now: all in its tree (on screen)."""
     data = None
     step = 0
     while step < STEPS:
@@ -114,8 +119,42 @@ async def test_random_use_never_loses_a_completed_message(seed, tmp_path, config
                         await send(pilot, app, f"/history delete {rng.randint(1, len(listed))}")
                 elif action == "clear":
                     await send(pilot, app, "/clear")
+                    here.clear()
+                elif action == "fork":  # continue from an alternative token (a sibling)
+                    views = [v for v in app.chat._reply_views() if len(v.reply.tokens) > 2]
+                    if views:
+                        view = views[-1]
+                        await app.chat.continue_from_alternative(
+                            view.id, rng.randrange(len(view.reply.tokens) - 1),
+                            rng.randint(1, 2))
+                        await settle(pilot, app)
+                        last = conv.entries[-1] if conv.entries else None
+                        if last is not None and last.role == "assistant":
+                            completed.update(r.text for r in last.replies
+                                             if r.finish_reason in ("stop", "length"))
+                elif action in ("prev", "next"):
+                    await send(pilot, app, f"/sibling {action}")
+                elif action == "tree":  # the tree view: open a random branch
+                    await pilot.press("f4")
+                    await pilot.pause()
+                    nodes = [e.node for e in conv.all_entries()]
+                    app.screen.dismiss(rng.choice(nodes) if nodes else None)
+                    await settle(pilot, app)
+                    await pilot.pause()
                 elif action == "quit":
                     break
+                if action in ("load", "history_load"):
+                    here.clear()
+                conv = app.chat.state.conversation
+                for entry in conv.entries:
+                    if entry.role == "assistant":
+                        here.update(r.text for r in entry.replies
+                                    if r.finish_reason in ("stop", "length"))
+                in_tree = {r.text for e in conv.all_entries() for r in e.replies}
+                assert here <= in_tree, f"step {step} ({action}): not in the tree"
+                shown = [i.key for i in app.chat.window.items if i.tag == "reply"]
+                assert shown == [e for e in conv.entries if e.role == "assistant"
+                                 and e.replies], f"step {step} ({action}): screen != path"
                 app.flush_autosaves()
                 texts, broken = _all_texts([data, copies])
                 assert not broken, f"step {step} ({action}): files that do not load: {broken}"
@@ -125,3 +164,4 @@ async def test_random_use_never_loses_a_completed_message(seed, tmp_path, config
         texts, broken = _all_texts([data, copies])
         assert not broken and not (completed - texts), (broken, completed - texts)
         app = fresh_app()
+        here.clear()

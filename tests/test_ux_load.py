@@ -8,6 +8,7 @@ import pytest
 
 from chatui.textual_compat.testing import render_screen
 from chatui.widgets.reply import ReplyView
+from chatui.widgets.items import SiblingBar
 from test_app import config_dir, make_app, notices, send  # noqa: F401
 
 RICH = """# Heading
@@ -57,11 +58,12 @@ async def test_a_loaded_conversation_is_drawn_in_full(tmp_path, size):
         assert "Heading" in shown
 
 
-async def test_loading_an_older_copy_opens_a_branch_and_keeps_the_newer_conversation(
+async def test_loading_an_older_copy_adds_a_sibling_and_keeps_the_newer_conversation(
         tmp_path, config_dir):  # noqa: F811
-    """Issue 14, section 1, through the app: /save a copy after one exchange, go on, /load the
-    copy, go on, quit. The conversation's own file still holds both exchanges; the copy's
-    continuation lives in a branch whose parent is the conversation; the user is told."""
+    """Issue 14, section 1, and issue 18, through the app: /save a copy after one exchange, go
+    on, /load the copy, go on, quit. The conversation's own file holds both exchanges and the
+    copy's continuation, as alternatives after the first answer (no file of its own); the
+    user is told."""
     import chatui.transcript as tr
 
     app = make_app(lambda r, row: "an answer")
@@ -73,13 +75,15 @@ async def test_loading_an_older_copy_opens_a_branch_and_keeps_the_newer_conversa
         await send(pilot, app, f"/load {tmp_path / 'copy.json'}")
         await pilot.pause(0.2)
         told = " ".join(str(n.render()) for n in notices(app))
-        assert "opens as a branch" in told, told
-        assert app.chat.state.conversation.id != original
+        assert "opens inside its conversation's tree" in told, told
+        conv = app.chat.state.conversation
+        assert conv.id == original and [e.text for e in conv.entries] == ["first", "an answer"]
         await send(pilot, app, "third")
+        assert "‹ 2/2 ›" in [str(b.render()) for b in app.chat.query(SiblingBar)]
     directory = app.config.transcripts_dir()
     directory = directory if directory is not None else tr.data_dir()
-    convs = {c.id: c for c in (tr.load_transcript(p) for p in directory.glob("*.json"))}
-    assert [e.text for e in convs[original].entries] == ["first", "an answer", "second",
-                                                         "an answer"]
-    (branch,) = [c for c in convs.values() if c.parent == original]
-    assert [e.text for e in branch.entries] == ["first", "an answer", "third", "an answer"]
+    convs = [tr.load_transcript(p) for p in directory.glob("*.json")]
+    assert [c.id for c in convs] == [original]
+    home = convs[0]
+    assert [e.text for e in home.entries] == ["first", "an answer", "third", "an answer"]
+    assert [e.text for e in home.tops[0].children[0].children] == ["second", "third"]

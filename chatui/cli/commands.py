@@ -458,6 +458,9 @@ def export(
     output: Annotated[Optional[Path], typer.Option(
         "--output", help="Output file, or a folder to write it into under the conversation's "
                          "name (default: stdout).")] = None,
+    all_branches: Annotated[bool, typer.Option(
+        "--all", help="Markdown with every branch of the conversation's tree after the chosen "
+                      "path (default: the chosen path only).")] = False,
 ) -> None:
     """Export a transcript as Markdown or as plain role/content messages JSON."""
     from ..transcript import (TranscriptError, export_markdown, export_messages, export_to_file,
@@ -465,6 +468,8 @@ def export(
 
     if fmt not in ("md", "messages"):
         fail(f"unknown format {fmt!r}; choose md or messages")
+    if all_branches and fmt != "md":
+        fail("--all writes every branch as Markdown only; use --format md")
     try:
         conv = load_transcript(transcript)
     except TranscriptError as exc:
@@ -476,12 +481,12 @@ def export(
             fail(exc)
     if output is None:
         if fmt == "md":
-            sys.stdout.write(export_markdown(conv))
+            sys.stdout.write(export_markdown(conv, all_branches=all_branches))
         else:
             sys.stdout.write(json.dumps(export_messages(conv), ensure_ascii=False, indent=2) + "\n")
         return
     try:
-        written = export_to_file(conv, fmt, output)
+        written = export_to_file(conv, fmt, output, all_branches=all_branches)
     except (TranscriptError, OSError) as exc:
         fail(exc)
     print(f"wrote {written}", file=sys.stderr)

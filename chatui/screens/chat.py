@@ -38,9 +38,10 @@ from inference.worker import describe_error
 
 from .. import commands, gcpolicy
 from ..chat_commands import AppServices
-from ..conversation import Conversation, Entry, Reply
+from ..conversation import Conversation, Entry, Reply, fork_points, index_of
 from ..messages import (
     AlternativeChosen,
+    FanOutRequested,
     InputReady,
     PageConversation,
     PromptSubmitted,
@@ -50,13 +51,13 @@ from ..messages import (
     ResponseStarted,
     TokenSelected,
 )
-from ..recorder import ContextReported, ReplyRecorder, branch
+from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
 from ..reporting import reported_callback, run_reported
 from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
 from ..widgets.inspector import TokenInspector
-from ..widgets.items import Notice, UserMessage, estimate_lines
+from ..widgets.items import Notice, SiblingBar, UserMessage, estimate_lines
 from ..widgets.log_window import Item, LogWindow
 from ..widgets.prompt import PromptInput
 from ..widgets.reply import ReplyView
@@ -95,6 +96,12 @@ class ChatScreen(Screen[None]):
         Binding("f1", "command('/help')", "Help", id="chat.help", tooltip="Commands and keys"),
         Binding("ctrl+f", "command('/find')", "Find", id="chat.find", show=False,
                 tooltip="Search the saved conversations"),
+        Binding("alt+left", "command('/sibling prev')", "Prev", id="chat.prev", show=False,
+                tooltip="The previous alternative (‹ 2/3 ›) of the last message with several"),
+        Binding("alt+right", "command('/sibling next')", "Next", id="chat.next", show=False,
+                tooltip="The next alternative of the last message with several"),
+        Binding("f5", "command('/tree')", "Tree", id="chat.tree", show=False,
+                tooltip="The conversation as a tree of branches"),
         *pick_bindings(),
     ]
     """Keys run the same registry handlers as the slash commands (``action_command``)."""
@@ -123,6 +130,9 @@ class ChatScreen(Screen[None]):
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
+        self._fanouts: set[str] = set()
+        """The node ids of this session's fan-outs not yet picked from (/pick splits them
+        into siblings)."""
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
@@ -297,10 +307,21 @@ class ChatScreen(Screen[None]):
                     estimate=lambda width: estimate_lines(text, width - 2) + 1,
                     key=key, tag="notice")
 
+    def _sibling_bar(self, entry: Entry) -> list[Widget]:
+        """``‹ 2/3 ›`` under ``entry`` when it has alternatives (none otherwise)."""
+        try:
+            kids = self.state.conversation.siblings(entry)
+        except ValueError:  # no longer in the tree
+            return []
+        if len(kids) < 2:
+            return []
+        return [SiblingBar(entry.node, index_of(kids, entry), len(kids))]
+
     def _user_item(self, entry: Entry) -> Item:
         widget_id = self._next_id("user")
-        return Item(build=lambda: [UserMessage(entry.text, id=widget_id)],
-                    estimate=lambda width: estimate_lines(entry.text, width - 3) + 2,
+        return Item(build=lambda: [UserMessage(entry.text, id=widget_id),
+                                   *self._sibling_bar(entry)],
+                    estimate=lambda width: estimate_lines(entry.text, width - 3) + 3,
                     key=entry, tag="user")
 
     def show_score(self, label: str, scored: Scored) -> None:
@@ -382,19 +403,24 @@ class ChatScreen(Screen[None]):
         def build() -> list[Widget]:
             if entry.is_comparison:
                 return [CompareView(entry, view_ids=ids, stable_timings=self.stable_timings,
-                                    token_mode=self.token_mode, raw=self.raw, id=group_id)]
+                                    token_mode=self.token_mode, raw=self.raw, id=group_id),
+                        *self._sibling_bar(entry)]
             reply = entry.reply
             assert reply is not None
             view = ReplyView(reply, stable_timings=self.stable_timings,
                              token_mode=self.token_mode, id=ids[0])
             view.raw = self.raw
             view.type_into = self._type_into_prompt
-            return [view]
+            try:
+                view.forks = frozenset(fork_points(self.state.conversation, entry))
+            except ValueError:  # no longer in the tree
+                pass
+            return [view, *self._sibling_bar(entry)]
 
         def estimate(width: int) -> int:
             columns = len(entry.replies)
             inner = (width - 1) // columns if columns > 1 else width - 3
-            return max(estimate_lines(r.text, inner) for r in entry.replies) + 3 + (
+            return max(estimate_lines(r.text, inner) for r in entry.replies) + 4 + (
                 columns > 1)
 
         return Item(build=build, estimate=estimate, key=entry, tag="reply")
@@ -448,9 +474,95 @@ class ChatScreen(Screen[None]):
         return None
 
     async def remove_entry(self, entry: Entry) -> None:
-        self.state.conversation.entries.remove(entry)
+        """Take ``entry`` out of the tree (a send that got nothing back) and off the screen."""
+        self.state.conversation.discard(entry)
         for item in self.window.items_of(entry):
             await self.window.remove(item)
+
+    async def rewind(self, entry: Entry) -> None:
+        """End the conversation before ``entry``: it stays in the tree as a branch (/retry,
+        /edit), off the screen until it is chosen again."""
+        self.state.conversation.rewind(entry)
+        await self.sync_path()
+
+    async def sync_path(self) -> None:
+        """Show the conversation's path as it is now: the items of messages that left it go,
+        those of messages that joined it come at the end (in order). The path is derived
+        from the tree; this only follows it."""
+        path = self.state.conversation.entries
+        shown: list[Entry] = []
+        for item in self.window.items:
+            if item.tag in ("user", "reply") and isinstance(item.key, Entry) \
+                    and (not shown or shown[-1] is not item.key):
+                shown.append(item.key)
+        keep = 0
+        while keep < min(len(path), len(shown)) and path[keep] is shown[keep]:
+            keep += 1
+        for entry in shown[keep:]:
+            for item in self.window.items_of(entry):
+                await self.window.remove(item)
+        for entry in path[keep:]:
+            if entry.role == "user":
+                self.window.add(self._user_item(entry))
+            elif entry.replies:
+                self.window.add(self._reply_item(entry))
+
+    # ---- the tree: siblings ----
+
+    def _branch_point(self) -> Entry | None:
+        """The message sibling keys move: the last one on the path with alternatives."""
+        conv = self.state.conversation
+        return next((e for e in reversed(conv.entries) if len(conv.siblings(e)) > 1), None)
+
+    async def step_sibling(self, delta: int, entry: Entry | None = None) -> None:
+        """Show the alternative ``delta`` places from ``entry`` (default: the last message
+        with alternatives); the conversation below follows its branch."""
+        if self.generating:
+            self.notice("A reply is still being generated: press Esc to stop it first.",
+                        "error")
+            return
+        entry = entry or self._branch_point()
+        if entry is None:
+            self.notice("No message here has alternatives (a retry, an edit or a "
+                        "continuation from another token makes one).", "error")
+            return
+        conv = self.state.conversation
+        if conv.step_sibling(entry, delta) is entry:
+            return
+        await self.sync_path()
+        if not isinstance(self.focused, TokenView):
+            self.prompt.focus()  # (a click on an arrow took the focus)
+        self.services.save_conversation()
+        await self._update_context()
+
+    async def open_node(self, node: str) -> None:
+        """Go on with the message whose node id is ``node`` (the tree view's Enter)."""
+        conv = self.state.conversation
+        entry = next((e for e in conv.all_entries() if e.node == node), None)
+        if entry is None:
+            return
+        await self.stop_generation()
+        conv.select(entry)
+        await self.sync_path()
+        self.services.save_conversation()
+        await self._update_context()
+
+    @on(SiblingBar.Step)
+    async def _sibling_clicked(self, event: SiblingBar.Step) -> None:
+        entry = next((e for e in self.state.conversation.entries if e.node == event.node),
+                     None)
+        if entry is not None:
+            await self.step_sibling(event.delta, entry)
+
+    def open_tree(self) -> None:
+        from .tree import TreeScreen
+
+        def opened(node: str | None) -> None:
+            if node is not None:
+                self.call_later(self.open_node, node)
+
+        self.app.push_screen(TreeScreen(self.state.conversation),
+                             reported_callback(self, "The tree view", opened))
 
     @on(PageConversation)
     def _page_conversation(self, event: PageConversation) -> None:
@@ -512,7 +624,8 @@ class ChatScreen(Screen[None]):
 
     def start_reply(self, entry: Entry, *, prompt_text: str = "",
                     prefix: AssistantPrefix | None = None,
-                    max_new_tokens: int | None = None) -> None:
+                    max_new_tokens: int | None = None,
+                    first_tokens: tuple[int, ...] | None = None) -> None:
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
         replies keep their settings)."""
@@ -530,13 +643,14 @@ class ChatScreen(Screen[None]):
         request = GenerationRequest(
             messages=self.state.messages_before(entry),
             settings=settings,
-            top_logprobs=self.state.top_logprobs, prefix=prefix, thinking=self.state.thinking)
+            top_logprobs=self.state.top_logprobs, prefix=prefix, first_tokens=first_tokens,
+            thinking=self.state.thinking)
         job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
         self.state.job = job
         self.generating = True
         self.log_view.anchor()
         self.services.save_conversation()  # the user's message is kept if the reply never ends
-        self.post_message(ResponseStarted(self.state.conversation.entries.index(entry)))
+        self.post_message(ResponseStarted(index_of(self.state.conversation.entries, entry)))
         self._gen_worker = run_reported(self, self._stream(job, request, item),
                                         what="The reply", group="generate")
 
@@ -668,6 +782,18 @@ class ChatScreen(Screen[None]):
         unit = units[event.unit]
         tokens = view.reply.tokens[unit.start:unit.end + 1]
         self.inspector.show(event.view_id, tokens, event.unit, len(units), position=unit.start)
+        if view.forks and any(unit.start <= p <= unit.end for p in view.forks):
+            self.inspector.show_branches(self._branches_text(found[0], unit.start, unit.end))
+
+    def _branches_text(self, entry: Entry, start: int, end: int) -> str:
+        """The branches that leave ``entry``'s reply within tokens ``start``..``end``, side
+        by side: ``branches here: ‹1/3› ' Hello' · ‹2/3› 'alt1'``."""
+        conv = self.state.conversation
+        n = len(conv.siblings(entry))
+        parts = [f"‹{i + 1}/{n}› {text!r}"
+                 for p, forks in sorted(fork_points(conv, entry).items()) if start <= p <= end
+                 for i, text in forks]
+        return "branches here: " + " · ".join(parts) if parts else ""
 
     def _type_into_prompt(self, text: str, submit: bool) -> None:
         """Text typed in a token view (which takes none) goes to the prompt."""
@@ -687,9 +813,6 @@ class ChatScreen(Screen[None]):
         if found is None:
             return
         entry, view = found
-        if entry is not self.state.conversation.last_assistant:
-            self.notice("Continuing from an alternative works on the last reply only.", "error")
-            return
         if entry.is_comparison:
             self.notice("Continuing from an alternative works on a single reply, not on a "
                         "comparison; /pick a column and go on from there.", "error")
@@ -705,20 +828,103 @@ class ChatScreen(Screen[None]):
             self.notice(f"This token has {len(token.top)} alternatives; there is no "
                         f"number {rank}.", "error")
             return
-        prefix = branch(reply, position, rank)
-        reply.settings = self.state.settings
+        # a sibling of the reply that shares its prefix (issue 18): the reply itself stays
+        new = Reply(self.state.settings, tokens=reply.tokens.copy())
+        prefix = branch(new, position, rank)
+        entry = self.state.conversation.add_sibling(entry, Entry("assistant", replies=[new]))
+        reply = new
         # max_tokens bounds the whole reply: the kept tokens and the alternative count
         # (a continuation of 512 more made a 513-token reply for max_tokens 512)
         left = reply.settings.max_new_tokens - len(reply.tokens)
-        await view.rebuild()
+        await self.sync_path()
+        view = self._view_of(entry, draw=True)
+        assert isinstance(view, ReplyView)
+        item = self._reply_item_of(entry)
+        if item is not None and item.mounting is not None:
+            await item.mounting
+        if self.token_mode:  # the cursor stays on the token chosen, in the new branch
+            self._focus_token(view, position)
         if left <= 0:
             reply.finish_reason = "length"
             view.refresh_stats()
-            index = self.state.conversation.entries.index(entry)
+            index = index_of(self.state.conversation.entries, entry)
             self.services.save_conversation()
             self.post_message(ResponseComplete(index, "length"))
             return
         self.start_reply(entry, prefix=prefix, max_new_tokens=left)
+
+    @on(FanOutRequested)
+    async def _fan_out_requested(self, event: FanOutRequested) -> None:
+        await self.fan_out(event.view_id, event.token_index, self.state.fan_k)
+
+    async def fan_out(self, view_id: str, position: int, k: int) -> None:
+        """Decode the ``k`` most likely tokens at ``position`` of a reply as ``k`` branches in
+        one batch (issue 18): one prefill of the shared prefix, the cache expanded to k rows,
+        row j starting with alternative j (the worker's ``first_tokens``, as ``chatui generate
+        --fork-at`` does). They stream side by side as the columns of a new alternative to
+        the reply (the compare view, each with its token view); /pick or F6 chooses the one
+        to go on with, and the others become its siblings (:meth:`Conversation.split`)."""
+        found = self._find_view(view_id)
+        if found is None:
+            return
+        entry, view = found
+        if entry.is_comparison:
+            self.notice("Fan-out works on a single reply, not on a comparison; /pick a "
+                        "column and go on from there.", "error")
+            return
+        if self.generating:
+            await self.stop_generation()
+        reply = entry.reply
+        assert reply is not None
+        if not 0 <= position < len(reply.tokens):
+            return
+        alternatives = reply.tokens[position].top[:k]
+        if len(alternatives) < k:
+            self.notice(f"This token has {len(alternatives)} alternatives, fewer than the "
+                        f"{k} to fan out (/fanout K sets how many).", "error")
+            return
+        ids = tuple(a.id for a in alternatives)
+        if any(i is None for i in ids):
+            self.notice("Fan-out needs token ids, which this backend does not give; the "
+                        "digit keys continue from one alternative.", "error")
+            return
+        left = self.state.settings.max_new_tokens - position
+        if left <= 0:
+            self.notice("The reply is already as long as max_tokens allows there; "
+                        "/set max_tokens N first.", "error")
+            return
+        shared = Reply(self.state.settings, tokens=reply.tokens.copy())
+        shared.tokens.truncate(position)
+        shared.text = shared.tokens.text()
+        prefix = prefix_of(shared)
+        rows = [Reply(self.state.settings, text=shared.text, tokens=shared.tokens.copy())
+                for _ in range(k)]
+        group = self.state.conversation.add_sibling(entry, Entry("assistant", replies=rows))
+        self._fanouts.add(group.node)
+        await self.sync_path()
+        self.start_reply(group, prefix=prefix, max_new_tokens=left,
+                         first_tokens=ids)  # type: ignore[arg-type]
+        self.prompt.focus()  # where /pick N (or F6) is typed
+
+    async def _split_fan_out(self, group: Entry) -> None:
+        """/pick on a fan-out: go on with the branch picked, the others its siblings."""
+        conv = self.state.conversation
+        column = group.chosen
+        entry = conv.split(group)
+        await self.sync_path()
+        self.app.notify(f"Continuing with branch {column + 1}; the others are its "
+                        "alternatives (‹ ›).", timeout=3)
+        self.prompt.focus()
+        self.services.save_conversation()
+        self.post_message(ReplyChosen(index_of(conv.entries, entry)))
+
+    def _focus_token(self, view: ReplyView, position: int) -> None:
+        """Focus ``view``'s token view with its cursor on the token at ``position``."""
+        tv = view.token_view
+        tv.focus()
+        at = next((i for i, u in enumerate(tv.units) if u.start <= position <= u.end), None)
+        if at is not None:
+            tv.cursor = at
 
     # ---- compare mode (the flow's host) ----
 
@@ -733,13 +939,17 @@ class ChatScreen(Screen[None]):
                              reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:
+        if entry.node in self._fanouts:  # a fan-out's branches become siblings
+            self._fanouts.discard(entry.node)
+            self.call_later(self._split_fan_out, entry)
+            return
         view = self._view_of(entry)
         if isinstance(view, CompareView):
             view.refresh_chosen()
         self.app.notify(f"Continuing with column {entry.chosen + 1}.", timeout=3)
         self.prompt.focus()
         self.services.save_conversation()
-        self.post_message(ReplyChosen(self.state.conversation.entries.index(entry)))
+        self.post_message(ReplyChosen(index_of(self.state.conversation.entries, entry)))
 
     def on_compare_view_picked(self, event: CompareView.Picked) -> None:
         self.compare.pick_column(event.view.entry, event.column)

@@ -140,7 +140,7 @@ class NotebookScreen(Screen[None]):
         self.reply.tokens.extend(kept or [])
         self.conversation = Conversation(mode="raw", model=self.conversation.model)
         self.conversation.add_user(self.base)
-        self.conversation.entries.append(self._assistant_entry(self.reply))
+        self.conversation.append(self._assistant_entry(self.reply))
         self.token_view.set_tokens(list(self.reply.tokens))
         self.scored = None
         if self._score_timer is not None:

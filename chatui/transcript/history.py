@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..conversation import Conversation
 from ..export import conversation_title, model_label
-from .identity import branch, first_unheld
+from .identity import branch, first_unheld, merge, tree_holds
 from .journal import journal_path
 from .reader import _is_num
 from .schema import TranscriptError
@@ -127,9 +127,9 @@ def claim(conv: Conversation, directory: Path | None = None) -> Conversation:
         disk = _on_disk(autosave_path(cur, directory))
         if disk is None:
             return cur
-        at = 0 if disk is _UNREADABLE else first_unheld(cur.entries, disk.entries)
-        if disk is not _UNREADABLE and at == len(disk.entries):
+        if disk is not _UNREADABLE and tree_holds(cur, disk):
             return cur
+        at = 0 if disk is _UNREADABLE else first_unheld(cur.entries, disk.entries)
         cur = branch(cur, at)
     return replace(conv, id=uuid.uuid4().hex[:12], parent=conv.id, branched_at=0)
 
@@ -140,8 +140,9 @@ def open_transcript(path: Path, directory: Path | None = None) -> Conversation:
     The autosave file of a conversation opens as itself. A copy (any other file) keeps its id
     when its home in ``directory`` is missing or holds nothing the copy lacks, so that going on
     extends the home; if the home holds more (the copy is older, or went another way), the
-    copy opens as a branch: a new id whose ``parent`` is the copy's, so the next autosave
-    writes a new file and never rewinds the home.
+    copy opens inside the home's tree (:func:`~.identity.merge`): its path is the copy's, the
+    home's newer messages stay as a branch, and the next autosave extends the home's file
+    without dropping anything.
 
     Raises:
         TranscriptError: as :func:`load_transcript`.
@@ -160,7 +161,13 @@ def open_loaded(path: Path, directory: Path | None = None) -> tuple[Conversation
         same = home.exists() and os.path.samefile(home, path)
     except OSError:
         same = False
-    return (conv, loaded) if same else (claim(conv, directory), None)
+    if same:
+        return conv, loaded
+    disk = _on_disk(home)
+    if disk is not None and disk is not _UNREADABLE and disk.id == conv.id \
+            and not tree_holds(conv, disk):
+        return merge(disk, conv), None  # an older copy: its messages join the home's tree
+    return claim(conv, directory), None
 
 
 def autosave(conv: Conversation, directory: Path | None = None) -> Path:

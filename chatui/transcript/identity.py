@@ -22,7 +22,7 @@ import hashlib
 from dataclasses import replace
 from typing import Sequence
 
-from ..conversation import Conversation, Entry, Reply
+from ..conversation import Conversation, Entry, Reply, index_of, new_node_id, walk
 
 
 def reply_holds(new: Reply, old: Reply) -> bool:
@@ -61,11 +61,46 @@ def holds(new: Sequence[Entry], old: Sequence[Entry]) -> bool:
     return len(new) >= len(old) and first_unheld(new, old) == len(old)
 
 
+def tree_holds(new: Conversation, old: Conversation) -> bool:
+    """Writing ``new`` over a file holding ``old`` loses no message of any branch: every
+    message of ``old`` is held (equal, or grown) by the message of ``new`` with the same
+    node id, or else by the one at the same place in the tree (the same child of the same
+    child...: two copies built apart, or a version 2 file, name their messages apart),
+    unless the user deleted it (:meth:`Conversation.delete`)."""
+    by_id: dict[str, Entry] = {}
+    by_place: dict[tuple[int, ...], Entry] = {}
+    for place, e in _places(new.tops):
+        by_id[e.node] = e
+        by_place[place] = e
+    for place, e in _places(old.tops):
+        n = by_id.get(e.node)
+        if n is not None and entry_holds(n, e):
+            continue
+        if n is None and e.node in new.deleted:
+            continue
+        n = by_place.get(place)
+        if n is not None and entry_holds(n, e):
+            continue
+        return False
+    return True
+
+
+def _places(tops: Sequence[Entry]) -> list[tuple[tuple[int, ...], Entry]]:
+    """Every entry with its place: the child indices that lead to it from the top."""
+    out: list[tuple[tuple[int, ...], Entry]] = []
+    stack = [((i,), e) for i, e in enumerate(tops)]
+    while stack:
+        place, e = stack.pop()
+        out.append((place, e))
+        stack.extend((place + (i,), c) for i, c in enumerate(e.children))
+    return out
+
+
 def first_difference(a: Sequence[Entry], b: Sequence[Entry]) -> int:
     """The index of the first message that differs between ``a`` and ``b`` (snapshots share
     their tokens and texts, so equal messages compare by identity, fast)."""
     for i, (x, y) in enumerate(zip(a, b)):
-        if not (x is y or x == y):
+        if not (x is y or (x.node == y.node and x == y)):
             return i
     return min(len(a), len(b))
 
@@ -79,3 +114,43 @@ def branch(conv: Conversation, at: int) -> Conversation:
     """``conv`` as a branch leaving the conversation ``conv.id`` at message ``at`` (the entries
     are shared, not copied)."""
     return replace(conv, id=branch_id(conv.id, at), parent=conv.id, branched_at=at)
+
+
+def _alike(a: Entry, b: Entry) -> bool:
+    """One of the two holds the other (the same message, perhaps grown)."""
+    return entry_holds(a, b) or entry_holds(b, a)
+
+
+def merge(home: Conversation, copy: Conversation) -> Conversation:
+    """``home`` (read from the conversation's own file) with every message of ``copy`` (an
+    older copy of it, or one that went another way) in its tree (issue 18: loading an older
+    copy adds a sibling instead of a file of its own). A copy's message that is in ``home``
+    (the same node, or the same place with the same text) is shared, the longer version
+    kept; the others are added as alternatives where they leave. The path is the copy's
+    (ending where it ended); ``home`` keeps its id and every message it had, so the next save
+    extends its file. ``home`` is changed and returned; ``copy`` is left alone."""
+    taken = {e.node for e in home.all_entries()}
+    mapping: dict[int, Entry] = {}
+    for cparent, e in walk(copy.tops):
+        mparent = None if cparent is None else mapping[id(cparent)]
+        kids = home.tops if mparent is None else mparent.children
+        match = (next((k for k in kids if k.node == e.node and _alike(k, e)), None)
+                 or next((k for k in kids if _alike(k, e)), None))
+        if match is None:
+            node = e.node if e.node not in taken else new_node_id()
+            taken.add(node)
+            match = replace(e, children=[], active=-1, node=node)
+            kids.append(match)
+        elif not entry_holds(match, e):  # the copy's version grew: it replaces, in place
+            grown = replace(e, children=match.children, active=match.active, node=match.node)
+            kids[index_of(kids, match)] = grown
+            match = grown
+        mapping[id(e)] = match
+    path = copy.entries
+    if path:
+        last = mapping[id(path[-1])]
+        home.select(last)
+        last.active = -1
+    else:
+        home.top = -1
+    return home

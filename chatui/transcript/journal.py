@@ -25,8 +25,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..conversation import Conversation
-from .reader import _Bad, _entry, _model, _Obj, _parent
+from ..conversation import Conversation, Entry
+from .reader import _Bad, _entry, _model, _Obj, _parent, _sibling
 from .schema import _MAX_INDEX
 
 log = logging.getLogger(__name__)
@@ -59,19 +59,55 @@ def _apply(conv: Conversation, data: Any, where: str) -> None:
     """Apply one change line to ``conv``; checks everything first, so a bad line changes
     nothing (raises :class:`_Bad`)."""
     o = _Obj(data, where)
-    at = o.int("at", 0, min(len(conv.entries), _MAX_INDEX))
+    path = conv.entries
+    at = o.int("at", 0, min(len(path), _MAX_INDEX))
+    assert at is not None
     raw = o.list("messages")
     mw = o.at("messages")
-    entries = [_entry(m, f"{mw}[{i}]") for i, m in enumerate(raw)]
+    tree = all(isinstance(m, dict) and "node" in m for m in raw)
+    entries = [_entry(m, f"{mw}[{i}]", f"m{at + i}") for i, m in enumerate(raw)]
+    sibs = [_sibling(m, f"{mw}[{i}]") for i, m in enumerate(raw)]
     title = o.str("title", conv.title)
     system_prompt = o.str("system_prompt", conv.system_prompt)
     model = _model(o.d["model"]) if "model" in o.d else conv.model
     parent = _parent(o.d["parent"]) if "parent" in o.d else None
-    del conv.entries[at:]
-    conv.entries.extend(entries)
+    if tree and raw:
+        _graft(conv, path[at - 1] if at else None, entries, sibs)
+    else:  # a version 2 line (or the path cut short): keep `at` messages, then these
+        if at < len(path):
+            if tree:
+                conv.rewind(path[at])
+            else:
+                conv.discard(path[at])
+        for e in entries:
+            conv.append(e)
     conv.title, conv.system_prompt, conv.model = title, system_prompt, model
     if parent is not None:
         conv.parent, conv.branched_at = parent.get("parent", ""), parent.get("branched_at", 0)
+
+
+def _graft(conv: Conversation, parent: Entry | None, entries: list[Entry],
+           sibs: list[int]) -> None:
+    """Put the path ``entries`` below ``parent``: a message whose node is there already
+    replaces it in place (it grew; its other branches stay), a new one is added as a
+    sibling at its place; each is chosen, and the path ends after the last."""
+    for entry, pos in zip(entries, sibs):
+        kids = conv.tops if parent is None else parent.children
+        old = next((i for i, k in enumerate(kids) if k.node == entry.node), None)
+        if old is not None:
+            entry.children = kids[old].children
+            kids[old] = entry
+            index = old
+        else:
+            index = min(pos, len(kids))
+            kids.insert(index, entry)
+        if parent is None:
+            conv.top = index
+        else:
+            parent.active = index
+        parent = entry
+    assert parent is not None
+    parent.active = -1
 
 
 def replay(conv: Conversation, base: Any, path: Path) -> Conversation:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from inference.settings import FIELD_NAMES, SamplingParams, SettingsError
 from inference.types import Alternative, SamplerCut, Token, Usage
 
-from ..conversation import Conversation, Entry, ModelRef, Reply
+from ..conversation import Conversation, Entry, ModelRef, Reply, index_of
 from ..token_records import TokenRecords
 from .token_columns import ColumnError
 from .token_columns import decode as decode_token_columns
@@ -307,7 +307,26 @@ def _reply(v: Any, where: str) -> Reply:
     )
 
 
-def _entry(v: Any, where: str) -> Entry:
+def _entry(v: Any, where: str, node: str | None = None) -> Entry:
+    """One message; its ``node`` id as written, else ``node`` (else a new one)."""
+    entry = _entry_fields(v, where)
+    o = _Obj(v, where)
+    if "node" in o.d:
+        node = o.str("node")
+        if not _ID_RE.match(node):
+            raise _Bad(f"{o.at('node')} must be 1 to 64 letters, digits, '-' or '_', "
+                       f"not {_show(node)}")
+    if node is not None:
+        entry.node = node
+    return entry
+
+
+def _sibling(v: Any, where: str) -> int:
+    """A message's place among its parent's children (0 when not written)."""
+    return _Obj(v, where).int("sibling", 0, _MAX_INDEX, 0)  # type: ignore[return-value]
+
+
+def _entry_fields(v: Any, where: str) -> Entry:
     o = _Obj(v, where)
     role = o.get("role")
     if role not in ("user", "assistant"):
@@ -372,7 +391,69 @@ def _migrate_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "messages": new_msgs, "version": 2}
 
 
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _migrate_1_to_2}
+def _migrate_2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 was one list of messages; version 3 is a tree whose chosen path is
+    ``messages``, each message with a ``node`` id. A version 2 conversation is a tree with
+    one branch: its messages get the ids ``m0``, ``m1``... (the same each time it is read,
+    so a copy and its home still tell the messages they share by content, not by chance)."""
+    msgs = doc.get("messages")
+    if not isinstance(msgs, list):
+        return {**doc, "version": 3}  # validation reports it
+    return {**doc, "version": 3, "messages": [
+        {**m, "node": f"m{i}"} if isinstance(m, dict) and "node" not in m else m
+        for i, m in enumerate(msgs)]}
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _migrate_1_to_2, 2: _migrate_2_to_3}
+
+
+def _tree(o: _Obj) -> dict[str, Any]:
+    """``messages`` (the chosen path) and ``branches`` (every other message, parents first)
+    -> the Conversation's ``tops`` and ``top``."""
+    raw_msgs = o.list("messages")
+    path = [_entry(m, f"messages[{i}]", f"m{i}") for i, m in enumerate(raw_msgs)]
+    slots: dict[str | None, list[tuple[int, int, Entry]]] = {}
+    nodes: dict[str, Entry] = {}
+
+    def place(parent: str | None, pos: int, order: int, entry: Entry, where: str) -> None:
+        if entry.node in nodes:
+            raise _Bad(f"{where}.node {_show(entry.node)} is used by another message")
+        nodes[entry.node] = entry
+        slots.setdefault(parent, []).append((pos, order, entry))
+
+    nexts: list[tuple[Entry, int | None, str]] = []
+    prev: str | None = None
+    for i, (m, e) in enumerate(zip(raw_msgs, path)):
+        place(prev, _sibling(m, f"messages[{i}]"), 0, e, f"messages[{i}]")
+        prev = e.node
+    for i, b in enumerate(o.list("branches", [])):
+        where = f"branches[{i}]"
+        e = _entry(b, where)
+        bo = _Obj(b, where)
+        if "node" not in bo.d:
+            raise _Bad(f"{where}.node is missing")
+        parent = bo.get("parent")
+        if parent is not None and (not isinstance(parent, str) or parent not in nodes):
+            raise _Bad(f"{where}.parent {_show(parent)} names no message before it")
+        place(parent, _sibling(b, where), 1, e, where)
+        nexts.append((e, bo.int("next", 0, _MAX_INDEX, -1) if "next" in bo.d else -1, where))
+    for parent, kids in slots.items():
+        kids.sort(key=lambda k: (k[0], k[1]))
+        children = [k[2] for k in kids]
+        if parent is not None:
+            nodes[parent].children = children
+    tops = [k[2] for k in slots.get(None, [])]
+    for e, nxt, where in nexts:
+        if nxt is not None and nxt >= len(e.children):
+            raise _Bad(f"{where}.next is {nxt} but the message has {len(e.children)} replies "
+                       "after it")
+        e.active = -1 if nxt is None else nxt
+    for a, b in zip(path, path[1:]):
+        a.active = index_of(a.children, b)
+    if path:
+        path[-1].active = -1
+    return {"tops": tops, "top": index_of(tops, path[0]) if path else -1}
 
 
 def _migrate(doc: dict[str, Any], version: int) -> dict[str, Any]:
@@ -404,7 +485,6 @@ def _parse(data: object) -> Conversation:
     created = o.num("created", 0, _MAX_TIME, what="a time in seconds since 1970")
     if "saved" in o.d:
         o.num("saved", 0, _MAX_TIME, what="a time in seconds since 1970")
-    raw_msgs = o.list("messages")
     mode = o.get("mode", "chat")
     if mode not in ("chat", "raw"):
         raise _Bad(f"mode must be \"chat\" or \"raw\", not {_show(mode)}")
@@ -414,7 +494,7 @@ def _parse(data: object) -> Conversation:
         created=created,  # type: ignore[arg-type]
         title=o.str("title", ""),
         system_prompt=o.str("system_prompt", ""),
-        entries=[_entry(m, f"messages[{i}]") for i, m in enumerate(raw_msgs)],
+        **_tree(o),
         model=_model(o.get("model", {})),
         **_parent(o.get("parent", None)),
     )

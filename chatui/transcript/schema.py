@@ -11,7 +11,7 @@ from typing import Any
 
 from inference.types import Usage
 
-from ..conversation import Conversation, Entry, ModelRef, Reply
+from ..conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
 from ..token_records import TokenRecords
 from .token_columns import encode as encode_token_columns
 from .limits import (_ENTROPY_EPS, _FINISH, _HUGE, _ID_RE, _LOGPROB_EPS,  # noqa: F401
@@ -19,8 +19,10 @@ from .limits import (_ENTROPY_EPS, _FINISH, _HUGE, _ID_RE, _LOGPROB_EPS,  # noqa
                      _MAX_SECONDS, _MAX_SHORT, _MAX_TIME, _MAX_TOKEN_ID, _MAX_TOP, _MIN_LOGPROB,
                      _NUM, _finite)
 
-FORMAT_VERSION = 2
-"""Version written. 1: settings stored flat in each reply. 2: settings in ``reply.settings``."""
+FORMAT_VERSION = 3
+"""Version written. 1: settings stored flat in each reply. 2: settings in ``reply.settings``.
+3: the conversation is a tree (issue 18): every message has a ``node`` id, ``messages`` is the
+chosen path and ``branches`` every other message, each naming its ``parent`` node."""
 FORMAT_NAME = "chatui-transcript"
 
 
@@ -56,12 +58,46 @@ def _reply_json(r: Reply) -> dict[str, Any]:
     return d
 
 
-def entry_json(e: Entry) -> dict[str, Any]:
-    d: dict[str, Any] = {"role": e.role, "text": e.text, "time": e.time}
+def entry_json(e: Entry, sibling: int = 0) -> dict[str, Any]:
+    """One message; ``sibling`` is its place among the alternatives of its parent's
+    children (written when not 0)."""
+    d: dict[str, Any] = {"role": e.role, "text": e.text, "time": e.time, "node": e.node}
+    if sibling:
+        d["sibling"] = sibling
     if e.role == "assistant":
         d["chosen"] = e.chosen
         d["replies"] = [_reply_json(r) for r in e.replies]
     return d
+
+
+def path_positions(conv: Conversation) -> list[int]:
+    """Each path message's place among its siblings."""
+    path = conv.entries
+    return [conv.top if i == 0 else path[i - 1].active for i in range(len(path))]
+
+
+def path_json(conv: Conversation, start: int = 0) -> list[dict[str, Any]]:
+    """The chosen path's messages from ``start`` on."""
+    path = conv.entries
+    pos = path_positions(conv)
+    return [entry_json(path[i], pos[i]) for i in range(start, len(path))]
+
+
+def branches_json(conv: Conversation) -> list[dict[str, Any]]:
+    """Every message off the chosen path, parents before children, each with its
+    ``parent`` node id (null: a first message)."""
+    on_path = {id(e) for e in conv.entries}
+    out: list[dict[str, Any]] = []
+    for parent, e in walk(conv.tops):
+        if id(e) in on_path:
+            continue
+        kids = conv.tops if parent is None else parent.children
+        d = entry_json(e, index_of(kids, e))
+        d["parent"] = None if parent is None else parent.node
+        if e.active >= 0:
+            d["next"] = e.active  # the branch it goes on with, when it is chosen again
+        out.append(d)
+    return out
 
 
 def strip_credentials(url: str) -> str:
@@ -109,8 +145,11 @@ def to_json_dict(conv: Conversation) -> dict[str, Any]:
         "title": conv.title,
         "model": model_json(conv.model),
         "system_prompt": conv.system_prompt,
-        "messages": [entry_json(e) for e in conv.entries],
+        "messages": path_json(conv),
     }
+    branches = branches_json(conv)
+    if branches:
+        doc["branches"] = branches
     if conv.parent:
         doc["parent"] = parent_json(conv)
     if conv.mode != "chat":  # optional (issue 17): raw mode's notebook

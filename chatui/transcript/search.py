@@ -69,7 +69,7 @@ def _texts(conv: Conversation) -> list[tuple[str, str]]:
     out = [("title", conversation_title(conv))]
     if conv.system_prompt:
         out.append(("system", conv.system_prompt))
-    for entry in conv.entries:
+    for entry in conv.all_entries():  # every branch (issue 18)
         if entry.role == "user":
             out.append(("user", entry.text))
         else:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..conversation import Conversation
-from .identity import holds
+from .identity import tree_holds
 from .journal import journal_path, replay_counted
 from .reader import _Bad, _parse, from_json_dict
 from .schema import TranscriptError, to_json_dict
@@ -143,7 +143,7 @@ def save_transcript(conv: Conversation, path: Path) -> None:
                 raise TranscriptError(f"Could not save {path}: it is a directory.") from None
             raise TranscriptError(f"Could not save {path}: a file that is not a chatui "
                                   f"transcript is there; nothing was written.") from None
-        if not holds(conv.entries, old.entries):
+        if not tree_holds(conv, old):
             raise TranscriptError(f"Could not save {path}: it holds messages this "
                                   f"conversation does not (another or a later version of it); "
                                   f"nothing was written, choose another name.")

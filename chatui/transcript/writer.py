@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..conversation import Conversation
+from ..conversation import Conversation, walk
 from .history import _remove_stale_temps, autosave_path, claim
-from .identity import branch, first_difference, first_unheld
+from .identity import branch, first_difference, first_unheld, tree_holds
 from .journal import header, journal_path
 from .reader import _Bad, _entry
-from .schema import TranscriptError, entry_json, model_json, parent_json
+from .schema import TranscriptError, model_json, parent_json, path_json, path_positions
 from .store import (
     MAX_BYTES, Loaded, Stamp, _fsync_dir, _os_problem, file_stamp, load_with_document,
     write_document,
@@ -76,6 +76,19 @@ class _Written:
         :data:`COMPACT_SLACK`: time to write the document again."""
         return (self.dead_bytes > COMPACT_SLACK
                 and self.dead_bytes > self.doc_bytes + sum(self.sizes))
+
+
+def off_path(conv: Conversation) -> list[tuple[object, ...]]:
+    """What the messages off the chosen path are, in brief: a journal line writes the path
+    only, so when these change (a retry leaves a reply behind, a sibling is chosen, a fan-out
+    adds several) the document is written in full."""
+    on_path = {id(e) for e in conv.entries}
+    out: list[tuple[object, ...]] = []
+    for parent, e in walk(conv.tops):
+        if id(e) not in on_path:
+            out.append((e.node, parent.node if parent else None, e.chosen, len(e.text),
+                        tuple((len(r.tokens), r.finish_reason) for r in e.replies)))
+    return out
 
 
 def _encode_line(obj: object) -> bytes:
@@ -126,10 +139,9 @@ class AutosaveWriter:
             rec = self._read(path)
             if rec is _UNREADABLE_FILE:
                 return self._write_branch(conv, 0, directory, owner)
-        if rec is not None:
+        if rec is not None and not tree_holds(conv, rec.conv):
             at = first_unheld(conv.entries, rec.conv.entries)
-            if at < len(rec.conv.entries):
-                return self._write_branch(conv, at, directory, owner)
+            return self._write_branch(conv, at, directory, owner)
         if not conv.entries:
             return conv
         if rec is None or rec.rev is None or rec.wasteful:
@@ -213,7 +225,12 @@ class AutosaveWriter:
 
     def _append(self, key: tuple[str, Path | None], rec: _Written, conv: Conversation) -> None:
         old = rec.conv
+        if off_path(old) != off_path(conv) or conv.deleted - old.deleted:
+            self._write_full(key, conv, rec.path)  # a branch left or joined the path
+            return
         at = first_difference(old.entries, conv.entries)
+        old_pos, new_pos = path_positions(old), path_positions(conv)
+        at = next((i for i in range(at) if old_pos[i] != new_pos[i]), at)
         line: dict[str, object] = {}
         if conv.title != old.title:
             line["title"] = conv.title
@@ -226,7 +243,7 @@ class AutosaveWriter:
         if at == len(old.entries) == len(conv.entries) and not line:
             rec.conv = conv
             return  # nothing changed
-        messages = [entry_json(e) for e in conv.entries[at:]]
+        messages = path_json(conv, at)
         try:
             for i, m in enumerate(messages):  # checked as a load will check them
                 _entry(m, f"messages[{at + i}]")

@@ -117,6 +117,9 @@ class TokenInspector(VerticalScroll):
     def compose(self):
         yield Static(heat_legend(), classes="legend")
         yield Static(EMPTY_HINT, classes="detail")
+        branches = Static("", classes="branches")
+        branches.display = False
+        yield branches
 
     def show(self, view_id: str, tokens: list[Token], unit_index: int, total: int,
              position: int) -> None:
@@ -126,6 +129,14 @@ class TokenInspector(VerticalScroll):
         self.token_index = tokens[0].index if tokens else -1
         self.position = position
         self.query_one(".detail", Static).update(describe_tokens(tokens, unit_index, total))
+        self.show_branches("")
+
+    def show_branches(self, text: str) -> None:
+        """What the branches that leave the reply at the token shown start with (issue 18;
+        empty: none leaves there)."""
+        branches = self.query_one(".branches", Static)
+        branches.update(Content(text))
+        branches.display = bool(text)
 
     def clear(self) -> None:
         """Show nothing selected."""

@@ -339,6 +339,9 @@ class ReplyView(SettledSize, Vertical):
         self.type_into: Callable[[str, bool], None] | None = None
         """Where text typed in the token view goes (set by the screen before mounting)."""
         self._reasoning = ReasoningBlock(reply, stable_timings=stable_timings)
+        self.forks: frozenset[int] = frozenset()
+        """Token positions where another branch of the conversation leaves this reply (set
+        by the screen before mounting; the token view underlines them)."""
         self.set_reactive(ReplyView.token_mode, token_mode)
         self.set_class(token_mode, "-tokens")
 
@@ -372,6 +375,7 @@ class ReplyView(SettledSize, Vertical):
         view.active = self.token_mode
         view.owner_id = self.id or ""
         view.type_into = self.type_into
+        view.forks = self.forks
         yield view
         yield Static(classes="reply-finish")
         yield Static(classes="reply-stats")

@@ -38,7 +38,7 @@ from themes import heat_bin
 
 from ..token_records import TokenRecords
 
-from ..messages import AlternativeChosen, TokenSelected
+from ..messages import AlternativeChosen, FanOutRequested, TokenSelected
 from .settled import GrowsInSteps, SettledSize, round_up
 from .selection import with_selection
 from .text import safe_text
@@ -288,11 +288,16 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         Binding("home", "jump(0)", "First token", show=False),
         Binding("end", "jump(-1)", "Last token", show=False),
         Binding("n", "least_likely", "Least likely", tooltip="Jump to the least likely token"),
+        Binding("f", "fan_out", "Fan out", show=False,
+                tooltip="Decode the top alternatives at this token as branches, side by side"),
         *[Binding(str(k), f"choose({k})", f"Continue with alternative {k}", show=False)
           for k in range(1, 10)],
     ]
 
     cursor: reactive[int | None] = reactive(None, init=False, always_update=True)
+    forks: frozenset[int] = frozenset()
+    """Token positions where a branch of the conversation leaves this reply (issue 18):
+    underlined."""
     """Selected unit index, or None."""
 
     def __init__(self, tokens: Sequence[Token] = (), *, raw: bool = False,
@@ -582,6 +587,8 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
                                          math.exp(unit.logprob))]
             if unit.reasoning:
                 style += _REASONING_STYLE
+            if self.forks and any(unit.start <= p <= unit.end for p in self.forks):
+                style += Style(underline=True)
             if piece.unit == cursor:
                 style += cursor_style
                 if not unit.text.strip():  # make a whitespace unit visible (same width)
@@ -676,6 +683,12 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
             self.app.bell()
             return
         self.post_message(AlternativeChosen(self.owner_id, self.units[self.cursor].start, rank))
+
+    def action_fan_out(self) -> None:
+        if self.cursor is None or self.cursor >= len(self.units):
+            self.app.bell()
+            return
+        self.post_message(FanOutRequested(self.owner_id, self.units[self.cursor].start))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)

@@ -1,0 +1,401 @@
+"""Issue 18: the conversation is a tree. Unit tests of the tree (the path derived from the
+choices), transcript format 3 (round trips of random trees, fuzzed tree documents, migration
+of versions 1 and 2, journal lines that graft by node id), exports of every branch, and pilot
+tests of sibling navigation (keys, clicks, /sibling, /delete) and the tree view.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import chatui.transcript as tr
+from chatui.conversation import Conversation, Entry
+from chatui.export import export_markdown, leaf_paths
+from chatui.transcript.reader import from_json_dict
+from chatui.transcript.schema import to_json_dict
+from chatui.transcript.writer import AutosaveWriter
+from chatui.widgets.items import SiblingBar
+from inference.settings import SamplingParams
+from inference.types import Token
+
+from test_app import config_dir, make_app, send, settle  # noqa: F401
+from test_transcript import V1_TRANSCRIPT, entries, roundtrip
+
+
+def _answer(conv: Conversation, text: str) -> Entry:
+    entry = conv.add_assistant([SamplingParams()])
+    reply = entry.replies[0]
+    reply.text = text
+    reply.tokens = [Token(0, 1, text, -0.5, 0.5)]
+    reply.finish_reason = "stop"
+    return entry
+
+
+def _retry(conv: Conversation, text: str) -> Entry:
+    """What /retry does: the path ends before the last reply, a new one is its sibling."""
+    conv.rewind(conv.entries[-1])
+    return _answer(conv, text)
+
+
+# ---- the tree -------------------------------------------------------------------------
+
+
+def test_retry_and_edit_add_siblings_and_the_path_follows_the_choices() -> None:
+    conv = Conversation()
+    q = conv.add_user("Q1")
+    a1 = _answer(conv, "A1")
+    a2 = _retry(conv, "A2")
+    assert conv.entries == (q, a2) and conv.siblings(a2) == [a1, a2]
+    conv.add_user("Q2 after A2")
+    conv.step_sibling(a2, -1)  # the earlier reply: what followed A2 stays on its branch
+    assert [e.text for e in conv.entries] == ["Q1", "A1"]
+    conv.step_sibling(a1, +1)
+    assert [e.text for e in conv.entries] == ["Q1", "A2", "Q2 after A2"]
+    conv.rewind(q)  # /edit of the first prompt
+    assert conv.entries == ()
+    conv.add_user("Q1 edited")
+    assert [e.text for e in conv.tops] == ["Q1", "Q1 edited"]
+    assert {e.text for e in conv.all_entries()} == {"Q1", "A1", "A2", "Q2 after A2",
+                                                   "Q1 edited"}
+    conv.select(a1)
+    assert [e.text for e in conv.entries] == ["Q1", "A1"]
+
+
+def test_delete_is_the_only_drop_and_saves_may_make_it(tmp_path: Path) -> None:
+    conv = Conversation()
+    conv.add_user("Q")
+    _answer(conv, "A1")
+    a2 = _retry(conv, "A2")
+    home = tr.autosave(conv, tmp_path)
+    conv.delete(a2)
+    conv.select(conv.tops[0].children[0])
+    assert tr.autosave(conv, tmp_path) == home and conv.parent == ""  # no branch file
+    assert [e.text for e in tr.load_transcript(home).all_entries()] == ["Q", "A1"]
+    other = tr.load_transcript(home)
+    other.tops[0].children.clear()  # a drop nobody asked for: a branch, the file kept
+    other.tops[0].active = -1
+    assert tr.autosave(other, tmp_path) != home
+    assert [e.text for e in tr.load_transcript(home).all_entries()] == ["Q", "A1"]
+
+
+# ---- format 3 -------------------------------------------------------------------------
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> Conversation:
+    """Random trees, made by the operations the app uses."""
+    conv = Conversation(id="tree", created=1.0)
+    for _ in range(draw(st.integers(0, 10))):
+        op = draw(st.sampled_from(["append", "append", "sibling", "rewind", "select"]))
+        everything = conv.all_entries()
+        if op == "append" or not everything:
+            conv.append(draw(entries()))
+        elif op == "sibling":
+            conv.add_sibling(draw(st.sampled_from(everything)), draw(entries()))
+        elif op == "rewind":
+            conv.rewind(draw(st.sampled_from(everything)))
+        else:
+            conv.select(draw(st.sampled_from(everything)))
+    return conv
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees())
+def test_random_trees_round_trip(conv: Conversation) -> None:
+    back = roundtrip(conv)
+    assert back == conv
+    assert [e.node for e in back.all_entries()] == [e.node for e in conv.all_entries()]
+    assert [e.node for e in back.entries] == [e.node for e in conv.entries]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(), st.integers(0, 50), st.sampled_from(["parent", "node", "sibling", "drop"]),
+       st.sampled_from([None, "x", 3, "m0", -1, [], {}]))
+def test_mutated_tree_documents_load_or_explain(conv: Conversation, pick: int, key: str,
+                                                value: object) -> None:
+    doc = to_json_dict(conv)
+    nodes = doc["messages"] + doc.get("branches", [])
+    if nodes:
+        target = nodes[pick % len(nodes)]
+        if key == "drop":
+            target.pop("node", None)
+        else:
+            target[key] = value
+    try:
+        loaded = from_json_dict(json.loads(json.dumps(doc)), source="t.json")
+    except tr.TranscriptError as e:
+        assert str(e).startswith("Could not load t.json: ")
+        return
+    assert roundtrip(loaded) == loaded
+
+
+V2_TRANSCRIPT = json.dumps({
+    "format": "chatui-transcript", "version": 2, "id": "v2chat", "created": 1790000000.5,
+    "title": "Two", "system_prompt": "",
+    "messages": [
+        {"role": "user", "text": "Hi", "time": 1790000001.0},
+        {"role": "assistant", "text": "Hello", "time": 1790000002.0, "chosen": 0,
+         "replies": [{"settings": {"temperature": 0.5}, "text": "Hello",
+                      "finish_reason": "stop", "error": "", "usage": None,
+                      "tokens": [{"index": 0, "id": 5, "text": "Hello", "logprob": -0.5,
+                                  "entropy": 0.75}]}]}]})
+
+
+def test_version_2_is_migrated_to_a_tree_of_one_branch(tmp_path: Path) -> None:
+    path = tmp_path / "v2.json"
+    path.write_text(V2_TRANSCRIPT)
+    conv = tr.load_transcript(path)
+    assert [e.node for e in conv.entries] == ["m0", "m1"]
+    assert [e.text for e in conv.all_entries()] == ["Hi", "Hello"]
+    _retry(conv, "Hello again")  # a branch: saved in the same file, nothing dropped
+    tr.save_transcript(conv, path)
+    doc = json.loads(path.read_text())
+    assert doc["version"] == tr.FORMAT_VERSION == 3
+    assert [m["node"] for m in doc["messages"]][:1] == ["m0"]
+    assert [b["text"] for b in doc["branches"]] == ["Hello"]
+    back = tr.load_transcript(path)
+    assert back == conv and [e.text for e in back.entries] == ["Hi", "Hello again"]
+
+
+def test_version_1_is_migrated_to_a_tree(tmp_path: Path) -> None:
+    path = tmp_path / "v1.json"
+    path.write_text(V1_TRANSCRIPT)
+    conv = tr.load_transcript(path)
+    assert [e.node for e in conv.entries] == ["m0", "m1"]
+    assert conv.entries[1].replies[0].settings.seed == 42
+    tr.save_transcript(conv, path)
+    assert json.loads(path.read_text())["version"] == 3
+    assert tr.load_transcript(path) == conv
+
+
+def test_the_journal_keeps_every_branch(tmp_path: Path) -> None:
+    """The autosaver's appends: a retry, a sibling chosen, a reply grown, a new message: the
+    files always load as the live tree (no branch file: the tree holds it all)."""
+    conv = Conversation()
+    writer = AutosaveWriter()
+    rng = random.Random(3)
+    conv.add_user("Q0")
+    _answer(conv, "A0")
+    for step in range(30):
+        op = rng.choice(["send", "retry", "prev", "grow", "edit"])
+        if op == "send":
+            conv.add_user(f"Q{step}")
+            _answer(conv, f"A{step}")
+        elif op == "retry" and conv.entries and conv.entries[-1].role == "assistant":
+            _retry(conv, f"R{step}")
+        elif op == "prev":
+            e = next((e for e in reversed(conv.entries) if len(conv.siblings(e)) > 1), None)
+            if e is not None:
+                conv.step_sibling(e, rng.choice([-1, 1]))
+        elif op == "grow" and conv.entries and conv.entries[-1].reply is not None:
+            r = conv.entries[-1].reply
+            r.tokens.append(Token(len(r.tokens), 2, "+", -0.1, 0.1))
+            r.text += "+"
+        elif op == "edit" and conv.last_user is not None:
+            conv.rewind(conv.last_user)
+            conv.add_user(f"E{step}")
+        written = writer.write(conv.snapshot(), tmp_path, conv)
+        assert written.id == conv.id, f"step {step} ({op}) made a branch file"
+        assert len(list(tmp_path.glob("*.json"))) == 1
+        assert tr.load_transcript(tr.autosave_path(conv, tmp_path)) == conv, (step, op)
+
+
+# ---- exports --------------------------------------------------------------------------
+
+
+def test_export_writes_the_path_and_all_writes_every_branch(tmp_path: Path) -> None:
+    conv = Conversation()
+    conv.add_user("Question")
+    _answer(conv, "first answer")
+    _retry(conv, "second answer")
+    conv.add_user("Follow-up")
+    _answer(conv, "third answer")
+    md = export_markdown(conv)
+    assert "second answer" in md and "first answer" not in md
+    full = export_markdown(conv, all_branches=True)
+    assert all(t in full for t in ("first answer", "second answer", "third answer"))
+    assert "## Branch 1 (leaves the conversation after message 1)" in full
+    assert len(leaf_paths(conv)) == 2
+    path = tr.save_transcript(conv, tmp_path / "c.json") or tmp_path / "c.json"
+    from typer.testing import CliRunner
+
+    from chatui.cli import app as cli_app
+
+    out = CliRunner().invoke(cli_app, ["export", str(path), "--all"])
+    assert out.exit_code == 0 and "first answer" in out.stdout
+    out = CliRunner().invoke(cli_app, ["export", str(path)])
+    assert out.exit_code == 0 and "first answer" not in out.stdout
+
+
+# ---- in the app -----------------------------------------------------------------------
+
+
+def _numbered():
+    counter = iter(range(1000))
+
+    def reply(request, row):
+        return f"reply-{next(counter)} with a few words"
+    return reply
+
+
+def _bars(app) -> list[str]:
+    return [str(b.render()) for b in app.chat.query(SiblingBar)]
+
+
+async def test_sibling_navigation_keys_clicks_and_commands(config_dir) -> None:  # noqa: F811
+    app = make_app(_numbered())
+    async with app.run_test(size=(100, 36)) as pilot:
+        await send(pilot, app, "hello")
+        await send(pilot, app, "/retry")
+        await send(pilot, app, "/retry")
+        conv = app.chat.conversation
+        assert conv.entries[-1].text.startswith("reply-2") and _bars(app) == ["‹ 3/3 ›"]
+        await pilot.press("alt+left")
+        await settle(pilot, app)
+        assert conv.entries[-1].text.startswith("reply-1") and _bars(app) == ["‹ 2/3 ›"]
+        await send(pilot, app, "/sibling prev")
+        assert conv.entries[-1].text.startswith("reply-0") and _bars(app) == ["‹ 1/3 ›"]
+        await send(pilot, app, "/sibling prev")  # clamped at the first
+        assert _bars(app) == ["‹ 1/3 ›"]
+        bar = app.chat.query_one(SiblingBar)
+        await pilot.click(SiblingBar, offset=(len(str(bar.render())), 0))  # the ›
+        await settle(pilot, app)
+        assert conv.entries[-1].text.startswith("reply-1")
+        await pilot.press("alt+right")
+        await settle(pilot, app)
+        await send(pilot, app, "a follow-up")  # on the third branch
+        await pilot.press("alt+left")  # the conversation below follows the branch
+        await settle(pilot, app)
+        assert [e.text.split()[0] for e in conv.entries] == ["hello", "reply-1"]
+        await send(pilot, app, "/delete")  # says what, deletes nothing
+        assert len(conv.all_entries()) == 6, [e.text for e in conv.all_entries()]
+        await send(pilot, app, "/delete yes")
+        assert len(conv.all_entries()) == 5 and _bars(app) == ["‹ 2/2 ›"]
+        app.flush_autosaves()
+        disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
+        assert disk == conv
+
+
+async def test_tree_view_lists_branches_and_enter_opens_one(config_dir) -> None:  # noqa: F811
+    from textual.widgets import Tree
+
+    from chatui.screens.tree import TreeScreen
+
+    app = make_app(_numbered())
+    async with app.run_test(size=(100, 36)) as pilot:
+        await send(pilot, app, "first question")
+        await send(pilot, app, "/retry")
+        await send(pilot, app, "second question")
+        await pilot.press("f5")
+        await pilot.pause()
+        assert isinstance(app.screen, TreeScreen)
+        tree = app.screen.query_one(Tree)
+        labels = []
+        stack = list(tree.root.children)
+        while stack:
+            node = stack.pop(0)
+            labels.append(str(node.label))
+            stack.extend(node.children)
+        assert labels[0].startswith("● you: first question")
+        assert any(lbl.startswith("○ assistant: reply-0") and "mean lp" in lbl
+                   and " tok" in lbl for lbl in labels)
+        assert any(lbl.startswith("● assistant: reply-1") and "3 messages" in lbl
+                   for lbl in labels)
+        tree.move_cursor(next(n for n in tree.root.children[0].children
+                              if str(n.label).startswith("○")))
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert not isinstance(app.screen, TreeScreen)
+        assert [e.text.split()[0] for e in app.chat.conversation.entries] == [
+            "first", "reply-0"]
+        shown = [i.key for i in app.chat.window.items if i.tag in ("user", "reply")]
+        assert shown == list(app.chat.conversation.entries)
+
+
+async def test_continue_from_alternative_keeps_the_reply(config_dir) -> None:  # noqa: F811
+    app = make_app(_numbered())
+    async with app.run_test(size=(100, 36)) as pilot:
+        await send(pilot, app, "hello")
+        view = app.chat._reply_views()[-1]
+        first = app.chat.conversation.entries[-1]
+        await app.chat.continue_from_alternative(view.id, 1, 2)
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        new = conv.entries[-1]
+        assert new is not first and conv.siblings(new) == [first, new]
+        assert first.text.startswith("reply-0")  # kept whole
+        assert new.reply.tokens[0] == first.reply.tokens[0]  # the shared prefix
+        assert new.reply.tokens[1].text == first.reply.tokens[1].top[1].text
+        assert _bars(app) == ["‹ 2/2 ›"]
+        # the fork point: underlined in the token view, both branches' tokens in the panel
+        view = app.chat._reply_views()[-1]
+        assert view.forks == frozenset({1}) and view.token_view.forks == frozenset({1})
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right")
+        await pilot.pause(0.1)
+        branches = str(app.chat.inspector.query_one(".branches").render())
+        assert branches == (f"branches here: ‹2/2› {new.reply.tokens[1].text!r} · "
+                            f"‹1/2› {first.reply.tokens[1].text!r}")
+        await pilot.press("right")
+        await pilot.pause(0.1)
+        assert not app.chat.inspector.query_one(".branches").display
+
+
+
+async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
+    """``f`` in the token view: the top 3 alternatives at the cursor decoded in one request
+    (one prefix, three forced first tokens), streaming as the columns of a new alternative;
+    /pick chooses one and the others become its siblings; the original reply stays; the file
+    holds everything."""
+    import dataclasses
+
+    from chatui.widgets.compare import CompareView
+    from inference.scripted import ScriptedBackend
+
+    class IdBackend(ScriptedBackend):
+        def generate(self, request, cancel):
+            for ev in super().generate(request, cancel):
+                if hasattr(ev, "tokens"):
+                    ev = dataclasses.replace(ev, tokens=tuple(
+                        dataclasses.replace(t, id=100 + t.index, top=tuple(
+                            dataclasses.replace(a, id=200 + k) for k, a in enumerate(t.top)))
+                        for t in ev.tokens))
+                yield ev
+
+    backend = IdBackend(_numbered())
+    app = make_app(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        original = app.chat.conversation.entries[-1]
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "right", "f")
+        await settle(pilot, app)
+        request = backend.requests[-1]
+        assert request.first_tokens == (200, 201, 202)
+        assert request.prefix.token_ids == (100, 101) and len(request.settings) == 3
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group is not original and conv.siblings(group) == [original, group]
+        assert len(group.replies) == 3
+        for r in group.replies:
+            assert r.tokens[:2] == original.reply.tokens[:2] and r.finish_reason == "stop"
+        [view] = app.chat.query(CompareView)
+        assert len(view.views) == 3
+        await pilot.press("escape")  # from the token view to the prompt
+        await send(pilot, app, "/fanout 9")  # refused, one sentence
+        await send(pilot, app, "/pick 2")
+        await settle(pilot, app)
+        picked = conv.entries[-1]  # the branch picked, its own entry; the others siblings
+        assert picked.replies == [group.replies[1]] and len(conv.siblings(picked)) == 4
+        assert conv.siblings(picked)[0] is original and _bars(app) == ["‹ 3/4 ›"]
+        assert not app.chat.query(CompareView)
+        app.flush_autosaves()
+        disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
+        assert disk == conv
