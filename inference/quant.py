@@ -568,3 +568,57 @@ def q4_linear(x: torch.Tensor, w: Q4Weight, *, norm: torch.Tensor | None = None,
         assert kernel is not None, "Q4Weight runs only where the kernel loads"
         out = kernel.q4_matmul(flat, w.packed, w.scales, w.n, norm, eps, swiglu)
     return out.view(*x.shape[:-1], w.n)
+
+
+@dataclass
+class PackedExperts:
+    """A mixture's experts as one kernel call runs them (``q8_matmul_sel`` / ``q4_matmul_sel``):
+    the data pointers of every expert's packed gate/up and down weights and scales, gathered
+    once. A decode step then runs a token's k experts in two calls (every gate/up, then every
+    down with SwiGLU fused), one thread team each, where a call per expert and projection (16
+    for Qwen3-MoE's top 8) each started its own and quantized the same input again.
+
+    Only for experts that are all ``Q8Weight`` or all ``Q4Weight`` of one shape (``of``)."""
+
+    experts: list[tuple[Any, Any]]
+    """The (gate_up, down) weights the pointers point into (kept alive by this reference)."""
+    bits: int
+    gate_up: tuple[torch.Tensor, torch.Tensor]  # int64 [E] pointers: packed, scales
+    down: tuple[torch.Tensor, torch.Tensor]
+    n_gate_up: int  # 2 * the experts' intermediate size
+    n_down: int  # hidden
+
+    @classmethod
+    def of(cls, experts: list[tuple[Any, Any]]) -> PackedExperts | None:
+        """The experts' pointers, or None when they are not all of one kernel type and shape
+        or the kernels did not load."""
+        kinds = {type(w) for pair in experts for w in pair}
+        if not experts or kinds not in ({Q8Weight}, {Q4Weight}) or q8kernel.load_kernel() is None:
+            return None
+        if len({(a.shape, b.shape) for a, b in experts}) != 1:
+            return None
+        gu, d = experts[0]
+        if d.k * 2 != gu.n:
+            return None
+
+        def pointers(ws: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+            return (torch.tensor([w.packed.data_ptr() for w in ws], dtype=torch.int64),
+                    torch.tensor([w.scales.data_ptr() for w in ws], dtype=torch.int64))
+
+        return cls(experts, 8 if kinds == {Q8Weight} else 4, pointers([a for a, _ in experts]),
+                   pointers([b for _, b in experts]), gu.n, d.n)
+
+    def __call__(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """x [M, hidden] fp32 (normed), ids [M, k] the chosen experts, weights [M, k] fp32 their
+        router weights -> [M, hidden] fp32: sum_j weights[m, j] * expert_{ids[m, j]}(x[m]).
+        Reads each chosen expert once per row of x (for a decode step of one token)."""
+        kernel = q8kernel.load_kernel()
+        assert kernel is not None, "PackedExperts exist only where the kernel loads"
+        m, k = ids.shape
+        sel = ids.reshape(-1).to(torch.int64).contiguous()
+        x = x.float().contiguous()
+        gu = torch.empty((m * k, self.n_gate_up), dtype=torch.float32)
+        kernel.matmul_sel(self.bits, x, k, *self.gate_up, sel, gu, False)
+        y = torch.empty((m * k, self.n_down), dtype=torch.float32)
+        kernel.matmul_sel(self.bits, gu, 1, *self.down, sel, y, True)
+        return torch.bmm(weights.float().view(m, 1, k), y.view(m, k, self.n_down)).view(m, -1)
