@@ -436,22 +436,27 @@ class Q4Weight:
         / 15, both stored in fp16 and q rounded against the stored values. ``chunk_rows`` rows
         at a time (no fp32 temporaries the size of a large output layer)."""
         n, k = w.shape
-        group = q8kernel.GROUP
-        kp = -(-k // group) * group
         packed, scales = cls._empty(n, k)
         src = w.detach()
         chunk_rows = max(q8kernel.ROWS, chunk_rows // q8kernel.ROWS * q8kernel.ROWS)
         for r0 in range(0, n, chunk_rows):
-            part = src[r0:r0 + chunk_rows].float().cpu()
-            wg = F.pad(part, (0, kp - k)).view(part.shape[0], kp // group, group)
-            lo, hi = wg.amin(-1), wg.amax(-1)
-            d16 = ((hi - lo) / 15).clamp(max=65504).to(torch.float16)
-            m16 = lo.clamp(-65504, 65504).to(torch.float16)
-            d32, m32 = d16.float()[..., None], m16.float()[..., None]
-            q = torch.where(d32 > 0, torch.round((wg - m32) / d32.clamp(min=1e-30)), 0.0)
-            q = q.clamp_(0, 15).to(torch.uint8).view(part.shape[0], kp)
-            cls._pack_rows(packed, scales, r0, q, d16, m16)
+            cls._pack_rows(packed, scales, r0, *cls.round_groups(src[r0:r0 + chunk_rows]))
         return cls(packed, scales, n, k)
+
+    @staticmethod
+    def round_groups(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows [r, K] (any float dtype) as ``quantize`` rounds them: (q [r, K32] uint8 0..15,
+        d [r, K32 / 32] fp16, m [r, K32 / 32] fp16), K32 being K rounded up to 32 (zeros)."""
+        group = q8kernel.GROUP
+        r, k = w.shape
+        kp = -(-k // group) * group
+        wg = F.pad(w.float().cpu(), (0, kp - k)).view(r, kp // group, group)
+        lo, hi = wg.amin(-1), wg.amax(-1)
+        d16 = ((hi - lo) / 15).clamp(max=65504).to(torch.float16)
+        m16 = lo.clamp(-65504, 65504).to(torch.float16)
+        d32, m32 = d16.float()[..., None], m16.float()[..., None]
+        q = torch.where(d32 > 0, torch.round((wg - m32) / d32.clamp(min=1e-30)), 0.0)
+        return q.clamp_(0, 15).to(torch.uint8).view(r, kp), d16, m16
 
     @classmethod
     def from_gguf_blocks(cls, data: Any, ggml_type: str, shape: tuple[int, int]) -> Q4Weight:
@@ -465,6 +470,13 @@ class Q4Weight:
             ValueError: another type, K not a multiple of the block, or a size that does not
                 match the shape.
         """
+        return cls.from_groups(*cls.gguf_groups(data, ggml_type, shape))
+
+    @staticmethod
+    def gguf_groups(data: Any, ggml_type: str, shape: tuple[int, int]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``from_gguf_blocks``' groups before packing: (q [N, K] uint8 0..15, d and m
+        [N, K / 32]; fp16, or fp32 for Q4_K's products, which ``from_groups`` rounds)."""
         if ggml_type not in GGUF_Q4_TYPES:
             raise ValueError(f"{ggml_type} is not a 4-bit GGUF block type this loader takes "
                              f"({', '.join(GGUF_Q4_TYPES)})")
@@ -501,13 +513,12 @@ class Q4Weight:
             mn = torch.cat([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], -1)
             qs = blocks[..., 16:].reshape(n, -1, 4, 1, 32)  # 4 chunks of 32 bytes
             q = torch.cat([qs & 0x0F, qs >> 4], dim=3)  # [N, S, 4, 2 (low: sub 2j), 32]
-            return cls.from_groups(q.reshape(n, k), (d * sc).reshape(n, g),
-                                   (-(dmin * mn)).reshape(n, g))
+            return q.reshape(n, k), (d * sc).reshape(n, g), (-(dmin * mn)).reshape(n, g)
         d = f16(blocks[..., 0:2])  # [N, G]
         m = -8 * d if ggml_type == "Q4_0" else f16(blocks[..., 2:4])
         qs = blocks[..., size - 16:]  # [N, G, 16]: byte j holds weights j and j + 16
         q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)
-        return cls.from_groups(q.reshape(n, k), d, m)
+        return q.reshape(n, k), d, m
 
     @property
     def shape(self) -> tuple[int, int]:
