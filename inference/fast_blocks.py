@@ -394,6 +394,9 @@ class MoE:
     top_k: int
     normalize: bool
     experts: list[tuple[Any, Any]] = field(default_factory=list)  # (gate_up, down) weights
+    kernel_experts: Any = None
+    """(the ``experts`` list it was built for, ``quant.PackedExperts`` or None): the one-call
+    kernel path of a decode step, set by the runner (rebuilt when ``experts`` is replaced)."""
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, hidden] -> (weights [N, k] fp32, expert ids [N, k]), as transformers routes:

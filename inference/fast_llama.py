@@ -32,8 +32,8 @@ from .kernel_abi import Layer
 from .kv_cache import StaticKVCache
 from .q8kernel import F32_MAX_ROWS, load_kernel
 from . import weight_rows as rows
-from .quant import (Int4Weight, Int8Weight, Q4Weight, Q8Weight, int4_linear, int8_linear,
-                    q4_linear, q8_available, q8_linear)
+from .quant import (Int4Weight, Int8Weight, PackedExperts, Q4Weight, Q8Weight, int4_linear,
+                    int8_linear, q4_linear, q8_available, q8_linear)
 
 __all__ = ["FastLlama", "FastRunner", "SUPPORTED_MODEL_TYPES", "unsupported_reason"]
 
@@ -399,6 +399,15 @@ class FastLlama:
     def _expert(self, x: torch.Tensor, wgu: Weight, wd: Weight) -> torch.Tensor:
         return self._glu_down(_linear(x, wgu), wd, None)
 
+    @staticmethod
+    def _packed_experts(moe: MoE) -> PackedExperts | None:
+        """The experts' one-call kernel form (int8 or int4 experts on a CPU whose kernels
+        load), built on first use for the current ``moe.experts``."""
+        cached = moe.kernel_experts
+        if cached is None or cached[0] is not moe.experts:
+            cached = moe.kernel_experts = (moe.experts, PackedExperts.of(moe.experts))
+        return cached[1]
+
     def _after_attention(self, x: torch.Tensor, o: torch.Tensor, L: _Layer) -> torch.Tensor:
         """The rest of a layer once attention gave ``o`` [B, T, H * D]: output projection
         (and Gemma's post-attention norm) into the residual, then the MLP block."""
@@ -407,8 +416,13 @@ class FastLlama:
             a = _rms(a, L.post_attn, self.eps)
         x = x + a
         if L.moe is not None:
-            xn = F.rms_norm(x, (self.hidden,), L.ln2, self.eps)
-            y = L.moe.forward(xn.reshape(-1, self.hidden), self._expert).view(x.shape)
+            xn = F.rms_norm(x, (self.hidden,), L.ln2, self.eps).reshape(-1, self.hidden)
+            packed = self._packed_experts(L.moe) if xn.shape[0] == 1 else None
+            if packed is not None:  # one token: its k experts in two kernel calls
+                weights, ids = L.moe.route(xn)
+                y = packed(xn, ids, weights).view(x.shape)
+            else:
+                y = L.moe.forward(xn, self._expert).view(x.shape)
         else:
             y = self._glu_down(_norm_linear(x, L.ln2, self.eps, L.wgu, L.bgu), L.wd, L.bd)
         if L.post_mlp is not None:

@@ -104,6 +104,20 @@ class Q8Kernel:
                            1 if norm is not None else 2 * swiglu,
                            None if norm is None else norm.data_ptr(), eps)
 
+    def matmul_sel(self, bits: int, x: torch.Tensor, xdiv: int, weights: torch.Tensor,
+                   scales: torch.Tensor, sel: torch.Tensor, out: torch.Tensor,
+                   swiglu: bool) -> None:
+        """``out[p] = f(x[p // xdiv]) @ W[sel[p]].T`` for p < P in one kernel call: the
+        selected experts of a mixture (``q8_matmul_sel`` / ``q4_matmul_sel``). x: [R, K] (or
+        [R, 2K] = [gate | up] with ``swiglu``, f then silu(gate) * up) fp32 contiguous;
+        weights, scales: int64 [E] the data pointers of E packed weights [n, K] of ``bits``
+        (8: ``Q8Weight``, 4: ``Q4Weight``) and their scales; sel: int64 [P] contiguous; out:
+        [P, n] fp32 contiguous, written. The caller keeps the weights alive."""
+        k = x.shape[-1] >> swiglu
+        fn = self.lib.q8_matmul_sel if bits == 8 else self.lib.q4_matmul_sel
+        fn(sel.numel(), x.data_ptr(), xdiv, k, weights.data_ptr(), scales.data_ptr(),
+           sel.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(), 2 * swiglu)
+
     def f32_linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x [..., K] @ w.T for fp32 contiguous x (at most ``F32_MAX_ROWS`` rows) and w [N, K]
         (``f32.c``) -> [..., N] fp32."""

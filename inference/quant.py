@@ -436,22 +436,27 @@ class Q4Weight:
         / 15, both stored in fp16 and q rounded against the stored values. ``chunk_rows`` rows
         at a time (no fp32 temporaries the size of a large output layer)."""
         n, k = w.shape
-        group = q8kernel.GROUP
-        kp = -(-k // group) * group
         packed, scales = cls._empty(n, k)
         src = w.detach()
         chunk_rows = max(q8kernel.ROWS, chunk_rows // q8kernel.ROWS * q8kernel.ROWS)
         for r0 in range(0, n, chunk_rows):
-            part = src[r0:r0 + chunk_rows].float().cpu()
-            wg = F.pad(part, (0, kp - k)).view(part.shape[0], kp // group, group)
-            lo, hi = wg.amin(-1), wg.amax(-1)
-            d16 = ((hi - lo) / 15).clamp(max=65504).to(torch.float16)
-            m16 = lo.clamp(-65504, 65504).to(torch.float16)
-            d32, m32 = d16.float()[..., None], m16.float()[..., None]
-            q = torch.where(d32 > 0, torch.round((wg - m32) / d32.clamp(min=1e-30)), 0.0)
-            q = q.clamp_(0, 15).to(torch.uint8).view(part.shape[0], kp)
-            cls._pack_rows(packed, scales, r0, q, d16, m16)
+            cls._pack_rows(packed, scales, r0, *cls.round_groups(src[r0:r0 + chunk_rows]))
         return cls(packed, scales, n, k)
+
+    @staticmethod
+    def round_groups(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows [r, K] (any float dtype) as ``quantize`` rounds them: (q [r, K32] uint8 0..15,
+        d [r, K32 / 32] fp16, m [r, K32 / 32] fp16), K32 being K rounded up to 32 (zeros)."""
+        group = q8kernel.GROUP
+        r, k = w.shape
+        kp = -(-k // group) * group
+        wg = F.pad(w.float().cpu(), (0, kp - k)).view(r, kp // group, group)
+        lo, hi = wg.amin(-1), wg.amax(-1)
+        d16 = ((hi - lo) / 15).clamp(max=65504).to(torch.float16)
+        m16 = lo.clamp(-65504, 65504).to(torch.float16)
+        d32, m32 = d16.float()[..., None], m16.float()[..., None]
+        q = torch.where(d32 > 0, torch.round((wg - m32) / d32.clamp(min=1e-30)), 0.0)
+        return q.clamp_(0, 15).to(torch.uint8).view(r, kp), d16, m16
 
     @classmethod
     def from_gguf_blocks(cls, data: Any, ggml_type: str, shape: tuple[int, int]) -> Q4Weight:
@@ -465,6 +470,13 @@ class Q4Weight:
             ValueError: another type, K not a multiple of the block, or a size that does not
                 match the shape.
         """
+        return cls.from_groups(*cls.gguf_groups(data, ggml_type, shape))
+
+    @staticmethod
+    def gguf_groups(data: Any, ggml_type: str, shape: tuple[int, int]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``from_gguf_blocks``' groups before packing: (q [N, K] uint8 0..15, d and m
+        [N, K / 32]; fp16, or fp32 for Q4_K's products, which ``from_groups`` rounds)."""
         if ggml_type not in GGUF_Q4_TYPES:
             raise ValueError(f"{ggml_type} is not a 4-bit GGUF block type this loader takes "
                              f"({', '.join(GGUF_Q4_TYPES)})")
@@ -501,13 +513,12 @@ class Q4Weight:
             mn = torch.cat([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], -1)
             qs = blocks[..., 16:].reshape(n, -1, 4, 1, 32)  # 4 chunks of 32 bytes
             q = torch.cat([qs & 0x0F, qs >> 4], dim=3)  # [N, S, 4, 2 (low: sub 2j), 32]
-            return cls.from_groups(q.reshape(n, k), (d * sc).reshape(n, g),
-                                   (-(dmin * mn)).reshape(n, g))
+            return q.reshape(n, k), (d * sc).reshape(n, g), (-(dmin * mn)).reshape(n, g)
         d = f16(blocks[..., 0:2])  # [N, G]
         m = -8 * d if ggml_type == "Q4_0" else f16(blocks[..., 2:4])
         qs = blocks[..., size - 16:]  # [N, G, 16]: byte j holds weights j and j + 16
         q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)
-        return cls.from_groups(q.reshape(n, k), d, m)
+        return q.reshape(n, k), d, m
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -568,3 +579,57 @@ def q4_linear(x: torch.Tensor, w: Q4Weight, *, norm: torch.Tensor | None = None,
         assert kernel is not None, "Q4Weight runs only where the kernel loads"
         out = kernel.q4_matmul(flat, w.packed, w.scales, w.n, norm, eps, swiglu)
     return out.view(*x.shape[:-1], w.n)
+
+
+@dataclass
+class PackedExperts:
+    """A mixture's experts as one kernel call runs them (``q8_matmul_sel`` / ``q4_matmul_sel``):
+    the data pointers of every expert's packed gate/up and down weights and scales, gathered
+    once. A decode step then runs a token's k experts in two calls (every gate/up, then every
+    down with SwiGLU fused), one thread team each, where a call per expert and projection (16
+    for Qwen3-MoE's top 8) each started its own and quantized the same input again.
+
+    Only for experts that are all ``Q8Weight`` or all ``Q4Weight`` of one shape (``of``)."""
+
+    experts: list[tuple[Any, Any]]
+    """The (gate_up, down) weights the pointers point into (kept alive by this reference)."""
+    bits: int
+    gate_up: tuple[torch.Tensor, torch.Tensor]  # int64 [E] pointers: packed, scales
+    down: tuple[torch.Tensor, torch.Tensor]
+    n_gate_up: int  # 2 * the experts' intermediate size
+    n_down: int  # hidden
+
+    @classmethod
+    def of(cls, experts: list[tuple[Any, Any]]) -> PackedExperts | None:
+        """The experts' pointers, or None when they are not all of one kernel type and shape
+        or the kernels did not load."""
+        kinds = {type(w) for pair in experts for w in pair}
+        if not experts or kinds not in ({Q8Weight}, {Q4Weight}) or q8kernel.load_kernel() is None:
+            return None
+        if len({(a.shape, b.shape) for a, b in experts}) != 1:
+            return None
+        gu, d = experts[0]
+        if d.k * 2 != gu.n:
+            return None
+
+        def pointers(ws: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+            return (torch.tensor([w.packed.data_ptr() for w in ws], dtype=torch.int64),
+                    torch.tensor([w.scales.data_ptr() for w in ws], dtype=torch.int64))
+
+        return cls(experts, 8 if kinds == {Q8Weight} else 4, pointers([a for a, _ in experts]),
+                   pointers([b for _, b in experts]), gu.n, d.n)
+
+    def __call__(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """x [M, hidden] fp32 (normed), ids [M, k] the chosen experts, weights [M, k] fp32 their
+        router weights -> [M, hidden] fp32: sum_j weights[m, j] * expert_{ids[m, j]}(x[m]).
+        Reads each chosen expert once per row of x (for a decode step of one token)."""
+        kernel = q8kernel.load_kernel()
+        assert kernel is not None, "PackedExperts exist only where the kernel loads"
+        m, k = ids.shape
+        sel = ids.reshape(-1).to(torch.int64).contiguous()
+        x = x.float().contiguous()
+        gu = torch.empty((m * k, self.n_gate_up), dtype=torch.float32)
+        kernel.matmul_sel(self.bits, x, k, *self.gate_up, sel, gu, False)
+        y = torch.empty((m * k, self.n_down), dtype=torch.float32)
+        kernel.matmul_sel(self.bits, gu, 1, *self.down, sel, y, True)
+        return torch.bmm(weights.float().view(m, 1, k), y.view(m, k, self.n_down)).view(m, -1)

@@ -21,7 +21,7 @@ from typing import Callable, Sequence, Union
 import numpy as np
 import torch
 
-from .quant import Int4Weight, Int8Weight, Q4Weight, Q8Weight
+from .quant import GGUF_Q4_TYPES, Int4Weight, Int8Weight, Q4Weight, Q8Weight
 
 CHUNK_ELEMENTS = 8 << 20
 """Weights per block of rows read at once (32 MiB in fp32): the quantizing temporaries."""
@@ -55,6 +55,17 @@ class Rows:
         """(GGUF block type, uint8 [r, bytes per row]) when stored in GGUF blocks, else None."""
         return None
 
+    def q4_groups(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """These rows as ``Q4Weight``'s groups (q [r, K32] uint8, d and m [r, K32 / 32]
+        fp16): a GGUF 4-bit tensor's own blocks (Q4_0 / Q4_1 / Q4_K, repacked with no
+        requantization), anything else rounded by ``Q4Weight.round_groups``."""
+        blocks = self.read_blocks(rows)
+        if blocks is not None and blocks[0] in GGUF_Q4_TYPES and self.k % 32 == 0:
+            q, d, m = Q4Weight.gguf_groups(torch.from_numpy(blocks[1]), blocks[0],
+                                           (len(rows), self.k))
+            return q, d.to(torch.float16), m.to(torch.float16)
+        return Q4Weight.round_groups(self.read(rows))
+
     def chunk_rows(self) -> int:
         """Rows per read: ``CHUNK_ELEMENTS`` values, a multiple of 16 (the kernels' row block)."""
         return max(16, CHUNK_ELEMENTS // max(1, self.k) // 16 * 16)
@@ -75,6 +86,9 @@ class Taken(Rows):
 
     def read_blocks(self, rows: np.ndarray) -> tuple[str, np.ndarray] | None:
         return self.base.read_blocks(self.index[rows])
+
+    def q4_groups(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.base.q4_groups(self.index[rows])
 
 
 class Concat(Rows):
@@ -122,6 +136,20 @@ class Concat(Rows):
         for where, pair in got:
             q[where], s[where] = pair  # type: ignore[index, misc]
         return q, s
+
+    def q4_groups(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each part's groups (its own 4-bit blocks where it has them: Q4_K_M mixes Q4_K and
+        Q6_K tensors in one fused projection)."""
+        got = self._each(rows, lambda p, r: p.q4_groups(r))
+        if len(got) == 1:
+            return got[0][1]  # type: ignore[return-value]
+        q0, d0, _ = got[0][1]  # type: ignore[misc]
+        q = torch.empty((len(rows), q0.shape[1]), dtype=torch.uint8)
+        d = torch.empty((len(rows), d0.shape[1]), dtype=torch.float16)
+        m = torch.empty_like(d)
+        for where, (gq, gd, gm) in got:  # type: ignore[misc]
+            q[where], d[where], m[where] = gq, gd, gm
+        return q, d, m
 
 
 Weight = Union[torch.Tensor, Rows]
@@ -226,22 +254,15 @@ def to_int4(w: Weight) -> Int4Weight:
     return Int4Weight(q, sz).pack()
 
 
-class _Sliced:
-    """A :class:`Rows` read as ``Q4Weight.quantize`` reads a tensor (``shape``, ``detach``,
-    a slice of rows), so that it quantizes a block of rows at a time from the file."""
-
-    def __init__(self, w: Rows):
-        self.w = w
-        self.shape = w.shape
-
-    def detach(self) -> _Sliced:
-        return self
-
-    def __getitem__(self, s: slice) -> torch.Tensor:
-        start, stop, _ = s.indices(self.w.n_rows)
-        return self.w.read(np.arange(start, stop))
-
-
 def to_q4(w: Weight) -> Q4Weight:
-    """chatui's int4 (``Q4Weight``: GGUF Q4_1-style groups of 32), a block of rows at a time."""
-    return Q4Weight.quantize(w if not isinstance(w, Rows) else _Sliced(w))  # type: ignore[arg-type]
+    """chatui's int4 (``Q4Weight``: GGUF Q4_1-style groups of 32), a block of rows at a time:
+    a GGUF Q4_0 / Q4_1 / Q4_K tensor from its own blocks (``Rows.q4_groups``: decoded as the
+    file stores them, where dequantizing and rounding again to Q4_1 groups took a 1B Q4_K_M
+    model's first start 84 s and added a second rounding), anything else rounded."""
+    if not isinstance(w, Rows):
+        return Q4Weight.quantize(w)
+    n, k = w.shape
+    packed, scales = Q4Weight._empty(n, k)
+    for rows in _blocks(w):
+        Q4Weight._pack_rows(packed, scales, int(rows[0]), *w.q4_groups(rows))
+    return Q4Weight(packed, scales, n, k)

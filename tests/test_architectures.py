@@ -371,6 +371,9 @@ def check_quantized(ckpt: Any, kind: str) -> FastRunner:
         assert (a - b).abs().max() <= tol * b.abs().max(), (a - b).abs().max()
         step = b.argmax(-1, keepdim=True)
         a, b = runner.forward(ca, step), twin.forward(cb, step)
+    if runner.fast.q8:  # the decode steps ran each layer's chosen experts in one kernel call
+        assert all(L.moe.kernel_experts[1] is not None for L in runner.fast.layers
+                   if L.moe is not None)
     return runner
 
 

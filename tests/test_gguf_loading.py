@@ -203,3 +203,39 @@ def test_other_architectures_load_as_transformers_reads_them(name: str, config: 
         runner = build_runner(lazy, quantize=kind, precision="auto")
         assert runner.fast.quantized and torch.isfinite(
             runner.forward(runner.new_cache(), ids)).all()
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q4_K"])
+def test_int4_is_the_files_own_4bit_blocks(qtype: str, cache: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quantize int4`` on a 4-bit GGUF repacks the file's blocks (Q4Weight.from_gguf_blocks
+    of each tensor's bytes), never dequantizes and rounds them again; the cached start maps the
+    same packed weights back."""
+    import gguf as gguf_pkg
+
+    path = write(_llama(tied=False), qtype, cache / "model")
+    monkeypatch.setattr(quant.Q4Weight, "round_groups", staticmethod(
+        lambda *a, **k: pytest.fail("a 4-bit tensor was requantized")))
+    lazy = load_checkpoint(str(path), device="cpu", dtype="float32", lazy=True)
+    runner = build_runner(lazy, quantize="int4", precision="auto")
+    tensors = {t.name: t for t in gguf_pkg.GGUFReader(str(path)).tensors}
+
+    def blocks(name: str) -> quant.Q4Weight:
+        t = tensors[name]
+        return quant.Q4Weight.from_gguf_blocks(t.data, qtype, (int(t.shape[1]), int(t.shape[0])))
+
+    for i, L in enumerate(runner.fast.layers):
+        for got, name in ((L.wo, f"blk.{i}.attn_output.weight"),
+                          (L.wd, f"blk.{i}.ffn_down.weight")):
+            want = blocks(name)
+            assert isinstance(got, quant.Q4Weight) and got.shape == want.shape
+            assert torch.equal(got.packed, want.packed) and torch.equal(got.scales, want.scales)
+        gate, up = blocks(f"blk.{i}.ffn_gate.weight"), blocks(f"blk.{i}.ffn_up.weight")
+        assert torch.equal(L.wgu.packed, torch.cat([gate.packed, up.packed]))
+    monkeypatch.setattr(quant.Q4Weight, "_pack_rows", staticmethod(
+        lambda *a, **k: pytest.fail("repacked again instead of reading the cache")))
+    again = build_runner(load_checkpoint(str(path), device="cpu", dtype="float32", lazy=True),
+                         quantize="int4", precision="auto")
+    for name, w in runner.fast.quantized.items():
+        other = again.fast.quantized[name]
+        assert torch.equal(other.packed, w.packed) and torch.equal(other.scales, w.scales), name

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from inference import q8kernel
-from inference.quant import (Int4Weight, Int8Weight, Q4Weight, Q8Weight, int4_linear,
-                             int8_cache_path, int8_linear, load_int8, q4_linear, q8_linear,
-                             save_int8)
+from inference.quant import (Int4Weight, Int8Weight, PackedExperts, Q4Weight, Q8Weight,
+                             int4_linear, int8_cache_path, int8_linear, load_int8, q4_linear,
+                             q8_linear, save_int8)
 
 
 def test_quantize_round_trip_error_is_at_most_half_a_step():
@@ -91,6 +91,10 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
         xin = x if norm4 is None else torch.nn.functional.rms_norm(x, (70,), norm4, 1e-5)
         ref = q4_reference(xin, w4)
         assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    for cls, fn in ((Q8Weight, kernel.matmul), (Q4Weight, kernel.q4_matmul)):
+        def linear(x, w, swiglu=False, fn=fn):
+            return fn(x.float().contiguous(), w.packed, w.scales, w.n, swiglu=swiglu)
+        _experts_check(kernel, cls, linear)
     wf = torch.randn(70, 37)
     xf = torch.randn(2, 37)
     ref = xf.double() @ wf.double().t()
@@ -284,6 +288,48 @@ def test_q4_kernel_fuses_the_norm_and_swiglu(m, kernel):
     back = load_int8(path, torch.device("cpu"))["w"]
     assert isinstance(back, Q4Weight) and back.shape == (40, 70)
     assert torch.equal(q4_linear(gate_up, back, swiglu=True), out)
+
+
+def _experts_check(kernel: q8kernel.Q8Kernel, cls: type, linear) -> None:
+    """A mixture's chosen experts in two ``matmul_sel`` calls give exactly what one matmul
+    per expert and projection gives (the same blocks, the same activation rounding), and the
+    float64 product of the dequantized weights within the activations' rounding."""
+    torch.manual_seed(15)
+    E, h, inter = 5, 70, 40  # K not a multiple of 32 in both projections
+    experts = [(cls.quantize(torch.randn(2 * inter, h)), cls.quantize(torch.randn(h, inter)))
+               for _ in range(E)]
+    packed = PackedExperts.of(experts)
+    assert packed is not None and packed.bits == (8 if cls is Q8Weight else 4)
+    x = torch.randn(2, h) * 3
+    ids = torch.tensor([[3, 0, 4], [1, 1, 2]])
+    sel = ids.reshape(-1)
+    gu = torch.empty(6, 2 * inter)
+    kernel.matmul_sel(packed.bits, x, 3, *packed.gate_up, sel, gu, False)
+    down = torch.empty(6, h)
+    kernel.matmul_sel(packed.bits, gu, 1, *packed.down, sel, down, True)
+    for p, e in enumerate(sel.tolist()):
+        a, b = experts[e]
+        one = linear(x[p // 3: p // 3 + 1], a)
+        assert torch.equal(gu[p], one[0])
+        assert torch.equal(down[p], linear(one, b, swiglu=True)[0])
+        g, u = (x[p // 3].double() @ a.dequantize(torch.float64).t()).chunk(2)
+        ref = (torch.nn.functional.silu(g) * u) @ b.dequantize(torch.float64).t()
+        tol = 1e-4 if cls is Q8Weight else 3e-2  # int16 / int8 activations
+        assert (down[p].double() - ref).abs().max() <= tol * ref.abs().max()
+
+
+@pytest.mark.parametrize("cls", [Q8Weight, Q4Weight])
+def test_chosen_experts_in_one_call_equal_a_call_per_expert(cls, kernel):
+    _experts_check(kernel, cls, q8_linear if cls is Q8Weight else q4_linear)
+    experts = [(cls.quantize(torch.randn(64, 32)), cls.quantize(torch.randn(32, 32)))] * 2
+    packed = PackedExperts.of(experts)
+    w = torch.tensor([[0.25, 0.75]])
+    x = torch.randn(1, 32)
+    linear = q8_linear if cls is Q8Weight else q4_linear
+    one = linear(linear(x, experts[0][0]), experts[0][1], swiglu=True)
+    assert torch.allclose(packed(x, torch.tensor([[0, 1]]), w), one, rtol=1e-6, atol=1e-6)
+    mixed = [(Q8Weight.quantize(torch.randn(64, 32)), Q4Weight.quantize(torch.randn(32, 32)))]
+    assert PackedExperts.of(mixed) is None  # one weight type only (else: a call per expert)
 
 
 def test_q8_kernel_inside_torch_compile(kernel):

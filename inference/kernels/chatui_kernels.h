@@ -42,12 +42,21 @@ int q8_openmp(void);
 const char *q8_isa(void);
 void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *sp, int N, float *y,
                int threads, int mode, const float *aux, float eps);
+/* P one-row products in one parallel loop (a mixture of experts' decode step): y [P, N],
+ * y[p] = f(x[p / xdiv]) W[sel[p]]^T with W[e] = (wp[e], sp[e]), all [N, K]; mode 0 or 2. */
+void q8_matmul_sel(int P, const float *x, int xdiv, int K, const int8_t *const *wp,
+                   const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
+                   int mode);
 
 /* q4.c: int4 weights (q * d + m, 4-bit q, fp16 d and m per row and group of 32 along K),
  * packed in blocks of 16 rows (layout in q4.c); y [M, N] = f(x) W^T with f as q8_matmul's. */
 const char *q4_isa(void);
 void q4_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *sp, int N, float *y,
                int threads, int mode, const float *aux, float eps);
+/* q8_matmul_sel for int4 weights. */
+void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const *wp,
+                   const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
+                   int mode);
 
 /* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w. */
 void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,

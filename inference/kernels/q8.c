@@ -185,3 +185,44 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
     free(xq);
     free(xs);
 }
+
+/* P independent one-row products in one parallel loop: y[p] [N] = f(x[p / xdiv]) W[sel[p]]^T,
+ * W[e] being the e-th weight of wp / sp (all [N, K]), f given by mode as in q8_matmul (x's rows
+ * hold 2K values in mode 2). A mixture of experts' decode step: the k experts a token chose run
+ * as one loop over (expert, row block) pairs, with one thread team for all of them, instead of
+ * k matmuls of a few hundred rows each (moe.c). */
+void q8_matmul_sel(int P, const float *x, int xdiv, int K, const int8_t *const *wp,
+                   const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
+                   int mode) {
+    int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
+    int16_t *xq = (int16_t *)aligned_alloc(64, (((size_t)P * G * GS * 2 + 63) / 64) * 64);
+    float *xs = (float *)malloc(sizeof(float) * (size_t)P * G);
+    size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
+    if (threads < 1) threads = 1;
+    int total = P * NB;
+    int chunk = total / (threads * 8);
+    chunk = chunk < 1 ? 1 : chunk > 16 ? 16 : chunk;
+    #pragma omp parallel num_threads(threads)
+    {
+        float *row = (float *)malloc(sizeof(float) * (size_t)K);
+        #pragma omp for schedule(static)
+        for (int p = 0; p < P; p++) {
+            prepare_row(x + (size_t)(p / xdiv) * ldx, K, mode, NULL, 0.f, row);
+            quantize_row(row, K, G, xq + (size_t)p * G * GS, xs + (size_t)p * G);
+        }
+        free(row);
+        #pragma omp for schedule(dynamic, chunk)
+        for (int i = 0; i < total; i++) {
+            int p = i / NB, b = i % NB;
+            float out[RB];
+            const int8_t *w = wp[sel[p]];
+            const uint16_t *s = sp[sel[p]];
+            BLOCK(xq + (size_t)p * G * GS, xs + (size_t)p * G, 1, G,
+                  w + (size_t)b * G * GS * RB, s + (size_t)b * G * RB, out);
+            int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
+            memcpy(y + (size_t)p * N + n0, out, sizeof(float) * cnt);
+        }
+    }
+    free(xq);
+    free(xs);
+}
