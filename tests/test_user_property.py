@@ -135,7 +135,7 @@ async def test_random_use_never_loses_a_completed_message(seed, tmp_path, config
                 elif action in ("prev", "next"):
                     await send(pilot, app, f"/sibling {action}")
                 elif action == "tree":  # the tree view: open a random branch
-                    await pilot.press("f4")
+                    await pilot.press("f5")
                     await pilot.pause()
                     nodes = [e.node for e in conv.all_entries()]
                     app.screen.dismiss(rng.choice(nodes) if nodes else None)
