@@ -8,6 +8,12 @@
  * pos: [B] RoPE position of each row's token; cos, sin: [*, D/2] tables (already scaled).
  * mask: [B, S] (1 = attend) or NULL for "all of 0..S-1"; S = w + 1 keys are attended.
  * out: [B, H * D]. Query head h uses KV head h / (H / KV), as transformers' repeat_kv does.
+ * shared: positions 0..shared-1 hold the same keys and values in every row (one prompt
+ * prefilled once and repeated for compare columns or fan-out branches): those are read from
+ * row 0 for every row, and the rows of one chunk of them are handed out one after the other,
+ * so B rows read the prompt's cache about once instead of B times (at 8 rows of a 150-token
+ * context the default model's cache reads were 55 MB a step, 0.7 ms a row on one core).
+ * Every row's arithmetic is unchanged: the copies are bitwise equal.
  */
 #include <math.h>
 #include <stddef.h>
@@ -58,11 +64,13 @@ static inline __attribute__((always_inline)) void scores_t(const float *q, const
     }
 }
 
-/* o = sum_i pg[i] V[i] over n keys, D = 16 T, the output in registers. */
+/* o = sum_i pg[i] V[i] over n keys (added to o's values with `more`), D = 16 T, the output in
+ * registers: two calls over [0, a) and [a, n) make the same fused multiply-adds as one. */
 static inline __attribute__((always_inline)) void weighted_sum_t(const float *pg, const float *V,
-                                                                 int n, float *o, const int T) {
+                                                                 int n, float *o, int more,
+                                                                 const int T) {
     __m512 acc[8];
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++) acc[t] = more ? _mm512_loadu_ps(o + 16 * t) : _mm512_setzero_ps();
     for (int i = 0; i < n; i++) {
         __m512 p = _mm512_set1_ps(pg[i]);
         const float *v = V + (size_t)i * 16 * T;
@@ -87,13 +95,14 @@ static void scores(const float *q, const float *K, int n, int D, float *pg) {
     }
 }
 
-/* o = sum_i pg[i] V[i] for n keys (V at the first key). */
-static void weighted_sum(const float *pg, const float *V, int n, int D, float *o) {
+/* o = sum_i pg[i] V[i] for n keys (V at the first key), added to o with `more`. */
+static void weighted_sum(const float *pg, const float *V, int n, int D, float *o, int more) {
 #if defined(__AVX512F__)
-    if (D == 64) { weighted_sum_t(pg, V, n, o, 4); return; }
-    if (D == 128) { weighted_sum_t(pg, V, n, o, 8); return; }
+    if (D == 64) { weighted_sum_t(pg, V, n, o, more, 4); return; }
+    if (D == 128) { weighted_sum_t(pg, V, n, o, more, 8); return; }
 #endif
-    for (int d = 0; d < D; d++) o[d] = 0.f;
+    if (!more)
+        for (int d = 0; d < D; d++) o[d] = 0.f;
     for (int i = 0; i < n; i++) {
         float pk = pg[i];
         const float *vr = V + (size_t)i * D;
@@ -103,16 +112,21 @@ static void weighted_sum(const float *pg, const float *V, int n, int D, float *o
 }
 
 /* Attention of the G query heads sharing one KV head over keys [k0, k1): unnormalized output
- * acc[g][D], running max mx[g] and sum sm[g] (combined across chunks by the caller). */
+ * acc[g][D], running max mx[g] and sum sm[g] (combined across chunks by the caller). Keys
+ * below `shared` are read from Ks, Vs (row 0's), the others from K, V (the row's own): the
+ * same values, so the same arithmetic in the same order. */
 static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int D,
-                         const float *K, const float *V, int k0, int k1, const uint8_t *m,
-                         int w, float *acc, float *mx, float *sm, float *p /* [G][CHUNK] */) {
+                         const float *Ks, const float *Vs, int shared, const float *K,
+                         const float *V, int k0, int k1, const uint8_t *m, int w, float *acc,
+                         float *mx, float *sm, float *p /* [G][CHUNK] */) {
     int n = k1 - k0;
+    int n0 = shared - k0 < 0 ? 0 : shared - k0 > n ? n : shared - k0;
     for (int g = 0; g < G; g++) {
         float *pg = p + (size_t)g * CHUNK;
         const float *qg = q + (size_t)g * D;
         float best = -INFINITY;
-        scores(qg, K + (size_t)k0 * D, n, D, pg);
+        if (n0) scores(qg, Ks + (size_t)k0 * D, n0, D, pg);
+        if (n0 < n) scores(qg, K + (size_t)(k0 + n0) * D, n - n0, D, pg + n0);
         for (int i = 0; i < n; i++) {
             if (m && !m[k0 + i] && k0 + i != w) pg[i] = -INFINITY;
             best = pg[i] > best ? pg[i] : best;
@@ -130,14 +144,17 @@ static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int
         }
         mx[g] = best;
         sm[g] = sum;
-        weighted_sum(pg, V + (size_t)k0 * D, n, D, acc + (size_t)g * D);
+        float *o = acc + (size_t)g * D;
+        if (n0) weighted_sum(pg, Vs + (size_t)k0 * D, n0, D, o, 0);
+        if (n0 < n) weighted_sum(pg + n0, V + (size_t)(k0 + n0) * D, n - n0, D, o, n0 > 0);
     }
 }
 
 void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,
                  int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                 const uint8_t *mask, float *out, int threads) {
+                 const uint8_t *mask, int shared, float *out, int threads) {
     int G = H / KV, half = D / 2, S = w + 1;
+    shared = shared < 0 ? 0 : shared > w ? w : shared;
     size_t row = (size_t)(H + 2 * KV) * D;
     float scale = 1.0f / sqrtf((float)D);
     /* new keys and values into the cache (keys rotated); queries rotated and scaled */
@@ -168,13 +185,14 @@ void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float
     float *scratch = (float *)malloc(sizeof(float) * (size_t)G * CHUNK);
     #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
-        int c = t % nc, j = (t / nc) % KV, b = t / (nc * KV);
+        /* rows vary fastest: the B tasks of one chunk run back to back, its shared part hot */
+        int b = t % B, c = (t / B) % nc, j = t / (B * nc);
         int k0 = c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
-        float *pt = part + per * t;
-        chunk_attend(qs + ((size_t)b * H + (size_t)j * G) * D, G, D,
-                     kc + ((size_t)b * KV + j) * C * D, vc + ((size_t)b * KV + j) * C * D, k0, k1,
-                     mask ? mask + (size_t)b * S : NULL, w, pt, pt + (size_t)G * D,
-                     pt + (size_t)G * D + G, scratch);
+        float *pt = part + per * (((size_t)b * KV + j) * nc + c);
+        size_t own = ((size_t)b * KV + j) * C * D, first = (size_t)j * C * D;
+        chunk_attend(qs + ((size_t)b * H + (size_t)j * G) * D, G, D, kc + first, vc + first,
+                     shared, kc + own, vc + own, k0, k1, mask ? mask + (size_t)b * S : NULL, w,
+                     pt, pt + (size_t)G * D, pt + (size_t)G * D + G, scratch);
     }
     free(scratch);
     }
