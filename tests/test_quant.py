@@ -84,6 +84,10 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
             (kernel.matmul(x, w.packed, w.scales, 40, norm=norm, eps=1e-5),
              torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5) @ deq.t())):
         assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    xs = torch.randn(9, 70)  # the multi-row path: each row as alone, bit for bit
+    rows = kernel.matmul(xs, w.packed, w.scales, 40)
+    for r in range(9):
+        assert torch.equal(rows[r], kernel.matmul(xs[r:r + 1], w.packed, w.scales, 40)[0])
     w4 = Q4Weight.quantize(torch.randn(40, 70))
     assert kernel.lib.q4_isa().decode() == kernel.isa
     for norm4 in (None, norm):
