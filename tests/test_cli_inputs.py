@@ -169,6 +169,8 @@ def test_batch_keeps_each_reply_at_its_line(tmp_path: Path):
     (["bench", "--repeats", "0"], "--repeats must be at least 1"),
     (["bench", "--compare", "--batch", "2"], "leave out --batch and --vs-hf"),
     (["bench", "--compare", "--vs-hf"], "leave out --batch and --vs-hf"),
+    (["bench", "--fan-out", "--batch", "2"], "leave out --batch and --vs-hf"),
+    (["bench", "--compare", "--fan-out"], "two benchmarks; run one at a time"),
     (["--ckpt", "x", "generate", "-p", "hi"], "--ckpt before the command name would be ignored"),
     (["batch", "--input-file", "README.md", "--output", "."], "is a folder"),
 ])
