@@ -105,12 +105,19 @@ def top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 
     On a CPU the nucleus is first looked for among each row's ``TOP_P_CANDIDATES`` most likely
     tokens (``_top_p_keep``): sorting the whole vocabulary cost 8 ms a row and a step (49,152
-    tokens, one thread), more than the default model's whole forward; the full sort remains
-    for a nucleus wider than the candidates."""
+    tokens, one thread), more than the default model's whole forward; only a row whose nucleus
+    is wider than the candidates is sorted in full."""
     if logits.device.type == "cpu" and logits.shape[-1] > TOP_P_CANDIDATES:
-        keep = _top_p_keep(logits, top_p)
-        if keep is not None:
-            return logits.masked_fill(~keep, NEG_INF)
+        keep, wide = _top_p_keep(logits, top_p)
+        if wide.any():
+            rows = wide.nonzero()[:, 0]
+            keep[rows] = ~torch.isinf(_top_p_sorted(logits[rows], top_p[rows]))
+        return logits.masked_fill(~keep, NEG_INF)
+    return _top_p_sorted(logits, top_p)
+
+
+def _top_p_sorted(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``top_p_filter`` by sorting every row's whole vocabulary (transformers' way)."""
     sorted_logits, sorted_idx = torch.sort(logits, descending=False, dim=-1)
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # [B, V] ascending
     remove_sorted = cum <= (1 - top_p)[:, None]
@@ -123,9 +130,10 @@ TOP_P_CANDIDATES = 256
 """Tokens per row among which ``top_p_filter`` looks for the nucleus before sorting them all."""
 
 
-def _top_p_keep(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor | None:
-    """The tokens ``top_p_filter`` keeps [B, V] bool, from each row's ``TOP_P_CANDIDATES``
-    most likely tokens; None when some row's nucleus reaches beyond them.
+def _top_p_keep(logits: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the tokens ``top_p_filter`` keeps [B, V] bool, found among each row's
+    ``TOP_P_CANDIDATES`` most likely tokens; which rows [B] bool have a nucleus beyond them,
+    whose row of the first is to be replaced).
 
     The reference's test at the token of rank j (best first) is ``cum <= 1 - top_p`` with
     ``cum`` the ascending cumulative sum, which torch accumulates in float64 on the CPU and
@@ -141,11 +149,10 @@ def _top_p_keep(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor | Non
     above = top64.cumsum(dim=-1) - top64  # mass strictly above each candidate
     limit = (1 - top_p)[:, None]
     tail = (total - top64.sum(dim=-1, keepdim=True)).float()  # cum at the best non-candidate
-    if not bool((tail <= limit).all()):
-        return None
     remove = (total - above).float() <= limit
     remove[:, 0] = False
-    return torch.zeros(probs.shape, dtype=torch.bool).scatter_(1, idx, ~remove)
+    keep = torch.zeros(probs.shape, dtype=torch.bool).scatter_(1, idx, ~remove)
+    return keep, (tail > limit)[:, 0]
 
 
 def min_p_filter(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:

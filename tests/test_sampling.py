@@ -144,13 +144,18 @@ def test_settings_parse_and_describe():
 @pytest.mark.parametrize("scale, fast", [(8.0, True), (0.05, False)])
 def test_top_p_over_a_large_vocabulary_matches_reference(scale, fast):
     """Past TOP_P_CANDIDATES tokens the nucleus is found among the most likely ones (a peaked
-    row) or by the full sort (a flat row whose nucleus is wider): both as transformers'."""
+    row) or by the full sort (a flat row whose nucleus is wider; alone when its neighbours'
+    nuclei fit): both as transformers'."""
     from inference.sampling import TOP_P_CANDIDATES, _top_p_keep
 
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(5, 8 * TOP_P_CANDIDATES, generator=g) * scale
     ps = torch.tensor([0.1, 0.5, 0.9, 0.95, 0.999])
-    assert (_top_p_keep(logits, ps) is not None) == fast
+    wide = [False] * 5 if fast else [False, True, True, True, True]  # flat: 10% fits in 256
+    assert _top_p_keep(logits, ps)[1].tolist() == wide
+    if fast:  # a flat row among peaked ones: only it is sorted in full
+        logits[2] *= 0.05 / scale
+        assert _top_p_keep(logits, ps)[1].tolist() == [False, False, True, False, False]
     out = top_p_filter(logits, ps)
     for b, p in enumerate(ps.tolist()):
         ref = TopPLogitsWarper(p)(None, logits[b:b + 1].clone())
