@@ -149,7 +149,7 @@ def test_top_p_over_a_large_vocabulary_matches_reference(scale, fast):
     from inference.sampling import TOP_P_CANDIDATES, _top_p_keep
 
     g = torch.Generator().manual_seed(1)
-    logits = torch.randn(5, 8 * TOP_P_CANDIDATES, generator=g) * scale
+    logits = torch.randn(5, 8 * TOP_P_CANDIDATES[0], generator=g) * scale
     ps = torch.tensor([0.1, 0.5, 0.9, 0.95, 0.999])
     wide = [False] * 5 if fast else [False, True, True, True, True]  # flat: 10% fits in 256
     assert _top_p_keep(logits, ps)[1].tolist() == wide
@@ -159,6 +159,11 @@ def test_top_p_over_a_large_vocabulary_matches_reference(scale, fast):
     out = top_p_filter(logits, ps)
     for b, p in enumerate(ps.tolist()):
         ref = TopPLogitsWarper(p)(None, logits[b:b + 1].clone())
+        assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
+    wider = torch.cat([logits, torch.randn(5, 8 * TOP_P_CANDIDATES[1], generator=g) * 0.02], -1)
+    out = top_p_filter(wider, ps)  # the second tier (4,096 candidates), past it the sort
+    for b, p in enumerate(ps.tolist()):
+        ref = TopPLogitsWarper(p)(None, wider[b:b + 1].clone())
         assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
 
 
