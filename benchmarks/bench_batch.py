@@ -35,7 +35,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from inference.bench import run_compare_bench, run_fan_out_bench  # noqa: E402
+from inference import bench  # noqa: E402
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
 
@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cpu-clock", action="store_true")
+    ap.add_argument("--only", choices=("compare", "fan-out"),
+                    help="one benchmark (compare alone also runs on code from before fan-out)")
     args = ap.parse_args()
     if args.cpu_clock:
         args.threads = 1
@@ -57,10 +59,13 @@ def main() -> None:
     load0 = os.getloadavg()
     ckpt = load_checkpoint(None, device="cpu", dtype="float32")
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
-    runs: dict[str, list] = {"compare": [], "fan-out": []}
+    names = [args.only] if args.only else ["compare", "fan-out"]
+    runs: dict[str, list] = {name: [] for name in names}
     for r in range(args.rounds):
-        for name, fn in (("compare", run_compare_bench), ("fan-out", run_fan_out_bench)):
-            result = fn(backend, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
+        for name in names:
+            fn = bench.run_compare_bench if name == "compare" else bench.run_fan_out_bench
+            result = fn(backend, ns=(1, 2, 4, 8), prompt_tokens=args.prompt_tokens,
+                        new_tokens=args.new_tokens)
             runs[name].append(result.to_dict())
             print(f"round {r + 1} {name}: " + ", ".join(
                 f"N={row.n} {row.speedup:.2f}x" for row in result.rows), flush=True)
