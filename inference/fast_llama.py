@@ -633,7 +633,7 @@ class FastLlama:
             x = x[:, 0].contiguous()
             kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=self.n_heads,
                                  inter=self.inter, write=start, positions=positions, cos=cos,
-                                 sin=sin, mask=mask, eps=self.eps)
+                                 sin=sin, mask=mask, eps=self.eps, shared=cache.shared)
             x = x[:, None]
         else:
             masks: dict[int | None, torch.Tensor | None] = {None: mask}
@@ -647,7 +647,7 @@ class FastLlama:
                     masks[L.window] = _window_mask(B, start, L.window, mask)
                 cos, sin = tables[L.rope]
                 o = kernel.attention(qkv, cache.k[i], cache.v[i], start, positions, cos, sin,
-                                     masks[L.window], self.n_heads)
+                                     masks[L.window], self.n_heads, cache.shared)
                 x = self._after_attention(x, o[:, None], L)
         cache.length = start + 1
         return self._logits(x[:, -1])

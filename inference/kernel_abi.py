@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -59,9 +59,9 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "q4_isa": (ctypes.c_char_p, []),
     "q4_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
     "q4_matmul_sel": (None, [_i, _p, _i, _i, _p, _p, _p, _i, _p, _i, _i]),
-    "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _p, _i]),
+    "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _i, _p, _i]),
     "decode_layers": (None, [_p, _i, _i, _i, ctypes.POINTER(Layer), _p, _p, _i, _i, _i, _i, _i,
-                             _i, _p, _p, _p, _p, _f, _i]),
+                             _i, _p, _p, _p, _p, _i, _f, _i]),
     "f32_max_rows": (_i, []),
     "f32_matvec": (None, [_p, _i, _i, _p, _i, _p, _i]),
 }
@@ -182,10 +182,11 @@ def check_f32_matvec(x: torch.Tensor, w: torch.Tensor, *, max_rows: int) -> None
 def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
                     v_caches: Sequence[torch.Tensor], write: int, positions: torch.Tensor,
                     cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                    n_heads: int) -> None:
+                    n_heads: int, shared: int = 0) -> None:
     """``attn_decode``'s (and ``decode_layers``' attention) arguments: qkv [B, (H + 2KV) * D]
     fp32; every cache [B, KV, C, D] fp32 with ``write`` < C; positions [B] int64 inside the
-    RoPE tables cos, sin [P, D/2] fp32; mask [B, write + 1] uint8."""
+    RoPE tables cos, sin [P, D/2] fp32; mask [B, write + 1] uint8; ``shared`` (the positions
+    every row holds alike) in 0..write."""
     if not k_caches or len(k_caches) != len(v_caches):
         raise KernelArgumentError("need one key and one value cache per layer")
     shape = tuple(k_caches[0].shape)
@@ -200,6 +201,8 @@ def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
         raise KernelArgumentError(f"{n_heads} query heads do not share {kv} KV heads of {d}")
     if not 0 <= write < c:
         raise KernelArgumentError(f"write position {write} is outside the cache's {c}")
+    if not 0 <= shared <= write:
+        raise KernelArgumentError(f"{shared} shared positions is outside 0..{write}")
     if qkv is not None:
         _tensor("qkv", qkv, torch.float32, b * (n_heads + 2 * kv) * d)
     _tensor("positions", positions, torch.int64, b)
@@ -216,7 +219,7 @@ def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
 def check_decode_layers(x: torch.Tensor, n_layers: int, k_caches: Sequence[torch.Tensor],
                         v_caches: Sequence[torch.Tensor], write: int, positions: torch.Tensor,
                         cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                        n_heads: int) -> None:
+                        n_heads: int, shared: int = 0) -> None:
     """``decode_layers``' arguments: x [B, hidden] fp32, one ``Layer`` and one key and value
     cache per layer, the rest as for ``check_attention``."""
     _tensor("x", x, torch.float32)
@@ -224,6 +227,6 @@ def check_decode_layers(x: torch.Tensor, n_layers: int, k_caches: Sequence[torch
         raise KernelArgumentError(f"x must be [B, hidden], got {tuple(x.shape)}")
     if len(k_caches) != n_layers:
         raise KernelArgumentError(f"{n_layers} layers but {len(k_caches)} caches")
-    check_attention(None, k_caches, v_caches, write, positions, cos, sin, mask, n_heads)
+    check_attention(None, k_caches, v_caches, write, positions, cos, sin, mask, n_heads, shared)
     if k_caches[0].shape[0] != x.shape[0]:
         raise KernelArgumentError(f"x has {x.shape[0]} rows, the caches {k_caches[0].shape[0]}")

@@ -30,6 +30,10 @@ class StaticKVCache:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.length = 0
+        self.shared = 0
+        """Positions 0..shared-1 hold the same keys and values in every row (a prefill
+        repeated by ``batch_repeat_interleave``): chatui's C attention reads them from row 0
+        only, so B rows of a compare or a fan-out read the prompt's cache once, not B times."""
 
     @property
     def capacity(self) -> int:
@@ -72,11 +76,14 @@ class StaticKVCache:
         if max_length < 0:
             max_length = self.length + max_length
         self.length = max(0, min(self.length, max_length))
+        self.shared = min(self.shared, self.length)
 
     def batch_repeat_interleave(self, n: int) -> None:
         """Each row becomes n consecutive rows (one prefill shared by n replies)."""
         rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731
         rows, cap = self.batch * n, self.capacity
+        if self.batch == 1:
+            self.shared = self.length
         self._replace(lambda t: self._moved(t, rows, cap, rep))
 
     def batch_select_indices(self, idx: torch.Tensor) -> None:
@@ -90,6 +97,7 @@ class StaticKVCache:
         new.k = [t.clone() for t in self.k]
         new.v = [t.clone() for t in self.v]
         new.length = self.length
+        new.shared = self.shared
         return new
 
     @property

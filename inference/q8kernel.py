@@ -131,31 +131,32 @@ class Q8Kernel:
 
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  mask: torch.Tensor | None, n_heads: int) -> torch.Tensor:
+                  mask: torch.Tensor | None, n_heads: int, shared: int = 0) -> torch.Tensor:
         """One new token per row (``attn.c``): RoPE, the cache write at ``write`` and attention
         over positions 0..write. qkv: [B, (H + 2KV) * D] fp32; caches [B, KV, C, D] fp32
         contiguous (written in place); positions: [B] int64 (RoPE); cos, sin: [P, D/2] fp32;
-        mask: [B, write + 1] uint8 or None. Returns [B, H * D] fp32."""
+        mask: [B, write + 1] uint8 or None; positions 0..shared-1 are alike in every row
+        (``StaticKVCache.shared``) and read once. Returns [B, H * D] fp32."""
         if self.debug:
             kernel_abi.check_attention(qkv, [k_cache], [v_cache], write, positions, cos, sin,
-                                       mask, n_heads)
+                                       mask, n_heads, shared)
         b, kv, c, d = k_cache.shape
         out = torch.empty((b, n_heads * d), dtype=torch.float32)
         self.lib.attn_decode(qkv.data_ptr(), b, n_heads, kv, d, k_cache.data_ptr(),
                              v_cache.data_ptr(), c, write, positions.data_ptr(), cos.data_ptr(),
-                             sin.data_ptr(), None if mask is None else mask.data_ptr(),
+                             sin.data_ptr(), None if mask is None else mask.data_ptr(), shared,
                              out.data_ptr(), self._threads())
         return out
 
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
                       v_caches: list[torch.Tensor], *, n_heads: int, inter: int, write: int,
                       positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      mask: torch.Tensor | None, eps: float) -> None:
+                      mask: torch.Tensor | None, eps: float, shared: int = 0) -> None:
         """Every decoder layer of one decode step (``decode.c``), x [B, hidden] fp32 updated in
-        place; caches as for ``attention``, written at ``write``."""
+        place; caches and ``shared`` as for ``attention``, written at ``write``."""
         if self.debug:
             kernel_abi.check_decode_layers(x, len(layers), k_caches, v_caches, write, positions,
-                                           cos, sin, mask, n_heads)
+                                           cos, sin, mask, n_heads, shared)
         b, hidden = x.shape
         _, kv, c, d = k_caches[0].shape
         n = len(k_caches)
@@ -163,7 +164,8 @@ class Q8Kernel:
         vc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in v_caches])
         self.lib.decode_layers(x.data_ptr(), b, hidden, n, layers, kc, vc, n_heads, kv, d, inter,
                                c, write, positions.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                               None if mask is None else mask.data_ptr(), eps, self._threads())
+                               None if mask is None else mask.data_ptr(), shared, eps,
+                               self._threads())
 
 
 def _omp_runtimes() -> set[str]:

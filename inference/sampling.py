@@ -101,13 +101,70 @@ def top_k_filter(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
 
 def top_p_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Nucleus filter (transformers' TopPLogitsWarper, per row): drop the least likely tokens
-    whose cumulative probability stays within 1 - top_p; always keep the most likely one."""
+    whose cumulative probability stays within 1 - top_p; always keep the most likely one.
+
+    On a CPU the nucleus is first looked for among each row's ``TOP_P_CANDIDATES`` most likely
+    tokens (``_top_p_keep``): sorting the whole vocabulary cost 8 ms a row and a step (49,152
+    tokens, one thread), more than the default model's whole forward; only a row whose nucleus
+    is wider than the candidates is sorted in full."""
+    if logits.device.type == "cpu" and logits.shape[-1] > TOP_P_CANDIDATES[0]:
+        return logits.masked_fill(~_top_p_tiers(logits, top_p, TOP_P_CANDIDATES), NEG_INF)
+    return _top_p_sorted(logits, top_p)
+
+
+def _top_p_tiers(logits: torch.Tensor, top_p: torch.Tensor, tiers: tuple[int, ...]
+                 ) -> torch.Tensor:
+    """``top_p_filter``'s kept tokens [B, V] bool: among the first tier's candidates, the rows
+    whose nucleus is wider among the next tier's, the rest by the full sort."""
+    if not tiers or tiers[0] >= logits.shape[-1]:
+        return ~torch.isinf(_top_p_sorted(logits, top_p))
+    keep, wide = _top_p_keep(logits, top_p, tiers[0])
+    if wide.any():
+        rows = wide.nonzero()[:, 0]
+        keep[rows] = _top_p_tiers(logits[rows], top_p[rows], tiers[1:])
+    return keep
+
+
+def _top_p_sorted(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``top_p_filter`` by sorting every row's whole vocabulary (transformers' way)."""
     sorted_logits, sorted_idx = torch.sort(logits, descending=False, dim=-1)
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # [B, V] ascending
     remove_sorted = cum <= (1 - top_p)[:, None]
     remove_sorted[:, -1] = False
     remove = remove_sorted.scatter(1, sorted_idx, remove_sorted)
     return logits.masked_fill(remove, NEG_INF)
+
+
+TOP_P_CANDIDATES = (256, 4096)
+"""How many of a row's most likely tokens ``top_p_filter`` looks for the nucleus among, in
+turn, before sorting them all (one thread, 49,152 tokens: 0.1 ms and 0.8 ms against 8 ms; the
+default model's nucleus at top_p 0.95 outgrew the first for 73% of its steps at temperature
+1.2, 20-36% at 1.0, 0-5% at 0.4-0.9)."""
+
+
+def _top_p_keep(logits: torch.Tensor, top_p: torch.Tensor,
+                k: int = TOP_P_CANDIDATES[0]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the tokens ``top_p_filter`` keeps [B, V] bool, found among each row's ``k`` most likely
+    tokens; which rows [B] bool have a nucleus beyond them, whose row of the first is to be
+    replaced).
+
+    The reference's test at the token of rank j (best first) is ``cum <= 1 - top_p`` with
+    ``cum`` the ascending cumulative sum, which torch accumulates in float64 on the CPU and
+    rounds to float32: the row's total mass less the mass above rank j, computed here in
+    float64 from the same float32 probabilities (only the order of the float64 additions
+    differs). Every token below the candidates is dropped when the mass left below them passes
+    the same test."""
+    probs = logits.softmax(dim=-1)
+    top, idx = torch.topk(probs, k, dim=-1)  # [B, k] best first
+    top64 = top.double()
+    total = probs.sum(dim=-1, dtype=torch.float64)[:, None]  # [B, 1]
+    above = top64.cumsum(dim=-1) - top64  # mass strictly above each candidate
+    limit = (1 - top_p)[:, None]
+    tail = (total - top64.sum(dim=-1, keepdim=True)).float()  # cum at the best non-candidate
+    remove = (total - above).float() <= limit
+    remove[:, 0] = False
+    keep = torch.zeros(probs.shape, dtype=torch.bool).scatter_(1, idx, ~remove)
+    return keep, (tail > limit)[:, 0]
 
 
 def min_p_filter(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
@@ -158,14 +215,30 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
 
     Drawing uses the exponential race (argmax of p / Exp(1) noise, as gpt-fast does): exact
     sampling with no host synchronisation, and each row's noise comes from its own generator
-    so a seeded row does not depend on the other rows. ``probs``: softmax(processed) when
-    the caller has it already. Returns ids [B] (long).
+    so a seeded row does not depend on the other rows. On a CPU, a row whose filters left
+    fewer tokens than the vocabulary races those tokens only (in vocabulary order), and a
+    greedy row draws nothing: 49,152 draws cost 0.9 ms a row and a step, one thread. Returns
+    ids [B] (long). ``probs``: softmax(processed) when the caller has it already.
     """
     greedy_ids = processed.argmax(dim=-1)
     if not rows.any_sampled:
         return greedy_ids
     if probs is None:
         probs = processed.softmax(dim=-1)
+    if processed.device.type == "cpu":
+        sampled = greedy_ids.clone()
+        vocab = probs.shape[-1]
+        for b, (g, greedy) in enumerate(zip(rows.generators, rows.greedy.tolist())):
+            if greedy:
+                continue
+            p = probs[b]
+            cand = p.nonzero()[:, 0]
+            if len(cand) < vocab:
+                race = p[cand] / torch.empty(len(cand)).exponential_(1.0, generator=g)
+                sampled[b] = cand[race.argmax()]
+            else:
+                sampled[b] = (p / torch.empty_like(p).exponential_(1.0, generator=g)).argmax()
+        return sampled
     noise = torch.empty_like(probs)
     for b, g in enumerate(rows.generators):
         noise[b].exponential_(1.0, generator=g)

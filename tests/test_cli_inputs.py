@@ -169,6 +169,8 @@ def test_batch_keeps_each_reply_at_its_line(tmp_path: Path):
     (["bench", "--repeats", "0"], "--repeats must be at least 1"),
     (["bench", "--compare", "--batch", "2"], "leave out --batch and --vs-hf"),
     (["bench", "--compare", "--vs-hf"], "leave out --batch and --vs-hf"),
+    (["bench", "--fan-out", "--batch", "2"], "leave out --batch and --vs-hf"),
+    (["bench", "--compare", "--fan-out"], "two benchmarks; run one at a time"),
     (["--ckpt", "x", "generate", "-p", "hi"], "--ckpt before the command name would be ignored"),
     (["batch", "--input-file", "README.md", "--output", "."], "is a folder"),
 ])
@@ -248,3 +250,16 @@ def test_build_kernels_failing_is_one_sentence(tmp_path: Path):
     r = chatui("build-kernels", "--force", timeout=120,
                env={"CC": "/bin/false", "CHATUI_CACHE_DIR": str(tmp_path)})
     assert refused(r, "kernels"), r.stderr
+
+
+def test_the_readme_lists_every_bench_benchmark_flag():
+    """The README's row for ``chatui bench`` names each of its own flags (issue 18 added
+    ``--fan-out``), and ``chatui bench --help`` offers them."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [row] = [line for line in readme.splitlines() if line.startswith("| `chatui bench [")]
+    r = chatui("bench", "--help", env={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    for flag in ("--prompt-tokens", "--new-tokens", "--batch", "--repeats", "--vs-hf",
+                 "--compare", "--fan-out", "--json"):
+        assert f"`{flag}`" in row or f"[{flag}]" in row, flag
+        assert flag in r.stdout, flag

@@ -333,3 +333,71 @@ def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):
     assert spec.inv_freq.dtype == torch.float32
     assert torch.allclose(spec.inv_freq, ref_spec.inv_freq) and spec.scale == ref_spec.scale
 
+
+
+@pytest.mark.parametrize("masked, H", [(False, 4), (True, 4), (False, 9), (True, 16)])
+def test_c_attention_reads_shared_positions_once_with_the_same_result(masked, H, kernel):
+    """Rows repeated from one prefill (compare, fan-out) hold the same keys and values up to
+    ``shared``; the C attention reads those from row 0 for every row. The result is bit for bit
+    that of reading each row's own copy (here past a 256-key chunk boundary, with a mask, 2, 3
+    and 8 query heads a KV head), a row's copies are not read at all (poisoned with NaN,
+    nothing changes), and it is the float64 softmax's."""
+    B, KV, D, C, shared, write = 3, 2, 64, 320, 270, 290
+    if H == 9:
+        KV = 3
+    torch.manual_seed(11)
+    kc = torch.randn(1, KV, C, D).repeat(B, 1, 1, 1)
+    vc = torch.randn(1, KV, C, D).repeat(B, 1, 1, 1)
+    kc[:, :, shared:], vc[:, :, shared:] = torch.randn(B, KV, C - shared, D), torch.randn(
+        B, KV, C - shared, D)
+    qkv = torch.randn(B, (H + 2 * KV) * D)
+    pos = torch.full((B,), write)
+    cos, sin = torch.randn(C, D // 2), torch.randn(C, D // 2)
+    mask = None
+    if masked:
+        mask = (torch.rand(B, write + 1) > 0.2).to(torch.uint8)
+        mask[:, :shared] = mask[0, :shared]
+
+    def attend(k, v, n):
+        return kernel.attention(qkv, k.clone(), v.clone(), write, pos, cos, sin, mask, H, n)
+
+    own = attend(kc, vc, 0)
+    assert torch.equal(attend(kc, vc, shared), own)
+    k_new, v_new = kc.clone(), vc.clone()
+    kernel.attention(qkv, k_new, v_new, write, pos, cos, sin, mask, H, 0)
+    for b in range(B):  # against float64, with the keys as the kernel rotated and wrote them
+        q = qkv[b, :H * D].view(H, D // 2, 2).double()
+        c, s_ = cos[write].double(), sin[write].double()
+        q = torch.stack([q[..., 0] * c - q[..., 1] * s_, q[..., 0] * s_ + q[..., 1] * c], -1)
+        keys = k_new[b, :, :write + 1].double().repeat_interleave(H // KV, 0)
+        values = v_new[b, :, :write + 1].double().repeat_interleave(H // KV, 0)
+        scores = (keys @ q.view(H, D, 1))[..., 0] / D ** 0.5
+        if mask is not None:
+            keep = mask[b].bool().clone()
+            keep[write] = True
+            scores[:, ~keep] = float("-inf")
+        ref = (torch.softmax(scores, -1)[:, None, :] @ values)[:, 0].reshape(-1)
+        assert (own[b].double() - ref).abs().max() <= 1e-5
+    kc[1:, :, :shared], vc[1:, :, :shared] = float("nan"), float("nan")
+    assert torch.equal(attend(kc, vc, shared), own)
+    assert attend(kc, vc, 0)[1:].isnan().all()
+
+
+def test_repeated_rows_share_their_prefill_and_decode_as_single_rows(tiny_ckpt):
+    """``batch_repeat_interleave`` marks the prefill as shared (and crop keeps it within the
+    length); each repeated row decodes exactly as the single row does, int8 and fp32."""
+    for quantize in ("int8", "none"):
+        fast = FastRunner(tiny_ckpt.model, quantize=quantize)
+        cache = fast.new_cache()
+        fast.forward(cache, torch.randint(3, 1000, (1, 40)))
+        assert cache.shared == 0
+        branch = copy.deepcopy(cache)
+        branch.batch_repeat_interleave(4)
+        assert branch.shared == 40 and copy.deepcopy(branch).shared == 40
+        steps = torch.tensor([[7], [8], [9], [10]])
+        out = fast.forward(branch, steps)
+        for r in range(4):
+            single = fast.forward(copy.deepcopy(cache), steps[r:r + 1])
+            assert torch.equal(out[r], single[0]), (quantize, r)
+        branch.crop(30)
+        assert branch.shared == 30

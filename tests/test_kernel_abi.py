@@ -247,6 +247,7 @@ def test_debug_checks_refuse_bad_attention_arguments(kernel, checked):
         (dict(n_heads=3), "3 query heads do not share 2 KV heads"),
         (dict(mask=torch.ones(1, 5, dtype=torch.uint8)), "mask must hold 6 values"),
         (dict(cos=torch.ones(16, 3)), r"cos and sin must both be \[P, 4\]"),
+        (dict(shared=6), "6 shared positions is outside 0..5"),
     ]
     for change, message in cases:
         with pytest.raises(KernelArgumentError, match=message):

@@ -139,3 +139,53 @@ def test_settings_parse_and_describe():
     assert "top_p=0.9" in s.describe(against=SamplingParams())
     assert SamplingParams.from_dict(s.to_dict()) == s
     assert parse_assignments("temperature=0").greedy
+
+
+@pytest.mark.parametrize("scale, fast", [(8.0, True), (0.05, False)])
+def test_top_p_over_a_large_vocabulary_matches_reference(scale, fast):
+    """Past TOP_P_CANDIDATES tokens the nucleus is found among the most likely ones (a peaked
+    row) or by the full sort (a flat row whose nucleus is wider; alone when its neighbours'
+    nuclei fit): both as transformers'."""
+    from inference.sampling import TOP_P_CANDIDATES, _top_p_keep
+
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(5, 8 * TOP_P_CANDIDATES[0], generator=g) * scale
+    ps = torch.tensor([0.1, 0.5, 0.9, 0.95, 0.999])
+    wide = [False] * 5 if fast else [False, True, True, True, True]  # flat: 10% fits in 256
+    assert _top_p_keep(logits, ps)[1].tolist() == wide
+    if fast:  # a flat row among peaked ones: only it is sorted in full
+        logits[2] *= 0.05 / scale
+        assert _top_p_keep(logits, ps)[1].tolist() == [False, False, True, False, False]
+    out = top_p_filter(logits, ps)
+    for b, p in enumerate(ps.tolist()):
+        ref = TopPLogitsWarper(p)(None, logits[b:b + 1].clone())
+        assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
+    wider = torch.cat([logits, torch.randn(5, 8 * TOP_P_CANDIDATES[1], generator=g) * 0.02], -1)
+    out = top_p_filter(wider, ps)  # the second tier (4,096 candidates), past it the sort
+    for b, p in enumerate(ps.tolist()):
+        ref = TopPLogitsWarper(p)(None, wider[b:b + 1].clone())
+        assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
+
+
+def test_filtered_rows_sample_their_renormalised_distribution_seeded_per_row():
+    """A row its filters cut to a few tokens races only those: the draws follow the kept
+    tokens' renormalised probabilities, and a seeded row draws the same tokens whatever its
+    neighbours are."""
+    vocab = 1000
+    probs = torch.full((vocab,), 1e-4)
+    probs[[10, 500, 999]] = torch.tensor([0.5, 0.3, 0.15])
+    logits = (probs / probs.sum()).log()[None]
+    one = RowSampling.build([SamplingParams(temperature=1.0, top_k=3, seed=5)],
+                            torch.device("cpu"))
+    two = RowSampling.build([SamplingParams(temperature=0.0),
+                             SamplingParams(temperature=1.0, top_k=3, seed=5)],
+                            torch.device("cpu"))
+    counts = torch.zeros(vocab)
+    for _ in range(3000):
+        a = int(sample_rows(process_logits(logits, None, one), one)[0])
+        b = sample_rows(process_logits(logits.expand(2, -1), None, two), two)
+        assert int(b[0]) == 10 and int(b[1]) == a
+        counts[a] += 1
+    kept = torch.tensor([0.5, 0.3, 0.15]) / 0.95
+    assert counts.sum() == counts[[10, 500, 999]].sum()
+    assert torch.allclose(counts[[10, 500, 999]] / counts.sum(), kept, atol=0.03)

@@ -382,8 +382,12 @@ def bench(
     vs_hf: Annotated[bool, typer.Option("--vs-hf", help="Also time transformers' generate on the "
                                                         "same model and prompt.")] = False,
     compare_mode: Annotated[bool, typer.Option(
-        "--compare", help="Compare mode: aggregate tokens/s of N = 1, 2, 4 settings decoded as "
-                          "one batch against N sequential runs.")] = False,
+        "--compare", help="Compare mode: aggregate tokens/s of N = 1, 2, 4, 8 settings decoded "
+                          "as one batch against N sequential runs.")] = False,
+    fan_out_mode: Annotated[bool, typer.Option(
+        "--fan-out", help="Fan-out (generate --fork-at): aggregate tokens/s of the K = 1, 2, "
+                          "4, 8 most likely tokens at one token of a reply, continued as one "
+                          "batch against K sequential runs.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Measure decode and prefill speed, time to first token, bandwidth and peak memory of the
@@ -398,9 +402,14 @@ def bench(
             raise UserError("--prompt-tokens must be >= 8, --new-tokens >= 2, --batch 1-64")
         if repeats < 1:
             raise UserError(f"--repeats must be at least 1; got {repeats}")
+        if compare_mode and fan_out_mode:
+            raise UserError("--compare and --fan-out are two benchmarks; run one at a time")
         if compare_mode and (batch_size != 1 or vs_hf):
-            raise UserError("--compare runs its own batches of 1, 2 and 4 settings; leave out "
-                            "--batch and --vs-hf")
+            raise UserError("--compare runs its own batches of 1, 2, 4 and 8 settings; leave "
+                            "out --batch and --vs-hf")
+        if fan_out_mode and (batch_size != 1 or vs_hf):
+            raise UserError("--fan-out runs its own batches of 1, 2, 4 and 8 branches; leave "
+                            "out --batch and --vs-hf")
         alternatives = check_top_logprobs(top_logprobs, 5)
         opts = backend_options(checkpoint, server)
         worker = await load(opts, quiet=as_json)
@@ -411,7 +420,8 @@ def bench(
                     f"--prompt-tokens {prompt_tokens} plus --new-tokens {new_tokens} exceed the "
                     f"model's context of {limit} tokens; use at most "
                     f"{max(limit - new_tokens, 0)} prompt tokens")
-            result = await _bench_call(worker, compare_mode, prompt_tokens=prompt_tokens,
+            mode = "compare" if compare_mode else "fan-out" if fan_out_mode else "decode"
+            result = await _bench_call(worker, mode, prompt_tokens=prompt_tokens,
                                        new_tokens=new_tokens, batch=batch_size,
                                        top_logprobs=alternatives, vs_hf=vs_hf, repeats=repeats)
         finally:
@@ -419,7 +429,7 @@ def bench(
         d = result.to_dict()
         if as_json:
             print(json.dumps(d))
-        elif compare_mode:
+        elif compare_mode or fan_out_mode:
             print_bench_compare(d)
         else:
             print_bench(d)
@@ -427,7 +437,7 @@ def bench(
     run(go())
 
 
-async def _bench_call(worker: InferenceWorker, compare_mode: bool, *, prompt_tokens: int,
+async def _bench_call(worker: InferenceWorker, mode: str, *, prompt_tokens: int,
                       new_tokens: int, batch: int, top_logprobs: int, vs_hf: bool,
                       repeats: int) -> Any:
     """Run the benchmark where the backend lives; an error that inference.bench raises for
@@ -436,9 +446,11 @@ async def _bench_call(worker: InferenceWorker, compare_mode: bool, *, prompt_tok
 
     from inference import bench as bench_module
 
-    if compare_mode:
-        fn = partial(bench_module.run_compare_bench, prompt_tokens=prompt_tokens,
-                     new_tokens=new_tokens, top_logprobs=top_logprobs, repeats=repeats)
+    if mode in ("compare", "fan-out"):
+        run_rows = (bench_module.run_compare_bench if mode == "compare"
+                    else bench_module.run_fan_out_bench)
+        fn = partial(run_rows, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
+                     top_logprobs=top_logprobs, repeats=repeats)
     else:
         fn = partial(bench_module.run_bench, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
                      batch=batch, top_logprobs=top_logprobs, vs_hf=vs_hf, repeats=repeats)

@@ -170,9 +170,13 @@ def print_bench(d: dict[str, Any]) -> None:
 
 
 def print_bench_compare(d: dict[str, Any]) -> None:
+    what = "branch" if d.get("mode") == "fan-out" else "setting"
     print(f"model {d['model']} on {d['device']} ({d['dtype']}, quantization "
           f"{d['quantization']}, {d['threads']} threads), prompt {d['prompt_tokens']} tokens, "
-          f"{d['new_tokens']} new tokens per setting, top-{d['top_logprobs']} logprobs")
+          f"{d['new_tokens']} new tokens per {what}, top-{d['top_logprobs']} logprobs")
+    if d.get("mode") == "fan-out":
+        print("  fan-out: the N most likely tokens at token 8 of a greedy reply, continued "
+              "greedily")
     print("  N  batched: s  tok/s (decode)   sequential: s  tok/s (decode)   speedup")
     for r in d["rows"]:
         print(f"  {r['n']}  {r['batched_s']:10.2f}  {r['batched_tokens_per_s']:6.1f} "

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 2
+#define CHATUI_KERNELS_ABI 3
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -58,16 +58,17 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
                    const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
                    int mode);
 
-/* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w. */
+/* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w; positions
+ * 0..shared-1 are equal in every row and read from row 0. */
 void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,
                  int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                 const uint8_t *mask, float *out, int threads);
+                 const uint8_t *mask, int shared, float *out, int threads);
 
 /* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
                    float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
                    int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                   const uint8_t *mask, float eps, int threads);
+                   const uint8_t *mask, int shared, float eps, int threads);
 
 /* f32.c: y [M, N] = x [M, K] W^T for fp32, M <= f32_max_rows(). */
 int f32_max_rows(void);

@@ -32,7 +32,7 @@ static void qmm(const layer_t *L, const float *x, int M, int K, const int8_t *w,
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
                    float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
                    int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                   const uint8_t *mask, float eps, int threads) {
+                   const uint8_t *mask, int shared, float eps, int threads) {
     int nqkv = (H + 2 * KV) * D;
     float *qkv = (float *)malloc(sizeof(float) * (size_t)B * nqkv);
     float *o = (float *)malloc(sizeof(float) * (size_t)B * H * D);
@@ -42,7 +42,8 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
         const layer_t *L = layers + i;
         qmm(L, x, B, hidden, L->wqkv, L->sqkv, nqkv, qkv, threads, 1, L->ln1, eps);
         add_bias(qkv, L->bqkv, B, nqkv);
-        attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t, sin_t, mask, o, threads);
+        attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t, sin_t, mask, shared, o,
+                    threads);
         qmm(L, o, B, H * D, L->wo, L->so, hidden, t, threads, 0, NULL, 0.f);
         add_bias(t, L->bo, B, hidden);
         add_into(x, t, B * hidden);

@@ -1,0 +1,99 @@
+"""Batched decode against single streams, round-robin: ``chatui bench --compare`` and
+``chatui bench --fan-out`` (issue 18) several times over in one process, medians reported.
+
+On a shared CPU a spike of load hits one run; alternating the two benchmarks round by round and
+taking the median (and the best) of each figure over the rounds keeps one spike from deciding
+a ratio. Each round runs both benchmarks once (``repeats=1``): N = 1, 2, 4, 8 rows decoded as
+one batch against the same rows as N single-row requests, top-5 logprobs on, EOS ignored.
+
+    nice .venv/bin/python benchmarks/bench_batch.py [--rounds 3] [--new-tokens 64]
+        [--prompt-tokens 128] [--threads N] [--json out.json]
+
+Prints, per benchmark and N, the median and best over the rounds of the speedup (aggregate
+tokens/s batched / sequential, prefill included), of the batched aggregate decode tokens/s and
+of the single stream's decode tokens/s, with the load average before and after.
+
+``--cpu-clock`` times with the process's CPU time instead of the wall clock, on one thread:
+on a CPU shared with other jobs (a load of 6 on 2 cores), two OpenMP threads wait at every
+barrier for whichever of them was preempted and the wall clock measures the neighbours; one
+thread's CPU time measures the work (memory and cache are still shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from inference import bench  # noqa: E402
+from inference.checkpoint import load_checkpoint  # noqa: E402
+from inference.engine import LocalBackend  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--cpu-clock", action="store_true")
+    ap.add_argument("--only", choices=("compare", "fan-out"),
+                    help="one benchmark (compare alone also runs on code from before fan-out)")
+    args = ap.parse_args()
+    if args.cpu_clock:
+        args.threads = 1
+        time.perf_counter = time.process_time  # what inference.bench and the engine read
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load0 = os.getloadavg()
+    ckpt = load_checkpoint(None, device="cpu", dtype="float32")
+    backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
+    names = [args.only] if args.only else ["compare", "fan-out"]
+    runs: dict[str, list] = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names:
+            fn = bench.run_compare_bench if name == "compare" else bench.run_fan_out_bench
+            result = fn(backend, ns=(1, 2, 4, 8), prompt_tokens=args.prompt_tokens,
+                        new_tokens=args.new_tokens)
+            runs[name].append(result.to_dict())
+            print(f"round {r + 1} {name}: " + ", ".join(
+                f"N={row.n} {row.speedup:.2f}x" for row in result.rows), flush=True)
+    load1 = os.getloadavg()
+    clock = "CPU time" if args.cpu_clock else "wall clock"
+    print(f"\nmodel {ckpt.name}, {backend.info.quantization}, {torch.get_num_threads()} threads "
+          f"({clock}), "
+          f"{args.rounds} rounds, {args.new_tokens} new tokens, top-5 logprobs; load average "
+          f"{load0[0]:.1f} before, {load1[0]:.1f} after")
+    summary: dict[str, dict] = {}
+    for name, results in runs.items():
+        print(f"{name}:  N  speedup median (best)   batched decode tok/s median   "
+              f"single-stream decode tok/s median")
+        for i, row in enumerate(results[0]["rows"]):
+            n = row["n"]
+            sp = [res["rows"][i]["speedup"] for res in results]
+            bd = [res["rows"][i]["batched_decode_tokens_per_s"] for res in results]
+            sd = [res["rows"][i]["sequential_decode_tokens_per_s"] for res in results]
+            summary.setdefault(name, {})[n] = dict(
+                speedup_median=statistics.median(sp), speedup_best=max(sp),
+                batched_decode_median=statistics.median(bd),
+                single_decode_median=statistics.median(sd))
+            print(f"          {n}  {statistics.median(sp):5.2f}x ({max(sp):.2f}x)"
+                  f"          {statistics.median(bd):7.1f}"
+                  f"                        {statistics.median(sd):7.1f}")
+    if args.json:
+        args.json.write_text(json.dumps(dict(runs=runs, summary=summary, load=[load0, load1])))
+
+
+if __name__ == "__main__":
+    main()
