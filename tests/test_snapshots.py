@@ -142,6 +142,21 @@ async def _command(pilot, text: str) -> None:
     await app.workers.wait_for_complete()
 
 
+async def test_scored_message():
+    """Issue 17: a user message scored under the model (/score), in the token view coloured
+    by its own probability, with its perplexity header and the inspector on its least likely
+    token."""
+    async def run_before(pilot):
+        await _chat(pilot)
+        await _command(pilot, "/score")
+        for _ in range(300):
+            if pilot.app.chat.query(".score-header"):
+                break
+            await pilot.pause(0.01)
+        await pilot.pause(0.1)
+    await snapshot("scored_message", run_before)
+
+
 async def test_sibling_bar():
     async def run_before(pilot):
         await _chat(pilot)
