@@ -807,22 +807,33 @@ class ChatScreen(Screen[None]):
     async def _alternative_chosen(self, event: AlternativeChosen) -> None:
         await self.continue_from_alternative(event.view_id, event.token_index, event.alt_rank)
 
-    async def continue_from_alternative(self, view_id: str, position: int, rank: int) -> None:
-        """Regenerate a reply from token ``position`` with alternative ``rank`` (1-based)."""
+    async def _single_reply_at(self, view_id: str, position: int,
+                               what: str) -> tuple[Entry, Reply] | None:
+        """The entry and reply of the view ``view_id`` when it is a single reply with a token
+        at ``position`` (what continuing from an alternative and fan-out start from), after
+        stopping any reply that streams; None (with a sentence for a comparison) otherwise."""
         found = self._find_view(view_id)
         if found is None:
-            return
-        entry, view = found
+            return None
+        entry, _ = found
         if entry.is_comparison:
-            self.notice("Continuing from an alternative works on a single reply, not on a "
-                        "comparison; /pick a column and go on from there.", "error")
-            return
+            self.notice(f"{what} works on a single reply, not on a comparison; /pick a "
+                        "column and go on from there.", "error")
+            return None
         if self.generating:
             await self.stop_generation()
         reply = entry.reply
         assert reply is not None
         if not 0 <= position < len(reply.tokens):
+            return None
+        return entry, reply
+
+    async def continue_from_alternative(self, view_id: str, position: int, rank: int) -> None:
+        """Regenerate a reply from token ``position`` with alternative ``rank`` (1-based)."""
+        found = await self._single_reply_at(view_id, position, "Continuing from an alternative")
+        if found is None:
             return
+        entry, reply = found
         token = reply.tokens[position]
         if not 1 <= rank <= len(token.top):
             self.notice(f"This token has {len(token.top)} alternatives; there is no "
@@ -864,20 +875,10 @@ class ChatScreen(Screen[None]):
         --fork-at`` does). They stream side by side as the columns of a new alternative to
         the reply (the compare view, each with its token view); /pick or F6 chooses the one
         to go on with, and the others become its siblings (:meth:`Conversation.split`)."""
-        found = self._find_view(view_id)
+        found = await self._single_reply_at(view_id, position, "Fan-out")
         if found is None:
             return
-        entry, view = found
-        if entry.is_comparison:
-            self.notice("Fan-out works on a single reply, not on a comparison; /pick a "
-                        "column and go on from there.", "error")
-            return
-        if self.generating:
-            await self.stop_generation()
-        reply = entry.reply
-        assert reply is not None
-        if not 0 <= position < len(reply.tokens):
-            return
+        entry, reply = found
         alternatives = reply.tokens[position].top[:k]
         if len(alternatives) < k:
             self.notice(f"This token has {len(alternatives)} alternatives, fewer than the "
