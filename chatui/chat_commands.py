@@ -238,17 +238,25 @@ async def cmd_logprobs(ctx: CommandContext, arg: str = "") -> None:
 
 
 async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
-    """Score a message under the model: the last user message, or message N of the
-    conversation (1 = the first; replies count too)."""
+    """Score a message under the model: the last user message, message N of the
+    conversation (1 = the first; replies count too), or the system prompt (``system``)."""
     state = ctx.state
     if state.generating:
         ctx.notice("A reply is still being generated; /score it after it ends.", "error")
         return
     entries = state.conversation.entries
     arg = arg.strip()
+    if arg == "system":
+        text = state.conversation.system_prompt
+        if not text:
+            ctx.notice("There is no system prompt to score; /system TEXT sets one.", "error")
+            return
+        await _score_text(ctx, text, "the system prompt")
+        return
     if arg:
         if not arg.isdigit() or not 1 <= int(arg) <= len(entries):
-            ctx.notice(f"/score takes a message number from 1 to {len(entries)}; got {arg!r}."
+            ctx.notice(f"/score takes a message number from 1 to {len(entries)} or 'system'; "
+                       f"got {arg!r}."
                        if entries else "There is no message to score.", "error")
             return
         entry = entries[int(arg) - 1]
@@ -262,7 +270,11 @@ async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
     if not entry.text:
         ctx.notice(f"{label.capitalize()} is empty: there is nothing to score.", "error")
         return
-    request = ScoreRequest(entry.text, state.top_logprobs)
+    await _score_text(ctx, entry.text, label)
+
+
+async def _score_text(ctx: CommandContext, text: str, label: str) -> None:
+    request = ScoreRequest(text, ctx.state.top_logprobs)
     scored: Scored | None = None
     async for group in ctx.services.worker.score(request):
         for ev in group:

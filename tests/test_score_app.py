@@ -59,3 +59,22 @@ async def test_score_by_number_scores_a_reply_and_refuses_bad_numbers():
         reply = app.chat.state.conversation.entries[1].text
         assert "".join(t.text for t in scored.tokens) == reply
         assert "message 2 (assistant)" in str(scored.query_one(".score-header").render())
+
+
+async def test_score_system_scores_the_system_prompt():
+    app = make_app(system_prompt="You are a terse assistant.")
+    async with app.run_test(size=SIZE) as pilot:
+        await run(pilot, app, "/score system")
+        [scored] = app.chat.query(ScoredMessage)
+        assert "".join(t.text for t in scored.tokens) == "You are a terse assistant."
+        assert app.holder["backend"].scored[-1].text == "You are a terse assistant."
+        assert "the system prompt" in str(scored.query_one(".score-header").render())
+
+
+
+async def test_score_system_without_a_system_prompt_says_so():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await run(pilot, app, "/score system")
+        assert "no system prompt to score" in str(notices(app, "error")[-1].render())
+        assert not app.chat.query(ScoredMessage)
