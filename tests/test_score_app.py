@@ -69,6 +69,10 @@ async def test_score_system_scores_the_system_prompt():
         assert "".join(t.text for t in scored.tokens) == "You are a terse assistant."
         assert app.holder["backend"].scored[-1].text == "You are a terse assistant."
         assert "the system prompt" in str(scored.query_one(".score-header").render())
+        # its alternatives are the model's, but there is no reply to continue: one sentence
+        await pilot.press("1")
+        await pilot.pause(0.1)
+        assert "not of a scored message" in str(notices(app, "error")[-1].render())
 
 
 

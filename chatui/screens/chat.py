@@ -813,7 +813,9 @@ class ChatScreen(Screen[None]):
         at ``position`` (what continuing from an alternative and fan-out start from), after
         stopping any reply that streams; None (with a sentence for a comparison) otherwise."""
         found = self._find_view(view_id)
-        if found is None:
+        if found is None:  # a scored message's token view (/score) has no reply to go on with
+            self.notice(f"{what} works on the tokens of a reply, not of a scored message.",
+                        "error")
             return None
         entry, _ = found
         if entry.is_comparison:
