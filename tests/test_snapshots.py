@@ -149,11 +149,13 @@ async def test_scored_message():
     async def run_before(pilot):
         await _chat(pilot)
         await _command(pilot, "/score")
-        for _ in range(300):
-            if pilot.app.chat.query(".score-header"):
+        chat = pilot.app.chat
+        for _ in range(300):  # drawn, and the window done drawing around it
+            if chat.query(".score-header") and not chat.window.busy:
                 break
             await pilot.pause(0.01)
-        await pilot.pause(0.1)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(0.3)
     await snapshot("scored_message", run_before)
 
 
