@@ -273,16 +273,21 @@ async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
     await _score_text(ctx, entry.text, label)
 
 
-async def _score_text(ctx: CommandContext, text: str, label: str) -> None:
-    request = ScoreRequest(text, ctx.state.top_logprobs)
+async def _scored(ctx: CommandContext, request: ScoreRequest) -> Scored | None:
+    """The worker's answer to ``request``; None after a failure (said in one sentence)."""
     scored: Scored | None = None
     async for group in ctx.services.worker.score(request):
         for ev in group:
             if isinstance(ev, Failed):
                 ctx.notice(ev.message, "error")
-                return
+                return None
             if isinstance(ev, Scored):
                 scored = ev
+    return scored
+
+
+async def _score_text(ctx: CommandContext, text: str, label: str) -> None:
+    scored = await _scored(ctx, ScoreRequest(text, ctx.state.top_logprobs))
     if scored is not None:
         ctx.show_score(label, scored)
 
@@ -342,14 +347,7 @@ async def cmd_probe(ctx: CommandContext, arg: str = "") -> None:
                              None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
     request = ScoreRequest(text, state.top_logprobs, context=state.messages_before(entry),
                            prefix=prefix)
-    scored: Scored | None = None
-    async for group in ctx.services.worker.score(request):
-        for ev in group:
-            if isinstance(ev, Failed):
-                ctx.notice(ev.message, "error")
-                return
-            if isinstance(ev, Scored):
-                scored = ev
+    scored = await _scored(ctx, request)
     if scored is not None and scored.scored:
         ctx.notice(describe_probe(text, f"at token {position + 1} of the reply", scored))
 
