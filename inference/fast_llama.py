@@ -105,12 +105,6 @@ class _Layer:
     rope: str = "default"  # which RotaryTables
     moe: MoE | None = None
 
-    @property
-    def llama_shaped(self) -> bool:
-        """Whether chatui's all-layers C decode (``decode.c``) computes this layer exactly."""
-        return (self.q_norm is None and self.post_attn is None and self.post_mlp is None
-                and self.window is None and self.moe is None)
-
 
 def _qkv_parts(att: Any, sizes: list[int], full: Callable[[torch.Tensor], rows.Weight]
                ) -> list[tuple[rows.Weight, torch.Tensor | None]]:
@@ -197,6 +191,7 @@ class FastLlama:
         there is one, so the C attention kernel (which has no scale) computes it too."""
         self._c_layer_array: Any = None
         self._c_layers_of: list[_Layer] | None = None
+        self._c_experts_of: list[Any] | None = None
         self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight | Q4Weight] = {}
         self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
@@ -580,31 +575,53 @@ class FastLlama:
         return self._logits(x if all_logits else x[:, -1])  # [B, V] or [B, T, V]
 
     def _c_layers(self) -> Any:
-        """The layers as ``kernel_abi.Layer`` structs for ``decode_layers`` (built once), or None
-        when a layer has a weight or a step the C kernel does not take."""
-        if self._c_layers_of is self.layers or not self.c_attention:
+        """The layers as ``kernel_abi.Layer`` structs for ``decode_layers`` (built once for
+        these layers and experts), or None when a layer has a weight or a step the C kernel
+        does not take. Qwen3's q/k norms and a mixture of experts (Qwen3-MoE, Mixtral: the
+        router in fp32, every expert packed like the layer's other weights) are in the C step
+        too, so those models no longer leave it for a Python loop over the layers."""
+        experts = [None if L.moe is None else L.moe.experts for L in self.layers]
+        if (self._c_layers_of is self.layers and self._c_experts_of is not None
+                and all(a is b for a, b in zip(self._c_experts_of, experts))) or not self.c_attention:
             return self._c_layer_array or None  # built for these layers (or none possible)
-        self._c_layers_of = self.layers
+        self._c_layers_of, self._c_experts_of = self.layers, experts
 
         def ptr(t: Any) -> int | None:
             return None if t is None else t.data_ptr()
+
+        def fp32(v: torch.Tensor | None) -> bool:
+            return v is None or (v.dtype == torch.float32 and v.is_contiguous())
 
         if self.arch.act != "silu" or len(self.ropes) != 1:
             self._c_layer_array = ()
             return None
         structs = []
         for L in self.layers:
-            ws = (L.wqkv, L.wo, L.wgu, L.wd)
-            vectors = (L.ln1, L.ln2, L.bqkv, L.bo, L.bgu, L.bd)
+            moe = L.moe
+            packed = None if moe is None else self._packed_experts(moe)
+            ws = (L.wqkv, L.wo) + ((L.wgu, L.wd) if moe is None else ())
             kinds = {type(w) for w in ws}
-            if not L.llama_shaped or kinds not in ({Q8Weight}, {Q4Weight}) or not all(
-                    v is None or (v.dtype == torch.float32 and v.is_contiguous()) for v in vectors):
+            bits = 4 if kinds == {Q4Weight} else 8
+            vectors = (L.ln1, L.ln2, L.bqkv, L.bo, L.bgu, L.bd, L.q_norm, L.k_norm,
+                       None if moe is None else moe.router)
+            shaped = (L.post_attn is None and L.post_mlp is None and L.window is None
+                      and (L.q_norm is None) == (L.k_norm is None))
+            if (not shaped or kinds not in ({Q8Weight}, {Q4Weight}) or not all(map(fp32, vectors))
+                    or (moe is not None and (packed is None or packed.bits != bits))):
                 self._c_layer_array = ()
                 return None
-            structs.append(Layer(ptr(L.ln1), ptr(L.ln2), *(
+            layer = Layer(ptr(L.ln1), ptr(L.ln2), *(
                 p for w, b in ((L.wqkv, L.bqkv), (L.wo, L.bo), (L.wgu, L.bgu), (L.wd, L.bd))
-                for p in (w.packed.data_ptr(), w.scales.data_ptr(), ptr(b))),
-                4 if kinds == {Q4Weight} else 8))
+                for p in ((None, None) if w is None else (w.packed.data_ptr(),
+                                                          w.scales.data_ptr())) + (ptr(b),)),
+                bits, ptr(L.q_norm), ptr(L.k_norm))
+            if moe is not None and packed is not None:
+                layer.router = moe.router.data_ptr()
+                layer.egu_w, layer.egu_s = (t.data_ptr() for t in packed.gate_up)
+                layer.ed_w, layer.ed_s = (t.data_ptr() for t in packed.down)
+                layer.n_experts, layer.top_k = len(moe.experts), moe.top_k
+                layer.norm_topk, layer.moe_inter = int(moe.normalize), packed.n_gate_up // 2
+            structs.append(layer)
         self._c_layer_array = (Layer * len(structs))(*structs)
         return self._c_layer_array
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -40,7 +40,10 @@ class Layer(ctypes.Structure):
 
     _fields_ = [*((name, ctypes.c_void_p) for name in (
         "ln1", "ln2", "wqkv", "sqkv", "bqkv", "wo", "so", "bo", "wgu", "sgu", "bgu",
-        "wd", "sd", "bd")), ("wbits", ctypes.c_int)]
+        "wd", "sd", "bd")), ("wbits", ctypes.c_int),
+        *((name, ctypes.c_void_p) for name in (
+            "q_norm", "k_norm", "router", "egu_w", "egu_s", "ed_w", "ed_s")),
+        *((name, ctypes.c_int) for name in ("n_experts", "top_k", "norm_topk", "moe_inter"))]
 
 
 STRUCTS: dict[str, type[ctypes.Structure]] = {"layer_t": Layer}

@@ -79,7 +79,8 @@ def test_a_library_whose_layer_struct_grew_is_refused(tmp_path, x86_gcc):
     """A field added in C but not in Python: refused before any kernel is called."""
     path = _build_variant(tmp_path, x86_gcc, lambda h: h.replace(
         "const int8_t *wd;", "const float *extra; const int8_t *wd;"), ["abi.c"])
-    with pytest.raises(KernelABIError, match=r"layer_t is 128 bytes .* but 120 in Python"):
+    size = ctypes.sizeof(kernel_abi.Layer)
+    with pytest.raises(KernelABIError, match=rf"layer_t is {size + 8} bytes .* but {size} in Python"):
         kernel_abi.bind(ctypes.CDLL(str(path)))
 
 
@@ -106,7 +107,8 @@ def test_a_python_struct_that_drifted_is_refused_and_the_runtime_falls_back(
     try:
         with caplog.at_level(logging.WARNING, logger="inference.q8kernel"):
             assert q8kernel.load_kernel() is None
-        assert "does not match this code (layer_t is 120 bytes" in caplog.text
+        size = ctypes.sizeof(kernel_abi.Layer)
+        assert f"does not match this code (layer_t is {size} bytes" in caplog.text
         with pytest.raises(kernel_build.KernelBuildError, match="do not match this chatui"):
             kernel_build.build_all()
     finally:

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 3
+#define CHATUI_KERNELS_ABI 4
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -27,6 +27,17 @@ typedef struct {
     const int8_t *wgu; const uint16_t *sgu; const float *bgu;
     const int8_t *wd; const uint16_t *sd; const float *bd;
     int wbits;
+    /* Per-head RMS norms [D] of q and k before RoPE (Qwen3), or NULL. */
+    const float *q_norm, *k_norm;
+    /* A mixture of experts in place of the gated MLP (wgu .. bd unused) where router is not
+     * NULL: router [n_experts, hidden] fp32; the experts' packed gate/up [2 moe_inter, hidden]
+     * and down [hidden, moe_inter] weights and scales as arrays of n_experts pointers, of
+     * wbits like the layer's others; top_k of them per token, weighted by their softmax
+     * probabilities (renormalised over the chosen ones when norm_topk). */
+    const float *router;
+    const void *const *egu_w; const void *const *egu_s;
+    const void *const *ed_w; const void *const *ed_s;
+    int n_experts, top_k, norm_topk, moe_inter;
 } layer_t;
 
 /* abi.c: what the loader checks before it calls anything else. */
