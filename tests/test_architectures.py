@@ -377,7 +377,32 @@ def check_quantized(ckpt: Any, kind: str) -> FastRunner:
         if ckpt.model.config.model_type in ("qwen3", "qwen3_moe", "mixtral"):
             # ... inside the one C call for every layer (decode.c), not a Python loop
             assert runner.fast._c_layers() is not None
+            check_c_step_batch(ckpt, runner)
     return runner
+
+
+def check_c_step_batch(ckpt: Any, runner: FastRunner) -> None:
+    """A left-padded batch's decode steps in decode.c's one call (q/k norms, every row's own
+    experts) give what the per-layer Python loop gives on the same quantized weights."""
+    fast = runner.fast
+    torch.manual_seed(4)
+    x = torch.randint(3, vocab(ckpt), (3, 20))
+    mask = torch.ones_like(x)
+    mask[1, :5] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = [fast.new_cache(), fast.new_cache()]
+    outs = [fast.forward(c, x, attention_mask=mask, position_ids=pos) for c in caches]
+    for _ in range(3):
+        step = outs[0].argmax(-1, keepdim=True)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        pos = pos[:, -1:] + 1
+        outs[0] = fast.forward(caches[0], step, attention_mask=mask, position_ids=pos)
+        fast._c_layers = lambda: None  # the Python loop over the layers
+        try:
+            outs[1] = fast.forward(caches[1], step, attention_mask=mask, position_ids=pos)
+        finally:
+            del fast._c_layers
+        assert (outs[0] - outs[1]).abs().max() <= 1e-4 * outs[1].abs().max()
 
 
 def check_int8(ckpt: Any) -> float:
