@@ -68,10 +68,13 @@ static void moe_ffn(const layer_t *L, float *x, int B, int hidden, float eps, in
     int E = L->n_experts, k = L->top_k, I = L->moe_inter, P = B * k;
     for (int b = 0; b < B; b++)
         prepare_row(x + (size_t)b * hidden, hidden, 1, L->ln2, eps, m->xn + (size_t)b * hidden);
-    int rows = f32_max_rows();
+    /* A small router (Qwen3-30B-A3B's: 128 x 2048, 1 MB) on one thread: a thread team costs
+     * more than its share of the work, and on a loaded machine each team waits for its
+     * slowest, preempted thread. */
+    int rows = f32_max_rows(), rt = (size_t)E * hidden >= ((size_t)1 << 20) ? threads : 1;
     for (int b = 0; b < B; b += rows)
         f32_matvec(m->xn + (size_t)b * hidden, B - b < rows ? B - b : rows, hidden, L->router, E,
-                   m->logits + (size_t)b * E, threads);
+                   m->logits + (size_t)b * E, rt);
     for (int b = 0; b < B; b++) {
         float *l = m->logits + (size_t)b * E, mx = l[0], sum = 0.f;
         for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;

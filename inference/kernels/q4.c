@@ -211,14 +211,18 @@ void q4_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
     free(xs);
 }
 
-/* q8_matmul_sel for int4 weights (packed nibbles and scales of q4_matmul). */
+/* q8_matmul_sel for int4 weights (packed nibbles and scales of q4_matmul). Each of x's
+ * R = ceil(P / xdiv) rows is quantized once, not once per product: a mixture's gate/up call
+ * (xdiv = top_k) quantizes the token's row once for its k experts. */
 void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const *wp,
                    const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
                    int mode) {
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
-    int8_t *xq = (int8_t *)aligned_alloc(64, (((size_t)P * G * GS + 63) / 64) * 64);
-    float *xd = (float *)malloc(sizeof(float) * (size_t)P * G);
-    float *xs = (float *)malloc(sizeof(float) * (size_t)P * G);
+    if (xdiv < 1) xdiv = 1;
+    int R = (P + xdiv - 1) / xdiv;
+    int8_t *xq = (int8_t *)aligned_alloc(64, (((size_t)R * G * GS + 63) / 64) * 64);
+    float *xd = (float *)malloc(sizeof(float) * (size_t)R * G);
+    float *xs = (float *)malloc(sizeof(float) * (size_t)R * G);
     size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
     int total = P * NB;
@@ -228,19 +232,19 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
     {
         float *row = (float *)malloc(sizeof(float) * (size_t)K);
         #pragma omp for schedule(static)
-        for (int p = 0; p < P; p++) {
-            prepare_row(x + (size_t)(p / xdiv) * ldx, K, mode, NULL, 0.f, row);
-            quantize_row_i8(row, K, G, xq + (size_t)p * G * GS, xd + (size_t)p * G,
-                            xs + (size_t)p * G);
+        for (int r = 0; r < R; r++) {
+            prepare_row(x + (size_t)r * ldx, K, mode, NULL, 0.f, row);
+            quantize_row_i8(row, K, G, xq + (size_t)r * G * GS, xd + (size_t)r * G,
+                            xs + (size_t)r * G);
         }
         free(row);
         #pragma omp for schedule(dynamic, chunk)
         for (int i = 0; i < total; i++) {
-            int p = i / NB, b = i % NB;
+            int p = i / NB, b = i % NB, r = p / xdiv;
             float out[RB];
             const uint8_t *w = wp[sel[p]];
             const uint16_t *s = sp[sel[p]];
-            BLOCK(xq + (size_t)p * G * GS, xd + (size_t)p * G, xs + (size_t)p * G, 1, G,
+            BLOCK(xq + (size_t)r * G * GS, xd + (size_t)r * G, xs + (size_t)r * G, 1, G,
                   w + (size_t)b * G * GBYTES, s + (size_t)b * G * 2 * RB, out);
             int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
             memcpy(y + (size_t)p * N + n0, out, sizeof(float) * cnt);
