@@ -587,7 +587,10 @@ class PackedExperts:
     the data pointers of every expert's packed gate/up and down weights and scales, gathered
     once. A decode step then runs a token's k experts in two calls (every gate/up, then every
     down with SwiGLU fused), one thread team each, where a call per expert and projection (16
-    for Qwen3-MoE's top 8) each started its own and quantized the same input again.
+    for Qwen3-MoE's top 8) each started its own and quantized the same input again. The same
+    pointer arrays go into ``decode.c``'s layer structs (``FastLlama._c_layers``), which run the
+    router and these two calls inside the one C call for every layer; ``__call__`` serves the
+    Python loop over the layers (a step the C call does not take).
 
     Only for experts that are all ``Q8Weight`` or all ``Q4Weight`` of one shape (``of``)."""
 
