@@ -581,8 +581,9 @@ class FastLlama:
         router in fp32, every expert packed like the layer's other weights) are in the C step
         too, so those models no longer leave it for a Python loop over the layers."""
         experts = [None if L.moe is None else L.moe.experts for L in self.layers]
-        if (self._c_layers_of is self.layers and self._c_experts_of is not None
-                and all(a is b for a, b in zip(self._c_experts_of, experts))) or not self.c_attention:
+        built = (self._c_layers_of is self.layers and self._c_experts_of is not None
+                 and all(a is b for a, b in zip(self._c_experts_of, experts)))
+        if built or not self.c_attention:
             return self._c_layer_array or None  # built for these layers (or none possible)
         self._c_layers_of, self._c_experts_of = self.layers, experts
 

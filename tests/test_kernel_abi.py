@@ -80,7 +80,8 @@ def test_a_library_whose_layer_struct_grew_is_refused(tmp_path, x86_gcc):
     path = _build_variant(tmp_path, x86_gcc, lambda h: h.replace(
         "const int8_t *wd;", "const float *extra; const int8_t *wd;"), ["abi.c"])
     size = ctypes.sizeof(kernel_abi.Layer)
-    with pytest.raises(KernelABIError, match=rf"layer_t is {size + 8} bytes .* but {size} in Python"):
+    with pytest.raises(KernelABIError,
+                       match=rf"layer_t is {size + 8} bytes .* but {size} in Python"):
         kernel_abi.bind(ctypes.CDLL(str(path)))
 
 
