@@ -99,6 +99,7 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
         def linear(x, w, swiglu=False, fn=fn):
             return fn(x.float().contiguous(), w.packed, w.scales, w.n, swiglu=swiglu)
         _experts_check(kernel, cls, linear)
+        _batch_experts_check(kernel, cls, linear)
     wf = torch.randn(70, 37)
     xf = torch.randn(2, 37)
     ref = xf.double() @ wf.double().t()
@@ -334,6 +335,32 @@ def test_chosen_experts_in_one_call_equal_a_call_per_expert(cls, kernel):
     assert torch.allclose(packed(x, torch.tensor([[0, 1]]), w), one, rtol=1e-6, atol=1e-6)
     mixed = [(Q8Weight.quantize(torch.randn(64, 32)), Q4Weight.quantize(torch.randn(32, 32)))]
     assert PackedExperts.of(mixed) is None  # one weight type only (else: a call per expert)
+
+
+@pytest.mark.parametrize("cls", [Q8Weight, Q4Weight])
+def test_a_batch_whose_rows_chose_the_same_experts_gives_each_row_as_alone(cls, kernel):
+    _batch_experts_check(kernel, cls, q8_linear if cls is Q8Weight else q4_linear)
+
+
+def _batch_experts_check(kernel: q8kernel.Q8Kernel, cls: type, linear) -> None:
+    """A batch's products of one expert go through the kernel together (q4.c groups them, up
+    to 8 rows at a time): 11 rows, most on one expert, in any order, each bit for bit what its
+    own call gives."""
+    torch.manual_seed(16)
+    experts = [(cls.quantize(torch.randn(40, 70)), cls.quantize(torch.randn(70, 20)))
+               for _ in range(3)]
+    packed = PackedExperts.of(experts)
+    assert packed is not None
+    x = torch.randn(11, 70)
+    sel = torch.tensor([2, 2, 0, 2, 2, 2, 1, 2, 2, 2, 2], dtype=torch.int64)
+    gu = torch.empty(11, 40)
+    kernel.matmul_sel(packed.bits, x, 1, *packed.gate_up, sel, gu, False)
+    down = torch.empty(11, 70)
+    kernel.matmul_sel(packed.bits, gu, 1, *packed.down, sel, down, True)
+    for p, e in enumerate(sel.tolist()):
+        one = linear(x[p:p + 1], experts[e][0])
+        assert torch.equal(gu[p], one[0])
+        assert torch.equal(down[p], linear(gu[p:p + 1], experts[e][1], swiglu=True)[0])
 
 
 def test_q8_kernel_inside_torch_compile(kernel):

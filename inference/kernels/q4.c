@@ -213,7 +213,10 @@ void q4_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
 
 /* q8_matmul_sel for int4 weights (packed nibbles and scales of q4_matmul). Each of x's
  * R = ceil(P / xdiv) rows is quantized once, not once per product: a mixture's gate/up call
- * (xdiv = top_k) quantizes the token's row once for its k experts. */
+ * (xdiv = top_k) quantizes the token's row once for its k experts. The products are grouped
+ * by weight (a batch's rows that chose the same expert) and each group's rows, up to MB at a
+ * time, go through the multi-row block: an expert is read once per step, not once per row
+ * that chose it (each row's result is the same, bit for bit, as alone). */
 void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const *wp,
                    const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
                    int mode) {
@@ -223,9 +226,28 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
     int8_t *xq = (int8_t *)aligned_alloc(64, (((size_t)R * G * GS + 63) / 64) * 64);
     float *xd = (float *)malloc(sizeof(float) * (size_t)R * G);
     float *xs = (float *)malloc(sizeof(float) * (size_t)R * G);
+    /* The products in order of their weight (stable), then runs of at most MB of one weight. */
+    int *order = (int *)malloc(sizeof(int) * (size_t)P);
+    int *run = (int *)malloc(sizeof(int) * ((size_t)P + 1));
+    int8_t *gq = (int8_t *)aligned_alloc(64, (((size_t)P * G * GS + 63) / 64) * 64);
+    float *gd = (float *)malloc(sizeof(float) * (size_t)P * G);
+    float *gs = (float *)malloc(sizeof(float) * (size_t)P * G);
+    for (int p = 0; p < P; p++) {
+        int i = p;
+        while (i > 0 && sel[order[i - 1]] > sel[p]) {
+            order[i] = order[i - 1];
+            i--;
+        }
+        order[i] = p;
+    }
+    int runs = 0;
+    for (int i = 0; i < P; i++)
+        if (i == 0 || sel[order[i]] != sel[order[i - 1]] || i - run[runs - 1] == MB)
+            run[runs++] = i;
+    run[runs] = P;
     size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
-    int total = P * NB;
+    int total = runs * NB;
     int chunk = total / (threads * 8);
     chunk = chunk < 1 ? 1 : chunk > 16 ? 16 : chunk;
     #pragma omp parallel num_threads(threads)
@@ -238,19 +260,32 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
                             xs + (size_t)r * G);
         }
         free(row);
+        #pragma omp for schedule(static)
+        for (int i = 0; i < P; i++) { /* the quantized rows in the products' grouped order */
+            int r = order[i] / xdiv;
+            memcpy(gq + (size_t)i * G * GS, xq + (size_t)r * G * GS, (size_t)G * GS);
+            memcpy(gd + (size_t)i * G, xd + (size_t)r * G, sizeof(float) * G);
+            memcpy(gs + (size_t)i * G, xs + (size_t)r * G, sizeof(float) * G);
+        }
         #pragma omp for schedule(dynamic, chunk)
-        for (int i = 0; i < total; i++) {
-            int p = i / NB, b = i % NB, r = p / xdiv;
-            float out[RB];
-            const uint8_t *w = wp[sel[p]];
-            const uint16_t *s = sp[sel[p]];
-            BLOCK(xq + (size_t)r * G * GS, xd + (size_t)r * G, xs + (size_t)r * G, 1, G,
+        for (int t = 0; t < total; t++) {
+            int j = t / NB, b = t % NB, i0 = run[j], mm = run[j + 1] - i0;
+            float out[MB * RB];
+            const uint8_t *w = wp[sel[order[i0]]];
+            const uint16_t *s = sp[sel[order[i0]]];
+            BLOCK(gq + (size_t)i0 * G * GS, gd + (size_t)i0 * G, gs + (size_t)i0 * G, mm, G,
                   w + (size_t)b * G * GBYTES, s + (size_t)b * G * 2 * RB, out);
             int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
-            memcpy(y + (size_t)p * N + n0, out, sizeof(float) * cnt);
+            for (int i = 0; i < mm; i++)
+                memcpy(y + (size_t)order[i0 + i] * N + n0, out + i * RB, sizeof(float) * cnt);
         }
     }
     free(xq);
     free(xd);
     free(xs);
+    free(order);
+    free(run);
+    free(gq);
+    free(gd);
+    free(gs);
 }
