@@ -260,12 +260,14 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
                             xs + (size_t)r * G);
         }
         free(row);
-        #pragma omp for schedule(static)
-        for (int i = 0; i < P; i++) { /* the quantized rows in the products' grouped order */
-            int r = order[i] / xdiv;
-            memcpy(gq + (size_t)i * G * GS, xq + (size_t)r * G * GS, (size_t)G * GS);
-            memcpy(gd + (size_t)i * G, xd + (size_t)r * G, sizeof(float) * G);
-            memcpy(gs + (size_t)i * G, xs + (size_t)r * G, sizeof(float) * G);
+        if (runs < P) { /* the rows in the grouped order (every thread takes this branch or none) */
+            #pragma omp for schedule(static)
+            for (int i = 0; i < P; i++) {
+                int r = order[i] / xdiv;
+                memcpy(gq + (size_t)i * G * GS, xq + (size_t)r * G * GS, (size_t)G * GS);
+                memcpy(gd + (size_t)i * G, xd + (size_t)r * G, sizeof(float) * G);
+                memcpy(gs + (size_t)i * G, xs + (size_t)r * G, sizeof(float) * G);
+            }
         }
         #pragma omp for schedule(dynamic, chunk)
         for (int t = 0; t < total; t++) {
@@ -273,8 +275,15 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
             float out[MB * RB];
             const uint8_t *w = wp[sel[order[i0]]];
             const uint16_t *s = sp[sel[order[i0]]];
-            BLOCK(gq + (size_t)i0 * G * GS, gd + (size_t)i0 * G, gs + (size_t)i0 * G, mm, G,
-                  w + (size_t)b * G * GBYTES, s + (size_t)b * G * 2 * RB, out);
+            /* Every product its own expert (a single token's): the rows as quantized, and the
+             * block inlined for M = 1 (a variable M measured up to 10 % slower here) */
+            if (runs == P) {
+                int r = order[i0] / xdiv;
+                BLOCK(xq + (size_t)r * G * GS, xd + (size_t)r * G, xs + (size_t)r * G, 1, G,
+                      w + (size_t)b * G * GBYTES, s + (size_t)b * G * 2 * RB, out);
+            } else
+                BLOCK(gq + (size_t)i0 * G * GS, gd + (size_t)i0 * G, gs + (size_t)i0 * G, mm,
+                      G, w + (size_t)b * G * GBYTES, s + (size_t)b * G * 2 * RB, out);
             int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
             for (int i = 0; i < mm; i++)
                 memcpy(y + (size_t)order[i0 + i] * N + n0, out + i * RB, sizeof(float) * cnt);
