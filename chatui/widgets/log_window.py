@@ -296,6 +296,9 @@ class LogWindow:
                 going.extend(item.widgets)
                 item.widgets = item.mounting = None  # (a mount holds its widgets)
         if going:
+            for widget in going:  # their drawn lines die now, not with the widgets' cycles
+                for part in widget.walk_children(with_self=True):
+                    part.refresh()
             await log_widget.remove_children(going)
         next_widget: Widget | None = None
         for item in reversed(list(self.items)):
