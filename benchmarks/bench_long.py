@@ -14,7 +14,10 @@ one, paced like a local model (``--delay-ms``, 20 ms = 50 tok/s), while a key is
   collector pass (timed with ``gc.callbacks``) during it and over the whole run;
 - the CPU the autosave after the last reply costs: the snapshot on the event loop and the
   journal append on the writer's thread (and, for comparison, writing the whole document);
-- how long drawing each page takes while PageUp scrolls from the bottom to the top;
+- how long drawing each page takes while PageUp scrolls from the bottom to the top: from the
+  key to the first screen update written after it (a full-screen update with the new page),
+  in wall-clock time and in CPU time of the app's thread (which the load of other processes
+  on a shared machine does not inflate);
 - how long ``/load`` of the session's own transcript takes (the old conversation goes, the
   loaded one is drawn), then ``/clear``, and the memory after it;
 - with ``--types``: the types that grew most between two samples (what a reply keeps alive).
