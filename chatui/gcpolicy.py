@@ -67,6 +67,7 @@ _saved: tuple[int, int, int] | None = None
 _scrolling = False
 _last_scroll = 0.0
 _settle: asyncio.TimerHandle | None = None
+_settle_loop: asyncio.AbstractEventLoop | None = None
 
 
 def _hold() -> None:
@@ -110,7 +111,7 @@ def scrolled() -> None:
     """The user scrolled the conversation (called on every change of its offset): full passes
     wait until the scrolling has settled, when :func:`scroll_settled` runs the one that is
     due (needs a running event loop; without one nothing waits)."""
-    global _scrolling, _last_scroll, _settle
+    global _scrolling, _last_scroll, _settle, _settle_loop
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -121,10 +122,12 @@ def scrolled() -> None:
             _scrolling = False
             _release()
         return
-    if _settle is not None and _settle.cancelled():
+    if _settle is not None and (_settle.cancelled() or _settle_loop is not loop):
+        _settle.cancel()  # (one left by an app whose loop has ended)
         _settle = None
     if _settle is None:
         _settle = loop.call_later(SCROLL_SETTLE_S, _check_settled)
+        _settle_loop = loop
     _scrolling = True
     _hold()
 
@@ -142,7 +145,8 @@ def _check_settled() -> None:
 def scroll_settled(*, collect: bool = True) -> bool:
     """Scrolling has stopped: full passes run as Python schedules them again, and with
     ``collect`` the one that came due meanwhile runs now (unless a reply streams); whether it
-    ran. The screen calls it without ``collect`` when it goes (nothing waits for a loop that
+    ran. The conversation's window calls it each time it has drawn the page and what is
+    around it; the screen, without ``collect``, when it goes (nothing waits for a loop that
     stopped)."""
     global _scrolling, _settle
     if _settle is not None:
