@@ -10,6 +10,12 @@ only while it is within a few screens of the viewport. A run of items without wi
 else estimated from their text. When a drawn item's real height differs from its estimate, the
 scroll position is corrected so that what the user looks at does not move.
 
+Once up to date, the window draws the lines of the widgets a screen above and below the view
+into Textual's line cache (:meth:`LogWindow.render_ahead`), so the first paint after PageUp or
+PageDown reads them rather than drawing them (issue 21: the slowest pages drew ~60 new lines),
+and then calls ``settled`` (the screen runs the garbage collector's full pass that waited for
+the page there, :mod:`chatui.gcpolicy`).
+
 The window does not know what the items are: the screen gives each one a ``build`` function
 (returning the widgets to mount) and an ``estimate`` (its height at a width), and pins the ones
 that must keep their widgets (a reply that streams). Everything else (which entry a widget
