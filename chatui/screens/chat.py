@@ -184,7 +184,8 @@ class ChatScreen(Screen[None]):
         widgets only near the viewport (issue 21: a 200-reply conversation drawn whole kept
         ~1,800 objects per reply alive and took 7.5 s to load)."""
         if self._window is None:
-            self._window = LogWindow(self.log_view)
+            self._window = LogWindow(self.log_view,
+                                     settled=lambda: gcpolicy.scroll_settled())
         return self._window
 
     @property
@@ -212,6 +213,7 @@ class ChatScreen(Screen[None]):
     def on_mount(self) -> None:
         self.log_view.anchor()
         self.window.watch()
+        self.watch(self.log_view, "scroll_y", self._scrolled, init=False)
         self.inspector.display = self.token_mode
         self.query_one("#hint").display = False
         self.settings_changed()
@@ -563,6 +565,17 @@ class ChatScreen(Screen[None]):
 
         self.app.push_screen(TreeScreen(self.state.conversation),
                              reported_callback(self, "The tree view", opened))
+
+    def _scrolled(self) -> None:
+        # full collections wait while the user scrolls (a stream holds them anyway): each
+        # page mounts the replies coming into reach, and the full pass their objects set off
+        # landed inside a page's frame (60-180 ms: the only pages over 30 ms); the one that
+        # is due runs once the window has drawn the page and what is around it (settled)
+        if not gcpolicy.streaming():
+            gcpolicy.scrolled()
+
+    def on_unmount(self) -> None:
+        gcpolicy.scroll_settled(collect=False)
 
     @on(PageConversation)
     def _page_conversation(self, event: PageConversation) -> None:
