@@ -335,3 +335,120 @@ def test_the_writer_forgets_conversations_that_are_gone(tmp_path: Path) -> None:
     saver.save(other, tmp_path)
     assert saver.flush(timeout=10)
     assert [k[0] for k in saver._writer._written] == [other.id]  # no old snapshot kept alive
+
+
+def _reply_to(conv: Conversation, n: int, tokens: int = 20) -> None:
+    """A finished reply after the last message (a retry when the path ends before one)."""
+    entry = conv.add_assistant([SamplingParams(seed=n)])
+    reply = entry.replies[0]
+    reply.tokens = [Token(i, 300 + i, f" r{n}.{i}", -0.5, 1.0,
+                          tuple(Alternative(j, f" b{j}", -2.0 - j) for j in range(3)))
+                    for i in range(tokens)]
+    reply.text = "".join(t.text for t in reply.tokens)
+    reply.finish_reason = "stop"
+
+
+def branched(tmp_path: Path) -> tuple[AutosaveWriter, Conversation, list[Conversation]]:
+    """Four exchanges, the second reply retried (the first version keeps an exchange of its
+    own below it), autosaved after each change as the app does; the snapshots written."""
+    w = AutosaveWriter()
+    conv = Conversation(id="sw")
+    written: list[Conversation] = []
+
+    def save() -> None:
+        snap = conv.snapshot()
+        assert w.write(snap, tmp_path, conv) is snap
+        written.append(snap)
+
+    for n in range(3):
+        add_exchange(conv, n)
+        save()
+    conv.rewind(conv.entries[3])  # /retry of the second reply
+    _reply_to(conv, 10)
+    save()
+    add_exchange(conv, 11)
+    save()
+    return w, conv, written
+
+
+def _nodes(conv: Conversation) -> list[str]:
+    return [e.node for e in conv.entries]
+
+
+def test_a_retry_and_a_sibling_switch_are_journal_lines(tmp_path: Path) -> None:
+    """Issue 18: switching siblings (Alt+Left/Right, /sibling) appends a line naming the
+    branch switched to, instead of rewriting the document (or the path below the switch);
+    a reload gives the same chosen path. A retry (a new sibling) is a line too."""
+    w, conv, written = branched(tmp_path)
+    path = autosave_path(conv, tmp_path)
+    doc = path.read_bytes()
+    assert len(json.loads(doc)["messages"]) == 2  # the first save only: the rest are lines
+    retry = json.loads(journal_path(path).read_bytes().split(b"\n")[-3])
+    assert retry["at"] == 3 and [m["sibling"] for m in retry["messages"]] == [1]
+    switched = conv.step_sibling(conv.entries[3], -1)  # back to the first reply
+    assert len(conv.entries) == 6 and conv.entries[-1].text.startswith(" w2.")
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    assert path.read_bytes() == doc  # not rewritten
+    line = journal_path(path).read_bytes().split(b"\n")[-2]
+    assert json.loads(line) == {"select": conv.entries[-1].node, "at": 6, "messages": []}
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+    assert switched is conv.entries[3]
+    # back again, and a new exchange, in one save: one line, the new messages only
+    conv.step_sibling(conv.entries[3], +1)
+    add_exchange(conv, 12)
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    assert path.read_bytes() == doc
+    line = json.loads(journal_path(path).read_bytes().split(b"\n")[-2])
+    assert line["select"] == conv.entries[5].node and line["at"] == 6
+    assert [m["text"] for m in line["messages"]] == ["question 12", conv.entries[-1].text]
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+    # a switch inside a branch that is not shown keeps that branch's own choice
+    conv.step_sibling(conv.entries[3], -1)
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    conv.step_sibling(conv.entries[3], +1)  # back: the path goes on to the newest exchange
+    assert len(conv.entries) == 8
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    assert path.read_bytes() == doc
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+
+
+def test_a_journal_cut_in_a_switch_line_loads_the_branch_before_or_after(tmp_path: Path) -> None:
+    w, conv, written = branched(tmp_path)
+    before = conv.snapshot()
+    conv.step_sibling(conv.entries[3], -1)
+    w.write(conv.snapshot(), tmp_path, conv)
+    path = autosave_path(conv, tmp_path)
+    jpath = journal_path(path)
+    full = jpath.read_bytes()
+    start = full.rstrip(b"\n").rfind(b"\n") + 1
+    for cut in range(start, len(full) + 1):
+        jpath.write_bytes(full[:cut])
+        got = load_transcript(path)
+        want = conv if cut == len(full) else before
+        assert got == want and _nodes(got) == _nodes(want), cut
+
+
+def test_a_switch_line_naming_no_message_ends_the_journal(tmp_path: Path) -> None:
+    w, conv, written = branched(tmp_path)
+    path = autosave_path(conv, tmp_path)
+    with open(journal_path(path), "ab") as f:
+        f.write(b'{"select": "nosuchnode", "at": 0, "messages": []}\n')
+    loaded = load_transcript(path)
+    assert loaded == written[-1] and _nodes(loaded) == _nodes(conv)
+
+
+def test_what_no_line_can_say_writes_the_document(tmp_path: Path) -> None:
+    """A message off the chosen path changed (no line writes it): the document in full."""
+    w, conv, written = branched(tmp_path)
+    path = autosave_path(conv, tmp_path)
+    doc = path.read_bytes()
+    hidden = conv.siblings(conv.entries[3])[0]
+    hidden.replies[0].text += " changed"
+    hidden.replies[0].tokens.append(Token(20, 9, " changed", -0.1, 0.1))
+    w.write(conv.snapshot(), tmp_path, conv)
+    assert path.read_bytes() != doc and not journal_path(path).exists()
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)

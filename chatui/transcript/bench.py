@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..conversation import Conversation
+from ..token_records import TokenRecords
 from .store import write_document
 from .writer import AutosaveWriter
 
@@ -71,7 +72,7 @@ def run(checkpoints: tuple[int, ...] = (10, 100, 200), tokens: int = 330) -> lis
             entry = conv.add_assistant([SamplingParams()])
             writer.write(conv.snapshot(), directory)  # the reply starts
             reply = entry.replies[0]
-            reply.tokens = _reply_tokens(n, tokens)
+            reply.tokens = TokenRecords(_reply_tokens(n, tokens))  # columns, as the app's
             reply.text = entry.text = "".join(t.text for t in reply.tokens)
             reply.finish_reason, reply.usage = "stop", Usage(400 * n, tokens, 0, 0.1, 46.0)
             if n not in checkpoints:
