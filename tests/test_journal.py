@@ -201,8 +201,26 @@ def test_damaged_journals_never_crash(cut: int, flips: list, tail: bytes) -> Non
         _damage_and_load(Path(d), cut, flips, tail)
 
 
-def _damage_and_load(tmp_path: Path, cut: int, flips: list, tail: bytes) -> None:
-    w, written = journaled(tmp_path, 3)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                                       max_size=4), st.binary(max_size=40))
+def test_damaged_journals_with_retries_and_switches_never_crash(cut: int, flips: list,
+                                                                 tail: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        _damage_and_load(Path(d), cut, flips, tail, switches=True)
+
+
+def _damage_and_load(tmp_path: Path, cut: int, flips: list, tail: bytes,
+                     switches: bool = False) -> None:
+    if switches:  # lines that graft a sibling and lines that select another branch
+        w, conv, written = branched(tmp_path)
+        conv.step_sibling(conv.entries[3], -1)
+        w.write(conv.snapshot(), tmp_path, conv)
+        conv.step_sibling(conv.entries[3], +1)
+        add_exchange(conv, 20)
+        w.write(conv.snapshot(), tmp_path, conv)
+    else:
+        w, written = journaled(tmp_path, 3)
     path = autosave_path(written[-1], tmp_path)
     data = bytearray(journal_path(path).read_bytes())
     data = data[: cut % (len(data) + 1)]
@@ -274,6 +292,84 @@ def test_killed_while_journaling_loses_at_most_the_change_being_written(tmp_path
                                                       for n in range(len(conv.entries) // 2)]
         torn += not journal_path(path).read_bytes().endswith(b"\n")
     assert torn >= 2  # the kills really cut lines short
+
+
+KILL_SWITCH_CHILD = """
+import json, os, sys, time
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from chatui.conversation import Conversation
+from chatui.transcript.writer import AutosaveWriter
+import chatui.transcript.writer as wm
+from tests.test_journal import _reply_to, add_exchange
+
+real_write = os.write
+def slow_write(fd, data):
+    print("writing", flush=True)
+    n = 0
+    for start in range(0, len(data), 512):
+        n += real_write(fd, data[start:start + 512])
+        time.sleep(0.002)
+    return n
+
+w = AutosaveWriter()
+conv = Conversation(id="kills")
+add_exchange(conv, 0)
+w.write(conv.snapshot(), Path({dir!r}), conv)
+wm.os.write = slow_write
+n = 1
+while True:
+    forks = [e for e in conv.entries if len(conv.siblings(e)) > 1]
+    if n % 3 == 0 and forks:  # Alt+Left/Right at the first message with alternatives
+        conv.step_sibling(forks[0], -1 if n % 2 else 1)
+    elif n % 3 == 1:  # /retry: a sibling
+        conv.rewind(conv.entries[-1])
+        _reply_to(conv, n, tokens=60)
+    else:
+        add_exchange(conv, n, tokens=60)
+    print("state", json.dumps([e.node for e in conv.entries]), flush=True)
+    w.write(conv.snapshot(), Path({dir!r}), conv)
+    print("saved", n, flush=True)
+    n += 1
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_killed_while_journaling_switches_loads_the_branch_saved_or_being_saved(
+        tmp_path: Path) -> None:
+    """Issue 18 with issue 21's journal: retries (siblings), sibling switches and new
+    exchanges journaled one after another; a kill at any moment leaves a file that loads
+    with the chosen branch last saved or the one being saved, and every reply saved."""
+    rng = random.Random(11)
+    for round_ in range(6):
+        d = tmp_path / str(round_)
+        src = KILL_SWITCH_CHILD.format(repo=str(REPO), dir=str(d))
+        proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True,
+                                cwd=REPO)
+        assert proc.stdout is not None
+        states: list[list[str]] = []
+        saved = 0
+        target = rng.randint(3, 9)
+        while saved < target:
+            line = proc.stdout.readline()
+            assert line, "the child died"
+            if line.startswith("state"):
+                states.append(json.loads(line.split(" ", 1)[1]))
+            elif line.startswith("saved"):
+                saved = int(line.split()[1])
+        while not (line := proc.stdout.readline()).startswith("state"):
+            assert line, "the child died"
+        states.append(json.loads(line.split(" ", 1)[1]))  # the state being written now
+        time.sleep(rng.uniform(0.0, 0.01))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        [path] = [p for p in d.iterdir() if p.suffix == ".json"]
+        conv = load_transcript(path)
+        got = [e.node for e in conv.entries]
+        assert got in (states[saved - 1], states[saved]), round_
+        nodes = {e.node for e in conv.all_entries()}
+        assert set().union(*map(set, states[:saved])) <= nodes  # every message saved
 
 
 def test_the_next_session_goes_on_with_the_journal_after_a_torn_line(tmp_path: Path) -> None:

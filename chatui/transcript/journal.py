@@ -246,6 +246,8 @@ class Change:
     at: int
     entries: tuple[Entry, ...]
     positions: tuple[int, ...]
+    same: bool = False
+    """The tree is as the files hold it (a line would say nothing about it)."""
 
 
 def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
@@ -320,7 +322,8 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
     for node, e in new_sk.entry.items():
         if node not in checked and not _same(old_sk.entry[node], e):
             return None
-    return Change(select, k, entries, positions), new_sk
+    same = select is None and not entries and k == len(old_path)
+    return Change(select, k, entries, positions, same), new_sk
 
 
 def _same(a: Entry, b: Entry) -> bool:

@@ -231,7 +231,7 @@ class AutosaveWriter:
             line["model"] = model_json(conv.model)
         if (conv.parent, conv.branched_at) != (old.parent, old.branched_at) and conv.parent:
             line["parent"] = parent_json(conv)
-        if not line and not change.entries and change.at == len(skeleton.path()):
+        if not line and change.same:
             rec.conv, rec.skeleton = conv, skeleton
             return  # nothing changed
         messages = [entry_json(e, pos) for e, pos in zip(change.entries, change.positions)]
