@@ -106,6 +106,10 @@ class Entry:
     time: float = field(default_factory=time.time)
     replies: list[Reply] = field(default_factory=list)
     chosen: int = 0
+    fan_out: bool = False
+    """The replies are a fan-out's branches (issue 18), not yet picked from: /pick turns them
+    into siblings (:meth:`Conversation.split`) rather than choosing a comparison column.
+    Saved with the message, so a fan-out left unpicked is still one after a reload."""
     node: str = field(default_factory=lambda: new_node_id(), compare=False)
     """The entry's id in the tree (stable across saves: journal lines name the nodes they
     change). Not part of equality: two entries saying the same thing are equal."""

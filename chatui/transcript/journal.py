@@ -330,4 +330,5 @@ def _same(a: Entry, b: Entry) -> bool:
     """``a == b`` (what the entries say), without deriving texts: the replies' equality
     compares their texts, and their token columns by identity when a snapshot shares them."""
     return a is b or (a.role == b.role and a.chosen == b.chosen and a.time == b.time
-                      and a.replies == b.replies and (bool(a.replies) or a.text == b.text))
+                      and a.fan_out == b.fan_out and a.replies == b.replies
+                      and (bool(a.replies) or a.text == b.text))
