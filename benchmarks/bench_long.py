@@ -231,6 +231,7 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
     from chatui import gcpolicy, transcript
     from chatui.app import ChatApp
     from chatui.config import AppConfig
+    from chatui.conversation import Reply
     from chatui.transcript.writer import AutosaveWriter
     from inference.scripted import ScriptedBackend
     from inference.settings import SamplingParams
@@ -326,11 +327,16 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
             with tempfile.TemporaryDirectory() as tmp:
                 # the autosave after the last reply, as the app makes it: a snapshot on the
                 # loop, then the writer's journal append on its thread (the document was
-                # written by an earlier save of the session)
+                # written by an earlier save of the session, and the prompt with the reply
+                # not yet begun was journaled when the reply started)
                 before = chat.conversation.snapshot()
                 before.truncate(len(before.entries) - 2)
                 writer = AutosaveWriter()
                 writer.write(before, Path(tmp))
+                started = chat.conversation.snapshot()
+                last = started.entries[-1]
+                last.replies = [Reply(r.settings) for r in last.replies]
+                writer.write(started, Path(tmp))
                 t0 = time.thread_time()
                 conv = chat.conversation.snapshot()
                 report.snapshot_cpu_ms = (time.thread_time() - t0) * 1000
