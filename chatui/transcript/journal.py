@@ -273,13 +273,16 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
     # How many messages of the new path are in the files as they are, at the same place.
     k = 0
     above: str | None = None
+    old_entry, old_parent, old_kids, new_kids = (old_sk.entry, old_sk.parent, old_sk.kids,
+                                                 new_sk.kids)
     for e in new_path:
-        o = old_sk.entry.get(e.node)
-        if (o is None or old_sk.parent[e.node] != above
-                or old_sk.kids[above].index(e.node) != new_sk.kids[above].index(e.node)
+        node = e.node
+        o = old_entry.get(node)
+        if (o is None or old_parent[node] != above
+                or old_kids[above].index(node) != new_kids[above].index(node)
                 or not _same(o, e)):
             break
-        above = e.node
+        above = node
         k += 1
     old_path = old_sk.path()
     keep = 0
@@ -327,8 +330,13 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
 
 
 def _same(a: Entry, b: Entry) -> bool:
-    """``a == b`` (what the entries say), without deriving texts: the replies' equality
-    compares their texts, and their token columns by identity when a snapshot shares them."""
-    return a is b or (a.role == b.role and a.chosen == b.chosen and a.time == b.time
-                      and a.fan_out == b.fan_out and a.replies == b.replies
-                      and (bool(a.replies) or a.text == b.text))
+    """``a == b`` (what the entries say), cheapest tests first and without deriving texts: the
+    replies' equality compares their texts, and their token columns by identity when a
+    snapshot shares them (the autosave asks this of every message, issue 21)."""
+    if a is b:
+        return True
+    if a.time != b.time or a.chosen != b.chosen or a.fan_out != b.fan_out or a.role != b.role:
+        return False
+    if a.replies or b.replies:
+        return a.replies == b.replies
+    return a._text == b._text  # type: ignore[attr-defined]  # (stored for user messages)
