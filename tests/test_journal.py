@@ -550,3 +550,11 @@ def test_what_no_line_can_say_writes_the_document(tmp_path: Path) -> None:
     assert path.read_bytes() != doc and not journal_path(path).exists()
     loaded = load_transcript(path)
     assert loaded == conv and _nodes(loaded) == _nodes(conv)
+
+
+def test_the_readme_describes_this_journal_and_the_fan_out_flag() -> None:
+    from chatui.transcript.journal import JOURNAL_VERSION
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f'{{"format": "chatui-journal", "version": {JOURNAL_VERSION},' in text
+    assert '"select": <node id>' in text and '"fan_out": true' in text
