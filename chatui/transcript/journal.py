@@ -207,12 +207,17 @@ class Skeleton:
         self.active: dict[str | None, int] = {None: conv.top}
         self.parent: dict[str, str | None] = {}
         self.entry: dict[str, Entry] = {}
-        for parent, e in walk(conv.tops):
+        kids, active, parents, entries = self.kids, self.active, self.parent, self.entry
+        stack: list[tuple[str | None, Entry]] = [(None, e) for e in conv.tops]
+        while stack:  # (every message once; the order does not matter here)
+            above, e = stack.pop()
             node = e.node
-            self.parent[node] = parent.node if parent is not None else None
-            self.entry[node] = e
-            self.kids[node] = [c.node for c in e.children]
-            self.active[node] = e.active
+            parents[node] = above
+            entries[node] = e
+            active[node] = e.active
+            children = e.children
+            kids[node] = [c.node for c in children]
+            stack.extend([(node, c) for c in children])
 
     def path(self) -> list[str]:
         """The chosen path's nodes."""
