@@ -130,9 +130,6 @@ class ChatScreen(Screen[None]):
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
-        self._fanouts: set[str] = set()
-        """The node ids of this session's fan-outs not yet picked from (/pick splits them
-        into siblings)."""
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
@@ -915,8 +912,8 @@ class ChatScreen(Screen[None]):
         prefix = prefix_of(shared)
         rows = [Reply(self.state.settings, text=shared.text, tokens=shared.tokens.copy())
                 for _ in range(k)]
-        group = self.state.conversation.add_sibling(entry, Entry("assistant", replies=rows))
-        self._fanouts.add(group.node)
+        group = self.state.conversation.add_sibling(
+            entry, Entry("assistant", replies=rows, fan_out=True))
         await self.sync_path()
         self.start_reply(group, prefix=prefix, max_new_tokens=left,
                          first_tokens=ids)  # type: ignore[arg-type]
@@ -955,8 +952,8 @@ class ChatScreen(Screen[None]):
                              reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:
-        if entry.node in self._fanouts:  # a fan-out's branches become siblings
-            self._fanouts.discard(entry.node)
+        if entry.fan_out:  # a fan-out's branches become siblings (after a reload too)
+            entry.fan_out = False
             self.call_later(self._split_fan_out, entry)
             return
         view = self._view_of(entry)
