@@ -183,9 +183,13 @@ def main() -> None:
         }
         ref = greedy_ids(variants["fast eager bf16"][0])
         for name, (b, _, _) in variants.items():
-            same = greedy_ids(b) == ref
+            ids = greedy_ids(b)
+            same = next((i for i, (x, y) in enumerate(zip(ids, ref)) if x != y), len(ref))
             report.setdefault("same_greedy_tokens_as_eager", {})[name] = same
-            print(f"  greedy tokens equal eager: {name}: {same}", flush=True)
+            # random weights give near-uniform logits, where any rounding difference flips a
+            # near-tie: tests/test_cuda.py checks correctness teacher-forced, with margins
+            print(f"  greedy tokens equal eager's: {name}: the first {same} of {len(ref)}",
+                  flush=True)
         base = variants["fast compiled+graph bf16"][0]
         variants["fast compiled+graph bf16 no logprobs"] = (base, 0, True)
         variants["fast compiled+graph bf16 not pipelined"] = (base, 5, False)

@@ -44,6 +44,17 @@ class Shape:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _smollm2_135m() -> Any:
+    """The default model's own shape (SmolLM2-135M-Instruct), for its row of issue 16's table:
+    the shipped GGUF is Q4_1, so llama.cpp's Q8_0 and Q4_K_M of it are built like the others'."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                       num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                       vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0,
+                       rms_norm_eps=1e-5, tie_word_embeddings=True)
+
+
 def _llama32_1b() -> Any:
     from transformers import LlamaConfig
 
@@ -127,6 +138,8 @@ def _qwen3_moe_small() -> Any:
 
 
 SHAPES: tuple[Shape, ...] = (
+    Shape("smollm2-135m", "SmolLM2-135M (the default model's shape)", _smollm2_135m, "llama",
+          quick=True),
     Shape("qwen2.5-0.5b", "Qwen2.5-0.5B", _qwen25_05b, "qwen2", quick=True),
     Shape("llama3.2-1b", "Llama-3.2-1B", _llama32_1b, "llama", quick=True),
     Shape("llama3.2-3b", "Llama-3.2-3B", _llama32_3b, "llama"),

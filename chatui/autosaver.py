@@ -88,6 +88,14 @@ class Autosaver:
         self._follow_branches()
         return done
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every queued save is written, leaving journals as they are (what the
+        files hold between two replies); False if ``timeout`` ran out first."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+        self._follow_branches()
+        return done
+
     def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="chatui-autosave",

@@ -24,12 +24,23 @@ What is left:
 - :func:`freeze_imports` (called by ``run_chat`` before the app is built) hides what the
   imports made from every full pass: it lives as long as the process, so freezing it hides
   no garbage;
+- while the user scrolls the conversation, full passes wait too, and the one that came due
+  runs when the page has been drawn (the conversation's window calls :func:`scroll_settled`
+  once it has drawn the page and what is around it), not inside the next key's frame. PageUp
+  from the bottom to the top of 60 replies (``benchmarks/bench_long.py``, the loaded 2-core
+  machine) met a full pass every ~8 pages, 150-330 ms each (walking ~80,000 live objects and
+  collecting the ~25,000 that the widgets scrolled away left), and those were all of the
+  pages over 30 ms. Nothing waits longer than :data:`SCROLL_SETTLE_S` after the last scroll
+  or :data:`SCROLL_MAX_YOUNG` young passes (a key held down: the window never settles), so
+  what scrolling leaves behind is collected: a scroll through 60 replies with no full pass
+  at all left 240,000 dead objects (35 MB) for one pass of ~0.9 s;
 - :func:`release` collects the old conversation's widgets (reference cycles) at once after
   ``/clear`` or ``/load`` instead of at some later pass, when no reply streams.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -40,34 +51,124 @@ _streams = 0
 
 
 DEFERRED = 1_000_000
-"""The generation-2 threshold while a reply streams (young passes between two full passes):
-more than any reply makes."""
+"""The generation-2 threshold while a reply streams or the user scrolls (young passes between
+two full passes): more than any reply or scroll makes."""
+
+SCROLL_SETTLE_S = 2.0
+"""Full passes wait at most this long after the last scroll of the conversation, if nothing
+called :func:`scroll_settled` before..."""
+SCROLL_MAX_YOUNG = 60
+"""...and no longer than this many generation-1 passes since the last full pass (Python's
+own schedule considers one every 10 and runs it when the objects that survived since the last
+one reach a quarter of the rest: PageUp met one every ~8 pages, ~10-15 young passes): then the
+due pass runs, wherever that falls."""
 
 _saved: tuple[int, int, int] | None = None
+_scrolling = False
+_last_scroll = 0.0
+_settle: asyncio.TimerHandle | None = None
+_settle_loop: asyncio.AbstractEventLoop | None = None
 
 
-def stream_started() -> None:
-    """A reply began streaming (calls nest: compare columns each start one): full passes
-    wait until the last stream ends."""
-    global _streams, _saved
-    _streams += 1
+def _hold() -> None:
+    global _saved
     if _saved is None:
         _saved = gc.get_threshold()
         gc.set_threshold(_saved[0], _saved[1], DEFERRED)
 
 
+def _release() -> tuple[int, int, int] | None:
+    """Python's thresholds back when nothing holds full passes; the restored ones (or None)."""
+    global _saved
+    if _streams or _scrolling or _saved is None:
+        return None
+    saved, _saved = _saved, None
+    gc.set_threshold(*saved)
+    return saved
+
+
+def stream_started() -> None:
+    """A reply began streaming (calls nest: compare columns each start one): full passes
+    wait until the last stream ends."""
+    global _streams
+    _streams += 1
+    _hold()
+
+
 def stream_ended() -> None:
     """A reply ended: after the last one, full passes run as Python schedules them again."""
-    global _streams, _saved
+    global _streams
     _streams = max(0, _streams - 1)
-    if not _streams and _saved is not None:
-        gc.set_threshold(*_saved)
-        _saved = None
+    _release()
 
 
 def streaming() -> bool:
     """Whether a reply streams now (full passes wait)."""
     return _streams > 0
+
+
+def scrolled() -> None:
+    """The user scrolled the conversation (called on every change of its offset): full passes
+    wait until the scrolling has settled, when :func:`scroll_settled` runs the one that is
+    due (needs a running event loop; without one nothing waits)."""
+    global _scrolling, _last_scroll, _settle, _settle_loop
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    _last_scroll = time.monotonic()
+    if gc.get_count()[2] >= SCROLL_MAX_YOUNG:  # a very long scroll: the due pass may run
+        if _scrolling:
+            _scrolling = False
+            _release()
+        return
+    if _settle is not None and (_settle.cancelled() or _settle_loop is not loop):
+        _settle.cancel()  # (one left by an app whose loop has ended)
+        _settle = None
+    if _settle is None:
+        _settle = loop.call_later(SCROLL_SETTLE_S, _check_settled)
+        _settle_loop = loop
+    _scrolling = True
+    _hold()
+
+
+def _check_settled() -> None:
+    global _settle
+    _settle = None
+    left = _last_scroll + SCROLL_SETTLE_S - time.monotonic()
+    if _scrolling and left > 0.01:
+        _settle = asyncio.get_running_loop().call_later(left, _check_settled)
+        return
+    scroll_settled()
+
+
+def scroll_settled(*, collect: bool = True) -> bool:
+    """Scrolling has stopped: full passes run as Python schedules them again, and with
+    ``collect`` the one that came due meanwhile runs now (unless a reply streams); whether it
+    ran. The conversation's window calls it each time it has drawn the page and what is
+    around it; the screen, without ``collect``, when it goes (nothing waits for a loop that
+    stopped)."""
+    global _scrolling, _settle
+    if _settle is not None:
+        _settle.cancel()
+        _settle = None
+    if not _scrolling:
+        return False
+    _scrolling = False
+    restored = _release()
+    if not collect or restored is None or not gc.isenabled() or \
+            gc.get_count()[2] < restored[2]:
+        return False
+    t0 = time.perf_counter()
+    found = gc.collect()
+    log.debug("gc after scrolling: %d unreachable, %.1f ms", found,
+              (time.perf_counter() - t0) * 1000)
+    return True
+
+
+def scrolling() -> bool:
+    """Whether full passes wait for scrolling to settle."""
+    return _scrolling
 
 
 def freeze_imports() -> int:
@@ -87,8 +188,3 @@ def release() -> None:
     t0 = time.perf_counter()
     found = gc.collect()
     log.debug("gc release: %d unreachable, %.1f ms", found, (time.perf_counter() - t0) * 1000)
-
-
-def streaming() -> bool:
-    """Whether a reply is streaming now."""
-    return _streams > 0

@@ -97,6 +97,15 @@ class _Strings:
     def __len__(self) -> int:
         return len(self.ends)
 
+    def contents(self) -> tuple[bytes, str]:
+        """Where each string ends (as bytes) and the joined text: equal for equal columns."""
+        return self.ends.tobytes(), self.joined
+
+    def head(self, n: int) -> tuple[bytes, str]:
+        """:meth:`contents` of the first ``n`` strings."""
+        end = self.ends[n - 1] if n > 0 else 0
+        return memoryview(self.ends)[:n].tobytes(), self.joined[:end]
+
     def copy(self) -> _Strings:
         out = _Strings()
         out._joined = self.joined
@@ -157,7 +166,8 @@ class TokenRecords(Sequence[Token]):
     """A reply's tokens in columns (see the module docstring)."""
 
     __slots__ = ("_index", "_ids", "_flags", "_logprobs", "_entropies", "_glyph", "_texts",
-                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts", "_sampler")
+                 "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts", "_sampler",
+                 "_shared")
 
     def __init__(self, tokens: Iterable[Token] = ()) -> None:
         self._index = array("q")
@@ -174,12 +184,16 @@ class TokenRecords(Sequence[Token]):
         self._alt_logprobs = array("d")
         self._alt_texts = _Strings()
         self._sampler: _SamplerColumns | None = None
+        self._shared = False
+        """Another record shares these columns (:meth:`copy`): the first change copies them."""
         self.extend(tokens)
 
     # ---- adding ----
 
     def append(self, token: Token) -> None:
         """Add one token at the end."""
+        if self._shared:
+            self._own()
         flags = _SPECIAL if token.special else 0
         if token.channel == "reasoning":
             flags |= _REASONING
@@ -317,6 +331,10 @@ class TokenRecords(Sequence[Token]):
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` tokens only."""
         n = max(0, min(n, len(self)))
+        if n == len(self):
+            return
+        if self._shared:
+            self._own()
         alts = self._top_ends[n - 1] if n > 0 else 0
         for column in (self._index, self._ids, self._logprobs, self._entropies, self._glyph,
                        self._top_ends):
@@ -459,7 +477,7 @@ class TokenRecords(Sequence[Token]):
     def _same_columns(self, other: TokenRecords) -> bool:
         """Whether every stored column is equal (then every token is; unequal columns can
         still make equal tokens, e.g. a value stored where its flag says absent)."""
-        return (self is other or (
+        return (self.shares_columns(other) or (
             self._flags == other._flags
             # as bytes: array's own == makes a float object per element of a 'd' column
             and all(getattr(self, name).tobytes() == getattr(other, name).tobytes() for name in (
@@ -477,14 +495,72 @@ class TokenRecords(Sequence[Token]):
     def __repr__(self) -> str:
         return f"TokenRecords({len(self)} tokens)"
 
+    _COLUMNS = ("_index", "_ids", "_flags", "_logprobs", "_entropies", "_glyph", "_texts",
+                "_raws", "_top_ends", "_alt_ids", "_alt_logprobs", "_alt_texts", "_sampler")
+
     def copy(self) -> TokenRecords:
-        """An independent copy (what a snapshot for saving needs), column by column."""
-        out = TokenRecords()
+        """An independent copy (what a snapshot for saving needs), made without copying: the
+        two share their columns until either changes (copy on write, :meth:`_own`).
+
+        Why: the autosave snapshots the whole conversation on the event loop after every
+        reply, and the writer compares every saved message with the new snapshot's. Copying
+        every reply's columns cost ~10 ms on the loop after 200 replies of ~330 tokens, and
+        comparing them column by column ~20 ms on the writer's thread (issue 21, measured with
+        ``benchmarks/bench_long.py``). Shared columns make both cost a few microseconds per
+        reply: records whose columns are the same objects are equal without reading them.
+        A finished reply's columns never change, so they are shared by every snapshot."""
+        self.compact()  # shared columns never hold pieces waiting to be joined
+        out = TokenRecords.__new__(TokenRecords)
+        for name in self._COLUMNS:
+            setattr(out, name, getattr(self, name))
+        self._shared = out._shared = True
+        return out
+
+    def _own(self) -> None:
+        """Before a change: copy the columns another record shares (see :meth:`copy`)."""
         for name in ("_index", "_ids", "_logprobs", "_entropies", "_glyph", "_top_ends",
                      "_alt_ids", "_alt_logprobs"):
-            setattr(out, name, array(getattr(self, name).typecode, getattr(self, name)))
-        out._flags = bytearray(self._flags)
+            setattr(self, name, array(getattr(self, name).typecode, getattr(self, name)))
+        self._flags = bytearray(self._flags)
         for name in ("_texts", "_raws", "_alt_texts"):
-            setattr(out, name, getattr(self, name).copy())
-        out._sampler = self._sampler.copy() if self._sampler is not None else None
-        return out
+            setattr(self, name, getattr(self, name).copy())
+        self._sampler = self._sampler.copy() if self._sampler is not None else None
+        self._shared = False
+
+    def shares_columns(self, other: TokenRecords) -> bool:
+        """Whether ``other`` reads the very columns this record reads (a :meth:`copy` neither
+        changed since): then the two are equal, whatever they hold."""
+        # Only copy() shares columns, and _own() replaces all of them at once: a few suffice.
+        return self is other or (self._flags is other._flags and self._ids is other._ids
+                                 and self._texts is other._texts
+                                 and self._alt_texts is other._alt_texts)
+
+    def startswith(self, other: TokenRecords) -> bool:
+        """Whether the first ``len(other)`` tokens are ``other``'s: what a grown reply holds
+        of the one saved before it. Compared column by column (the prefixes' bytes), token by
+        token only when the columns differ or a sampler record is kept."""
+        n = len(other)
+        if len(self) < n:
+            return False
+        if n == 0 or self.shares_columns(other):
+            return True
+        if n == len(self):
+            return self == other
+        if self._sampler is None and other._sampler is None and self._flags[:n] == other._flags:
+            k = other._top_ends[-1]
+            if (self._top_ends[n - 1] == k
+                    and all(_head(getattr(self, name), n) == getattr(other, name).tobytes()
+                            for name in ("_index", "_ids", "_logprobs", "_entropies", "_glyph",
+                                         "_top_ends"))
+                    and all(_head(getattr(self, name), k) == getattr(other, name).tobytes()
+                            for name in ("_alt_ids", "_alt_logprobs"))
+                    and all(getattr(self, name).head(count) == getattr(other, name).contents()
+                            for name, count in (("_texts", n), ("_raws", n),
+                                                ("_alt_texts", k)))):
+                return True
+        return self[:n] == list(other)
+
+
+def _head(column: array, n: int) -> bytes:
+    """The bytes of the first ``n`` values of ``column``."""
+    return memoryview(column)[:n].tobytes()

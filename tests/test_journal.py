@@ -201,8 +201,26 @@ def test_damaged_journals_never_crash(cut: int, flips: list, tail: bytes) -> Non
         _damage_and_load(Path(d), cut, flips, tail)
 
 
-def _damage_and_load(tmp_path: Path, cut: int, flips: list, tail: bytes) -> None:
-    w, written = journaled(tmp_path, 3)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                                       max_size=4), st.binary(max_size=40))
+def test_damaged_journals_with_retries_and_switches_never_crash(cut: int, flips: list,
+                                                                 tail: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        _damage_and_load(Path(d), cut, flips, tail, switches=True)
+
+
+def _damage_and_load(tmp_path: Path, cut: int, flips: list, tail: bytes,
+                     switches: bool = False) -> None:
+    if switches:  # lines that graft a sibling and lines that select another branch
+        w, conv, written = branched(tmp_path)
+        conv.step_sibling(conv.entries[3], -1)
+        w.write(conv.snapshot(), tmp_path, conv)
+        conv.step_sibling(conv.entries[3], +1)
+        add_exchange(conv, 20)
+        w.write(conv.snapshot(), tmp_path, conv)
+    else:
+        w, written = journaled(tmp_path, 3)
     path = autosave_path(written[-1], tmp_path)
     data = bytearray(journal_path(path).read_bytes())
     data = data[: cut % (len(data) + 1)]
@@ -276,6 +294,86 @@ def test_killed_while_journaling_loses_at_most_the_change_being_written(tmp_path
     assert torn >= 2  # the kills really cut lines short
 
 
+KILL_SWITCH_CHILD = """
+import json, os, sys, time
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from chatui.conversation import Conversation
+from chatui.transcript.writer import AutosaveWriter
+import chatui.transcript.writer as wm
+from tests.test_journal import _reply_to, add_exchange
+
+real_write = os.write
+def slow_write(fd, data):
+    print("writing", flush=True)
+    n = 0
+    for start in range(0, len(data), 512):
+        n += real_write(fd, data[start:start + 512])
+        time.sleep(0.002)
+    return n
+
+w = AutosaveWriter()
+conv = Conversation(id="kills")
+add_exchange(conv, 0)
+w.write(conv.snapshot(), Path({dir!r}), conv)
+wm.os.write = slow_write
+n = 1
+while True:
+    forks = [e for e in conv.entries if len(conv.siblings(e)) > 1]
+    if n % 3 == 0 and forks:  # Alt+Left/Right at the first message with alternatives
+        conv.step_sibling(forks[0], -1 if n % 2 else 1)
+    elif n % 3 == 1:  # /retry: a sibling
+        conv.rewind(conv.entries[-1])
+        _reply_to(conv, n, tokens=60)
+    else:
+        add_exchange(conv, n, tokens=60)
+    print("state", json.dumps([e.node for e in conv.entries]), flush=True)
+    w.write(conv.snapshot(), Path({dir!r}), conv)
+    print("saved", n, flush=True)
+    n += 1
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_killed_while_journaling_switches_loads_the_branch_saved_or_being_saved(
+        tmp_path: Path) -> None:
+    """Issue 18 with issue 21's journal: retries (siblings), sibling switches and new
+    exchanges journaled one after another; a kill at any moment leaves a file that loads
+    with the chosen branch last saved or the one being saved, and every reply saved."""
+    rng = random.Random(11)
+    for round_ in range(6):
+        d = tmp_path / str(round_)
+        src = KILL_SWITCH_CHILD.format(repo=str(REPO), dir=str(d))
+        proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE, text=True,
+                                cwd=REPO)
+        assert proc.stdout is not None
+        states: list[list[str]] = []
+        saved = 0
+        target = rng.randint(3, 9)
+        while saved < target:
+            line = proc.stdout.readline()
+            assert line, "the child died"
+            if line.startswith("state"):
+                states.append(json.loads(line.split(" ", 1)[1]))
+            elif line.startswith("saved"):
+                saved = int(line.split()[1])
+        time.sleep(rng.uniform(0.0, 0.03))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        for line in proc.stdout.read().splitlines():  # what it printed before it died
+            if line.startswith("state"):
+                states.append(json.loads(line.split(" ", 1)[1]))
+            elif line.startswith("saved"):
+                saved = int(line.split()[1])
+        proc.stdout.close()
+        [path] = [p for p in d.iterdir() if p.suffix == ".json"]
+        conv = load_transcript(path)
+        got = [e.node for e in conv.entries]
+        assert got in states[saved - 1:saved + 1], round_  # the last saved, or the next
+        nodes = {e.node for e in conv.all_entries()}
+        assert set().union(*map(set, states[:saved])) <= nodes  # every message saved
+
+
 def test_the_next_session_goes_on_with_the_journal_after_a_torn_line(tmp_path: Path) -> None:
     """After a kill cut the last line short, the next session's writer reads the files once,
     cuts the torn piece off, and appends after what loads (no whole-document rewrite)."""
@@ -335,3 +433,128 @@ def test_the_writer_forgets_conversations_that_are_gone(tmp_path: Path) -> None:
     saver.save(other, tmp_path)
     assert saver.flush(timeout=10)
     assert [k[0] for k in saver._writer._written] == [other.id]  # no old snapshot kept alive
+
+
+def _reply_to(conv: Conversation, n: int, tokens: int = 20) -> None:
+    """A finished reply after the last message (a retry when the path ends before one)."""
+    entry = conv.add_assistant([SamplingParams(seed=n)])
+    reply = entry.replies[0]
+    reply.tokens = [Token(i, 300 + i, f" r{n}.{i}", -0.5, 1.0,
+                          tuple(Alternative(j, f" b{j}", -2.0 - j) for j in range(3)))
+                    for i in range(tokens)]
+    reply.text = "".join(t.text for t in reply.tokens)
+    reply.finish_reason = "stop"
+
+
+def branched(tmp_path: Path) -> tuple[AutosaveWriter, Conversation, list[Conversation]]:
+    """Four exchanges, the second reply retried (the first version keeps an exchange of its
+    own below it), autosaved after each change as the app does; the snapshots written."""
+    w = AutosaveWriter()
+    conv = Conversation(id="sw")
+    written: list[Conversation] = []
+
+    def save() -> None:
+        snap = conv.snapshot()
+        assert w.write(snap, tmp_path, conv) is snap
+        written.append(snap)
+
+    for n in range(3):
+        add_exchange(conv, n)
+        save()
+    conv.rewind(conv.entries[3])  # /retry of the second reply
+    _reply_to(conv, 10)
+    save()
+    add_exchange(conv, 11)
+    save()
+    return w, conv, written
+
+
+def _nodes(conv: Conversation) -> list[str]:
+    return [e.node for e in conv.entries]
+
+
+def test_a_retry_and_a_sibling_switch_are_journal_lines(tmp_path: Path) -> None:
+    """Issue 18: switching siblings (Alt+Left/Right, /sibling) appends a line naming the
+    branch switched to, instead of rewriting the document (or the path below the switch);
+    a reload gives the same chosen path. A retry (a new sibling) is a line too."""
+    w, conv, written = branched(tmp_path)
+    path = autosave_path(conv, tmp_path)
+    doc = path.read_bytes()
+    assert len(json.loads(doc)["messages"]) == 2  # the first save only: the rest are lines
+    retry = json.loads(journal_path(path).read_bytes().split(b"\n")[-3])
+    assert retry["at"] == 3 and [m["sibling"] for m in retry["messages"]] == [1]
+    switched = conv.step_sibling(conv.entries[3], -1)  # back to the first reply
+    assert len(conv.entries) == 6 and conv.entries[-1].text.startswith(" w2.")
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    assert path.read_bytes() == doc  # not rewritten
+    line = journal_path(path).read_bytes().split(b"\n")[-2]
+    assert json.loads(line) == {"select": conv.entries[-1].node, "at": 6, "messages": []}
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+    assert switched is conv.entries[3]
+    # back again, and a new exchange, in one save: one line, the new messages only
+    conv.step_sibling(conv.entries[3], +1)
+    add_exchange(conv, 12)
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    assert path.read_bytes() == doc
+    line = json.loads(journal_path(path).read_bytes().split(b"\n")[-2])
+    assert line["select"] == conv.entries[5].node and line["at"] == 6
+    assert [m["text"] for m in line["messages"]] == ["question 12", conv.entries[-1].text]
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+    # a switch inside a branch that is not shown keeps that branch's own choice
+    conv.step_sibling(conv.entries[3], -1)
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    conv.step_sibling(conv.entries[3], +1)  # back: the path goes on to the newest exchange
+    assert len(conv.entries) == 8
+    assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    assert path.read_bytes() == doc
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+
+
+def test_a_journal_cut_in_a_switch_line_loads_the_branch_before_or_after(tmp_path: Path) -> None:
+    w, conv, written = branched(tmp_path)
+    before = conv.snapshot()
+    conv.step_sibling(conv.entries[3], -1)
+    w.write(conv.snapshot(), tmp_path, conv)
+    path = autosave_path(conv, tmp_path)
+    jpath = journal_path(path)
+    full = jpath.read_bytes()
+    start = full.rstrip(b"\n").rfind(b"\n") + 1
+    for cut in range(start, len(full) + 1):
+        jpath.write_bytes(full[:cut])
+        got = load_transcript(path)
+        want = conv if cut == len(full) else before
+        assert got == want and _nodes(got) == _nodes(want), cut
+
+
+def test_a_switch_line_naming_no_message_ends_the_journal(tmp_path: Path) -> None:
+    w, conv, written = branched(tmp_path)
+    path = autosave_path(conv, tmp_path)
+    with open(journal_path(path), "ab") as f:
+        f.write(b'{"select": "nosuchnode", "at": 0, "messages": []}\n')
+    loaded = load_transcript(path)
+    assert loaded == written[-1] and _nodes(loaded) == _nodes(conv)
+
+
+def test_what_no_line_can_say_writes_the_document(tmp_path: Path) -> None:
+    """A message off the chosen path changed (no line writes it): the document in full."""
+    w, conv, written = branched(tmp_path)
+    path = autosave_path(conv, tmp_path)
+    doc = path.read_bytes()
+    hidden = conv.siblings(conv.entries[3])[0]
+    hidden.replies[0].text += " changed"
+    hidden.replies[0].tokens.append(Token(20, 9, " changed", -0.1, 0.1))
+    w.write(conv.snapshot(), tmp_path, conv)
+    assert path.read_bytes() != doc and not journal_path(path).exists()
+    loaded = load_transcript(path)
+    assert loaded == conv and _nodes(loaded) == _nodes(conv)
+
+
+def test_the_readme_describes_this_journal_and_the_fan_out_flag() -> None:
+    from chatui.transcript.journal import JOURNAL_VERSION
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f'{{"format": "chatui-journal", "version": {JOURNAL_VERSION},' in text
+    assert '"select": <node id>' in text and '"fan_out": true' in text

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import re
 
+import pytest
+
 from chatui.conversation import Conversation
 from chatui.textual_compat.testing import render_screen
+from chatui.widgets.log_window import SCREENS_AHEAD
 from chatui.widgets.reply import ReplyView
 from inference.settings import SamplingParams
 from test_app import config_dir, loaded, make_app  # noqa: F401
@@ -115,3 +118,92 @@ async def test_page_keys_faster_than_the_screen_draws_each_move_a_page():
         await shown(pilot, app)
         moved = (start - log_view.scroll_y) / page
         assert 8 <= moved <= 11, moved  # (the view follows items drawn above it: +-1)
+
+
+@pytest.mark.parametrize("ahead", [SCREENS_AHEAD, 0.0])
+async def test_the_page_above_is_drawn_before_pageup_brings_it_in(monkeypatch, ahead):
+    """Issue 21: once the window is up to date, the lines of the replies a screen above the
+    view are drawn into Textual's line cache, so the first paint after PageUp draws none of
+    their Markdown (it drew ~60 of the ~95 lines of each page, two thirds of its time). With
+    nothing drawn ahead (``ahead`` 0) the same page draws them on the key."""
+    from chatui.textual_compat.testing import watch_updates
+    from chatui.widgets import log_window
+    from chatui.widgets.markdown_lines import MarkdownLines
+
+    monkeypatch.setattr(log_window, "SCREENS_AHEAD", ahead)
+    counting = {"on": False, "lines": 0}
+    render_line = MarkdownLines.render_line
+
+    def counted(self, y):  # type: ignore[no-untyped-def]
+        if counting["on"]:
+            counting["lines"] += 1
+        return render_line(self, y)
+
+    monkeypatch.setattr(MarkdownLines, "render_line", counted)
+    async with opened(PAGED) as (app, pilot, page):
+        chat = app.chat
+        watch_updates(app, lambda update: counting.update(on=False))  # the key's first paint
+        for _ in range(3):
+            while chat.window.busy:
+                await pilot.pause(0.01)
+            before = numbers_on(await shown(pilot, app))
+            counting.update(on=True, lines=0)
+            await pilot.press("pageup")
+            after = numbers_on(await shown(pilot, app))
+            assert after and max(after) < max(before)  # a new page, with answers on it
+            if ahead:
+                assert counting["lines"] == 0
+            else:
+                assert counting["lines"] > 10
+
+
+async def test_paging_holds_full_collections_until_the_page_is_drawn():
+    """PageUp holds the garbage collector's full passes (a page's frame once met one of
+    60-330 ms): the one that is due runs once the window has drawn the page and what is
+    around it, and Python's thresholds are back then."""
+    import gc
+
+    saved = gc.get_threshold()
+    # no young pass of Python's own (hence no full one) between the due state set up below
+    # and the key; the policy keeps the threshold it finds
+    gc.set_threshold(10_000_000, saved[1], saved[2])
+    thresholds = gc.get_threshold()
+    try:
+        await _paging_holds(thresholds)
+    finally:
+        gc.set_threshold(*saved)
+
+
+async def _paging_holds(thresholds: tuple[int, int, int]) -> None:
+    import gc
+
+    from chatui import gcpolicy
+    from chatui.textual_compat.testing import watch_updates
+
+    async with opened(PAGED) as (app, pilot, _):
+        chat = app.chat
+        while chat.window.busy:
+            await pilot.pause(0.01)
+        frames: list[tuple[bool, int]] = []
+        watch_updates(app, lambda update: frames.append((gcpolicy.scrolling(),
+                                                         gc.get_threshold()[2])))
+        full: list[int] = []
+
+        def passes(phase: str, info: dict) -> None:
+            if phase == "start" and info["generation"] == 2:
+                full.append(len(frames))
+
+        for _ in range(thresholds[2]):  # young passes enough that a full one is due
+            gc.collect(1)
+        gc.callbacks.append(passes)
+        try:
+            await pilot.press("pageup")
+            while chat.window.busy:
+                await pilot.pause(0.01)
+        finally:
+            gc.callbacks.remove(passes)
+        assert frames and frames[0] == (True, gcpolicy.DEFERRED)  # the page's own frame
+        assert full and full[0] >= 1  # the due pass ran after the page was on screen
+        assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
+        await pilot.press("pageup")
+    assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds

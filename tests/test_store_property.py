@@ -3,7 +3,9 @@ every step, every message that was ever completed is still on disk in some trans
 the user deleted every file holding it), and every file on disk loads.
 
 The actions are the app's: a new exchange (autosaved when the reply starts and when it ends),
-``/retry`` (the last reply replaced), ``/edit`` (the last exchange taken back), ``/save PATH``,
+``/retry`` (the last reply replaced, or, as the app does since issue 18, a new sibling),
+switching siblings (Alt+Left/Right: the chosen branch must come back as it was saved, from a
+journal line), ``/edit`` (the last exchange taken back), ``/save PATH``,
 ``/load`` of any file (through today's ``load_transcript`` or through ``open_transcript``), an
 autosave, ``/clear``, deleting a file from the history, quitting, and a kill (the in-memory
 state dropped). Plain ``random`` with fixed seeds, so a failure replays exactly.
@@ -19,7 +21,8 @@ import pytest
 from chatui.autosaver import Autosaver
 from chatui.conversation import Conversation, Reply
 from chatui.transcript import (
-    TranscriptError, delete_transcript, load_transcript, open_transcript, save_transcript,
+    TranscriptError, autosave_path, delete_transcript, load_transcript, open_transcript,
+    save_transcript,
 )
 from inference.settings import SamplingParams
 from inference.types import Token
@@ -64,7 +67,14 @@ class World:
 
     def autosave(self) -> None:
         self.saver.save(self.conv, self.data)
-        assert self.saver.flush(timeout=30)
+        if self.rng.random() < 0.2:
+            assert self.saver.flush(timeout=30)  # journals folded (quit, /save, /history)
+        else:
+            assert self.saver.wait(timeout=30)  # journal lines, as between two replies
+        if self.conv.entries and not self.errors:  # the chosen branch is the one on disk
+            disk = load_transcript(autosave_path(self.conv, self.data))
+            assert [e.node for e in disk.entries] == [e.node for e in self.conv.entries], (
+                f"after {self.log}")
 
     def _reply(self) -> Reply:
         self.n += 1
@@ -93,6 +103,28 @@ class World:
         entry.text = entry.replies[0].text
         self.autosave()
         self.required.add(entry.text)
+
+    def retry_sibling(self) -> None:
+        if not self.conv.entries or self.conv.entries[-1].role != "assistant":
+            return
+        self.conv.rewind(self.conv.entries[-1])
+        entry = self.conv.add_assistant([SamplingParams()])
+        entry.replies[0] = self._reply()
+        self.autosave()
+        self.required.add(entry.text)
+
+    def switch(self) -> None:
+        """Alt+Left/Right at a random message with alternatives (sometimes twice before a
+        save, sometimes a switch and a new exchange in one save)."""
+        for _ in range(self.rng.choice([1, 1, 2])):
+            choices = [e for e in self.conv.entries if len(self.conv.siblings(e)) > 1]
+            if not choices:
+                return
+            self.conv.step_sibling(self.rng.choice(choices), self.rng.choice([-1, 1]))
+        if self.rng.random() < 0.3:
+            self.exchange()
+        else:
+            self.autosave()
 
     def edit(self) -> None:
         if len(self.conv.entries) >= 2:
@@ -136,7 +168,7 @@ class World:
         self.saver = Autosaver(self.errors.append)
         self.conv = Conversation()
 
-    ACTIONS = {"exchange": 6, "retry": 2, "edit": 2, "save_as": 2, "load": 3, "autosave": 1,
+    ACTIONS = {"exchange": 6, "retry": 2, "retry_sibling": 2, "switch": 3, "edit": 2, "save_as": 2, "load": 3, "autosave": 1,
                "clear": 1, "delete": 1, "quit": 1, "kill": 1}
 
     def step(self) -> None:

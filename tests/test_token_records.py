@@ -87,6 +87,54 @@ def test_copy_is_independent():
     assert list(records) == ODD[:2] + [ODD[4]]
 
 
+def test_copies_share_columns_until_either_side_changes():
+    """Issue 21: a snapshot shares the reply's columns (nothing copied on the event loop) and
+    compares equal to it by identity; whichever side changes first gets columns of its own,
+    the other keeps what it had, after any change: append, extend, truncate, clear."""
+    tokens = scripted_tokens("Some *Markdown*, with `code`.") + ODD
+    changes = [lambda r: r.append(ODD[0]), lambda r: r.extend(ODD[1:3]),
+               lambda r: r.truncate(3), lambda r: r.clear()]
+    for change in changes:
+        for changed_side in (0, 1):
+            records = TokenRecords()
+            records.extend(tokens)  # pieces waiting to be joined: copy() joins them first
+            copy = records.copy()
+            assert copy.shares_columns(records) and copy == records
+            pair = [records, copy]
+            change(pair[changed_side])
+            assert list(pair[1 - changed_side]) == tokens
+            assert not pair[0].shares_columns(pair[1])
+            again = pair[changed_side].copy()  # and the changed one shares again
+            assert again.shares_columns(pair[changed_side])
+            change(again)
+            assert list(pair[1 - changed_side]) == tokens
+    unchanged = TokenRecords(tokens)
+    assert unchanged.copy().copy().shares_columns(unchanged)
+    unchanged.truncate(len(unchanged))  # no change: still shared
+    assert unchanged.copy().shares_columns(unchanged)
+
+
+def test_startswith_agrees_with_the_tokens():
+    """What the autosave asks of a grown reply: does it start with the one saved before?
+    Read from the columns, it answers as comparing the tokens does."""
+    tokens = scripted_tokens("The quick brown fox jumps over the lazy dog, twice.") + ODD
+    full = TokenRecords(tokens)
+    for n in range(len(tokens) + 1):
+        assert full.startswith(TokenRecords(tokens[:n])), n
+    assert not TokenRecords(tokens[:3]).startswith(full)
+    for k in range(1, len(tokens), 3):
+        for change in (lambda t: Token(**{**t.__dict__, "text": t.text + "!"}),
+                       lambda t: Token(**{**t.__dict__, "top": t.top[:-1]}),
+                       lambda t: Token(**{**t.__dict__, "logprob": None})):
+            other = list(tokens[:k + 1])
+            other[k] = change(other[k])
+            want = full[:k + 1] == other
+            assert full.startswith(TokenRecords(other)) is want, k
+    grown = full.copy()
+    grown.append(ODD[0])
+    assert grown.startswith(full) and not full.startswith(grown)
+
+
 def test_tracked_objects_do_not_grow_with_the_tokens():
     tokens = scripted_tokens(" ".join(f"w{i}" for i in range(3000)))
     gc.collect()

@@ -104,7 +104,8 @@ def entries(draw: st.DrawFn) -> Entry:
     rs = draw(st.lists(replies, max_size=3))
     chosen = draw(st.integers(0, max(len(rs) - 1, 0)))
     text = rs[chosen].text if rs and draw(st.booleans()) else draw(texts)
-    return Entry("assistant", text, draw(times), rs, chosen)
+    fan_out = len(rs) > 1 and draw(st.booleans())  # an unpicked fan-out (issue 18)
+    return Entry("assistant", text, draw(times), rs, chosen, fan_out=fan_out)
 
 
 models = st.builds(ModelRef, name=texts, checkpoint=texts, weights_hash=texts, dtype=texts,

@@ -353,22 +353,9 @@ async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
     (one prefix, three forced first tokens), streaming as the columns of a new alternative;
     /pick chooses one and the others become its siblings; the original reply stays; the file
     holds everything."""
-    import dataclasses
-
     from chatui.widgets.compare import CompareView
-    from inference.scripted import ScriptedBackend
 
-    class IdBackend(ScriptedBackend):
-        def generate(self, request, cancel):
-            for ev in super().generate(request, cancel):
-                if hasattr(ev, "tokens"):
-                    ev = dataclasses.replace(ev, tokens=tuple(
-                        dataclasses.replace(t, id=100 + t.index, top=tuple(
-                            dataclasses.replace(a, id=200 + k) for k, a in enumerate(t.top)))
-                        for t in ev.tokens))
-                yield ev
-
-    backend = IdBackend(_numbered())
+    backend = _id_backend(_numbered())
     app = make_app(backend=backend)
     async with app.run_test(size=(120, 40)) as pilot:
         await send(pilot, app, "hello")
@@ -399,3 +386,64 @@ async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
         app.flush_autosaves()
         disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
         assert disk == conv
+
+
+async def test_an_unpicked_fan_out_comes_back_unpicked(config_dir) -> None:  # noqa: F811
+    """Issue 18: a fan-out left without /pick is saved as one (``"fan_out": true``), so the
+    next session shows its columns awaiting /pick, and /pick then makes the branch picked the
+    one to go on with and the others its siblings, as it would have before the reload (it
+    used to come back as a comparison, whose /pick only chose a column)."""
+    from chatui.widgets.compare import CompareView
+
+    app = make_app(backend=_id_backend(_numbered()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "right", "f")
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group.fan_out and len(group.replies) == 3
+        app.flush_autosaves()
+        path = tr.autosave_path(conv, app.config.transcripts_dir())
+        texts = [r.text for r in group.replies]
+        original = conv.siblings(group)[0].reply.text
+    assert json.loads(path.read_text())["messages"][-1]["fan_out"] is True
+    app = make_app(backend=_id_backend(_numbered()), load_path=path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group.fan_out and [r.text for r in group.replies] == texts
+        [view] = app.chat.query(CompareView)
+        assert len(view.views) == 3
+        await send(pilot, app, "/pick 3")
+        await settle(pilot, app)
+        picked = conv.entries[-1]
+        assert picked.reply.text == texts[2] and not picked.fan_out
+        kids = conv.siblings(picked)
+        assert [k.reply.text for k in kids] == [original, *texts]
+        assert _bars(app) == ["‹ 4/4 ›"] and not app.chat.query(CompareView)
+        app.flush_autosaves()
+        disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
+        assert disk == conv and not any(e.fan_out for e in disk.all_entries())
+
+
+def _id_backend(reply):
+    """A scripted backend whose tokens and alternatives have ids (fan-out needs them)."""
+    import dataclasses
+
+    from inference.scripted import ScriptedBackend
+
+    class IdBackend(ScriptedBackend):
+        def generate(self, request, cancel):
+            for ev in super().generate(request, cancel):
+                if hasattr(ev, "tokens"):
+                    ev = dataclasses.replace(ev, tokens=tuple(
+                        dataclasses.replace(t, id=100 + t.index, top=tuple(
+                            dataclasses.replace(a, id=200 + k) for k, a in enumerate(t.top)))
+                        for t in ev.tokens))
+                yield ev
+
+    return IdBackend(reply)

@@ -130,6 +130,56 @@ def test_gc_policy_freezes_nothing_and_release_collects():
     assert alive() is None and gc.get_freeze_count() == frozen
 
 
+async def test_full_passes_wait_while_the_user_scrolls_and_the_due_one_runs_when_it_settles(
+        monkeypatch):
+    """Issue 21: PageUp through 200 replies met a full pass every ~8 pages, inside the page's
+    frame (60-180 ms). While the user scrolls, full passes wait; once the scrolling has settled
+    the one that came due runs (and finds what died meanwhile), and Python's thresholds are
+    back. A reply that streams meanwhile keeps holding them until it ends."""
+    import asyncio
+    import weakref
+
+    monkeypatch.setattr(gcpolicy, "SCROLL_SETTLE_S", 0.05)
+    thresholds = gc.get_threshold()
+    cycle = _Cycle()
+    alive = weakref.ref(cycle)
+    gc.collect(1)  # old now: only a full pass frees it once it dies
+    gcpolicy.scrolled()
+    assert gcpolicy.scrolling() and gc.get_threshold()[2] == gcpolicy.DEFERRED
+    del cycle
+    for _ in range(thresholds[2]):  # young passes enough that Python would want a full one
+        gc.collect(1)
+    assert alive() is not None
+    gcpolicy.scrolled()  # still scrolling: the settling waits from the last scroll
+    await asyncio.sleep(0.02)
+    assert gcpolicy.scrolling() and alive() is not None
+    for _ in range(20):
+        await asyncio.sleep(0.02)
+        if not gcpolicy.scrolling():
+            break
+    assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
+    assert alive() is None  # the due pass ran when the scrolling settled
+
+    # a stream that starts while the user scrolls holds full passes past the settling
+    gcpolicy.scrolled()
+    gcpolicy.stream_started()
+    assert not gcpolicy.scroll_settled()  # nothing collected while a reply streams
+    assert gc.get_threshold()[2] == gcpolicy.DEFERRED
+    gcpolicy.stream_ended()
+    assert gc.get_threshold() == thresholds
+
+    # a very long scroll: the due pass is let through
+    monkeypatch.setattr(gcpolicy, "SCROLL_MAX_YOUNG", 0)
+    gcpolicy.scrolled()
+    assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
+
+
+def test_scrolling_without_an_event_loop_holds_nothing():
+    thresholds = gc.get_threshold()
+    gcpolicy.scrolled()
+    assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
+
+
 async def test_the_streaming_loop_holds_the_gc_policy():
     """The screen's streaming loop (not a widget) holds the policy while a reply streams and
     lets go when it ends."""

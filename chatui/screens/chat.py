@@ -130,9 +130,6 @@ class ChatScreen(Screen[None]):
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
-        self._fanouts: set[str] = set()
-        """The node ids of this session's fan-outs not yet picked from (/pick splits them
-        into siblings)."""
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
@@ -184,7 +181,8 @@ class ChatScreen(Screen[None]):
         widgets only near the viewport (issue 21: a 200-reply conversation drawn whole kept
         ~1,800 objects per reply alive and took 7.5 s to load)."""
         if self._window is None:
-            self._window = LogWindow(self.log_view)
+            self._window = LogWindow(self.log_view,
+                                     settled=lambda: gcpolicy.scroll_settled())
         return self._window
 
     @property
@@ -212,6 +210,7 @@ class ChatScreen(Screen[None]):
     def on_mount(self) -> None:
         self.log_view.anchor()
         self.window.watch()
+        self.watch(self.log_view, "scroll_y", self._scrolled, init=False)
         self.inspector.display = self.token_mode
         self.query_one("#hint").display = False
         self.settings_changed()
@@ -564,6 +563,17 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(TreeScreen(self.state.conversation),
                              reported_callback(self, "The tree view", opened))
 
+    def _scrolled(self) -> None:
+        # full collections wait while the user scrolls (a stream holds them anyway): each
+        # page mounts the replies coming into reach, and the full pass their objects set off
+        # landed inside a page's frame (60-180 ms: the only pages over 30 ms); the one that
+        # is due runs once the window has drawn the page and what is around it (settled)
+        if not gcpolicy.streaming():
+            gcpolicy.scrolled()
+
+    def on_unmount(self) -> None:
+        gcpolicy.scroll_settled(collect=False)
+
     @on(PageConversation)
     def _page_conversation(self, event: PageConversation) -> None:
         # At once: Textual's own scroll_page_up scrolls after the next refresh, from where
@@ -902,8 +912,8 @@ class ChatScreen(Screen[None]):
         prefix = prefix_of(shared)
         rows = [Reply(self.state.settings, text=shared.text, tokens=shared.tokens.copy())
                 for _ in range(k)]
-        group = self.state.conversation.add_sibling(entry, Entry("assistant", replies=rows))
-        self._fanouts.add(group.node)
+        group = self.state.conversation.add_sibling(
+            entry, Entry("assistant", replies=rows, fan_out=True))
         await self.sync_path()
         self.start_reply(group, prefix=prefix, max_new_tokens=left,
                          first_tokens=ids)  # type: ignore[arg-type]
@@ -942,8 +952,8 @@ class ChatScreen(Screen[None]):
                              reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:
-        if entry.node in self._fanouts:  # a fan-out's branches become siblings
-            self._fanouts.discard(entry.node)
+        if entry.fan_out:  # a fan-out's branches become siblings (after a reload too)
+            entry.fan_out = False
             self.call_later(self._split_fan_out, entry)
             return
         view = self._view_of(entry)

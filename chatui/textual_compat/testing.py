@@ -46,16 +46,17 @@ def watch_updates(app: App, callback: Callable[[object], None]) -> None:
     app._display = _display  # type: ignore[method-assign]
 
 
-def paint_times(app: App) -> list[float]:
-    """A list that gets the ``time.perf_counter()`` at which each screen update (as
-    :func:`watch_updates` sees them) has been written: when the terminal shows it."""
+def paint_times(app: App, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """A list that gets the ``clock()`` (default ``time.perf_counter()``) at which each screen
+    update (as :func:`watch_updates` sees them) has been written: when the terminal shows it.
+    ``time.thread_time`` there, read on the app's thread, gives the CPU the app spent."""
     times: list[float] = []
     display = app._display
 
     def _display(screen, update) -> None:  # type: ignore[no-untyped-def]
         display(screen, update)
         if isinstance(update, CompositorUpdate) and not app._batch_count:
-            times.append(time.perf_counter())
+            times.append(clock())
 
     app._display = _display  # type: ignore[method-assign]
     return times

@@ -23,12 +23,17 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..conversation import Conversation, Entry, Reply, index_of, new_node_id, walk
+from ..token_records import TokenRecords
 
 
 def reply_holds(new: Reply, old: Reply) -> bool:
     """``new`` keeps everything ``old`` has: its tokens and text start with ``old``'s."""
     if new is old:
         return True
+    if isinstance(new.tokens, TokenRecords) and isinstance(old.tokens, TokenRecords):
+        # columns, not tokens: a snapshot's unchanged reply shares them with the one saved
+        # before it, so this is a few identity checks (see TokenRecords.copy)
+        return new.tokens.startswith(old.tokens) and new.text.startswith(old.text)
     n = len(old.tokens)
     return (len(new.tokens) >= n and new.tokens[:n] == old.tokens
             and new.text.startswith(old.text))
@@ -66,19 +71,25 @@ def tree_holds(new: Conversation, old: Conversation) -> bool:
     message of ``old`` is held (equal, or grown) by the message of ``new`` with the same
     node id, or else by the one at the same place in the tree (the same child of the same
     child...: two copies built apart, or a version 2 file, name their messages apart),
-    unless the user deleted it (:meth:`Conversation.delete`)."""
-    by_id: dict[str, Entry] = {}
+    unless the user deleted it (:meth:`Conversation.delete`).
+
+    The autosave asks this after every reply, so its cost matters (issue 21): successive
+    snapshots share each unchanged reply's token columns, which makes a message's check a
+    few identity tests (:meth:`TokenRecords.copy`), and places are worked out only when a
+    node id is not found (they cost O(depth) each: O(messages²) for a long chat)."""
+    by_id: dict[str, Entry] = {e.node: e for _, e in walk(new.tops)}
     by_place: dict[tuple[int, ...], Entry] = {}
-    for place, e in _places(new.tops):
-        by_id[e.node] = e
-        by_place[place] = e
-    for place, e in _places(old.tops):
+    old_places: dict[int, tuple[int, ...]] = {}
+    for _, e in walk(old.tops):
         n = by_id.get(e.node)
         if n is not None and entry_holds(n, e):
             continue
         if n is None and e.node in new.deleted:
             continue
-        n = by_place.get(place)
+        if not old_places:  # the first message not found by its node: places, once
+            by_place = {place: x for place, x in _places(new.tops)}
+            old_places = {id(x): place for place, x in _places(old.tops)}
+        n = by_place.get(old_places[id(e)])
         if n is not None and entry_holds(n, e):
             continue
         return False
@@ -94,15 +105,6 @@ def _places(tops: Sequence[Entry]) -> list[tuple[tuple[int, ...], Entry]]:
         out.append((place, e))
         stack.extend((place + (i,), c) for i, c in enumerate(e.children))
     return out
-
-
-def first_difference(a: Sequence[Entry], b: Sequence[Entry]) -> int:
-    """The index of the first message that differs between ``a`` and ``b`` (snapshots share
-    their tokens and texts, so equal messages compare by identity, fast)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if not (x is y or (x.node == y.node and x == y)):
-            return i
-    return min(len(a), len(b))
 
 
 def branch_id(conv_id: str, at: int) -> str:

@@ -5,10 +5,19 @@ Rewriting the whole document after every reply costs time that grows with the co
 in ``json.dumps`` holding the GIL). Instead the autosaver writes the document once, then
 appends one fsynced JSON line per change to ``<document>.journal``:
 
-    {"format": "chatui-journal", "version": 1, "id": "3f9c0a1b2c4d", "base": "<rev>"}
+    {"format": "chatui-journal", "version": 2, "id": "3f9c0a1b2c4d", "base": "<rev>"}
     {"at": 4, "messages": [<message>, ...]}                  // keep 4 messages, then these
     {"at": 6, "messages": [...], "title": "...", "system_prompt": "...", "model": {...},
      "parent": {"id": ..., "messages": n}}                   // changed fields only
+    {"select": "<node>", "at": 9, "messages": []}            // another branch chosen
+
+A line's ``select`` (version 2) first makes the chosen path end at the message with that node
+id (every message above it chooses the branch that leads to it): a sibling switch
+(Alt+Left/Right, ``/sibling``) is then a line naming the message switched to, or the deepest
+message of the branch the conversation goes on with, rather than the whole document or the
+whole path below the switch written again. ``at`` then counts from the top of that path.
+Version 1 journals (no ``select``) load as before; a version 2 journal is ignored by a chatui
+that only knows version 1.
 
 The header's ``base`` is the ``rev`` of the document the journal extends: a journal left
 beside a newer document (a kill between writing the document and removing the journal) no
@@ -22,17 +31,21 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..conversation import Conversation, Entry
+from ..conversation import Conversation, Entry, walk
+from .identity import entry_holds
 from .reader import _Bad, _entry, _model, _Obj, _parent, _sibling
 from .schema import _MAX_INDEX
 
 log = logging.getLogger(__name__)
 
 JOURNAL_FORMAT = "chatui-journal"
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
+JOURNAL_VERSIONS = (1, 2)
+"""What this chatui reads (a line with ``select`` needs version 2)."""
 SUFFIX = ".journal"
 MAX_JOURNAL_BYTES = 256 * 1024 * 1024
 """Lines past this many bytes are ignored on load (the autosaver compacts long before)."""
@@ -60,6 +73,13 @@ def _apply(conv: Conversation, data: Any, where: str) -> None:
     nothing (raises :class:`_Bad`)."""
     o = _Obj(data, where)
     path = conv.entries
+    selected: Entry | None = None
+    if "select" in o.d:
+        node = o.str("select")
+        chain = _chain(conv, node)
+        if chain is None:
+            raise _Bad(f"{o.at('select')} names no message ({node!r})")
+        selected, path = chain[-1], tuple(chain)
     at = o.int("at", 0, min(len(path), _MAX_INDEX))
     assert at is not None
     raw = o.list("messages")
@@ -71,6 +91,9 @@ def _apply(conv: Conversation, data: Any, where: str) -> None:
     system_prompt = o.str("system_prompt", conv.system_prompt)
     model = _model(o.d["model"]) if "model" in o.d else conv.model
     parent = _parent(o.d["parent"]) if "parent" in o.d else None
+    if selected is not None:  # everything is checked: from here on nothing fails
+        conv.select(selected)
+        selected.active = -1
     if tree and raw:
         _graft(conv, path[at - 1] if at else None, entries, sibs)
     else:  # a version 2 line (or the path cut short): keep `at` messages, then these
@@ -84,6 +107,22 @@ def _apply(conv: Conversation, data: Any, where: str) -> None:
     conv.title, conv.system_prompt, conv.model = title, system_prompt, model
     if parent is not None:
         conv.parent, conv.branched_at = parent.get("parent", ""), parent.get("branched_at", 0)
+
+
+def _chain(conv: Conversation, node: str) -> list[Entry] | None:
+    """The messages from the top down to the one with ``node`` (None: there is none)."""
+    parents: dict[int, Entry | None] = {}
+    for parent, e in walk(conv.tops):
+        parents[id(e)] = parent
+        if e.node == node:
+            chain: list[Entry] = []
+            x: Entry | None = e
+            while x is not None:
+                chain.append(x)
+                x = parents[id(x)]
+            chain.reverse()
+            return chain
+    return None
 
 
 def _graft(conv: Conversation, parent: Entry | None, entries: list[Entry],
@@ -138,7 +177,7 @@ def replay_counted(conv: Conversation, base: Any, path: Path) -> int:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return 0
     if not (isinstance(head, dict) and head.get("format") == JOURNAL_FORMAT
-            and head.get("version") == JOURNAL_VERSION and head.get("id") == conv.id
+            and head.get("version") in JOURNAL_VERSIONS and head.get("id") == conv.id
             and head.get("base") == base):
         return 0  # another document's journal (e.g. left by a kill during compaction)
     used = len(lines[0]) + 1
@@ -150,3 +189,159 @@ def replay_counted(conv: Conversation, base: Any, path: Path) -> int:
             break
         used += len(line) + 1
     return used
+
+
+# ---- what one line can say (the writer's side) ----
+
+
+class Skeleton:
+    """A tree's shape, without its contents: each message's children (by node id), the one
+    chosen, and its parent; the top level is the children of None. Built in one pass, kept
+    by the writer for the next save (what the files hold), so that a save walks only the new
+    snapshot's tree."""
+
+    __slots__ = ("kids", "active", "parent", "entry")
+
+    def __init__(self, conv: Conversation) -> None:
+        self.kids: dict[str | None, list[str]] = {None: [e.node for e in conv.tops]}
+        self.active: dict[str | None, int] = {None: conv.top}
+        self.parent: dict[str, str | None] = {}
+        self.entry: dict[str, Entry] = {}
+        kids, active, parents, entries = self.kids, self.active, self.parent, self.entry
+        stack: list[tuple[str | None, Entry]] = [(None, e) for e in conv.tops]
+        while stack:  # (every message once; the order does not matter here)
+            above, e = stack.pop()
+            node = e.node
+            parents[node] = above
+            entries[node] = e
+            active[node] = e.active
+            children = e.children
+            kids[node] = [c.node for c in children]
+            stack.extend([(node, c) for c in children])
+
+    def path(self) -> list[str]:
+        """The chosen path's nodes."""
+        out: list[str] = []
+        at: str | None = None
+        while True:
+            kids, i = self.kids[at], self.active[at]
+            if not 0 <= i < len(kids):
+                return out
+            at = kids[i]
+            out.append(at)
+
+    def chain(self, node: str) -> list[str]:
+        """The nodes from the top down to ``node``."""
+        out: list[str] = []
+        at: str | None = node
+        while at is not None:
+            out.append(at)
+            at = self.parent[at]
+        out.reverse()
+        return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one journal line says about the tree: end the path at ``select`` (when not None),
+    keep its first ``at`` messages, then ``entries`` (the new snapshot's chosen path from
+    ``at`` on, each at its place among its siblings: ``positions``)."""
+
+    select: str | None
+    at: int
+    entries: tuple[Entry, ...]
+    positions: tuple[int, ...]
+    same: bool = False
+    """The tree is as the files hold it (a line would say nothing about it)."""
+
+
+def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
+         ) -> tuple[Change, Skeleton] | None:
+    """The line that turns ``old`` (what the files hold; ``skeleton`` its :class:`Skeleton`
+    if known) into ``new``, with ``new``'s skeleton; None when no line can say it (a message
+    off the chosen path changed or went, a message would shrink...): then the document is
+    written in full, or, when ``new`` does not hold ``old``, as a branch.
+
+    The line is checked by applying it to ``old``'s skeleton exactly as :func:`_apply` will
+    on load and comparing the result with ``new``'s: the same children in the same order,
+    the same choices everywhere, and every message not written by the line equal to the one
+    the files hold. A retry, an edit, a continuation, a fan-out and a sibling switch are all
+    one line; the path is written from the first message that differs, except for messages
+    that are in the files already (a switch to another branch only names it).
+
+    Cost (issue 21): one pass over ``new``'s tree, a dictionary look-up and an equality test
+    per message (an unchanged reply shares its token columns with the saved one, so the test
+    reads none of them), then the messages the line writes."""
+    old_sk = skeleton if skeleton is not None else Skeleton(old)
+    new_sk = Skeleton(new)
+    new_path = new.entries
+    # How many messages of the new path are in the files as they are, at the same place.
+    k = 0
+    above: str | None = None
+    old_entry, old_parent, old_kids, new_kids = (old_sk.entry, old_sk.parent, old_sk.kids,
+                                                 new_sk.kids)
+    for e in new_path:
+        node = e.node
+        o = old_entry.get(node)
+        if (o is None or old_parent[node] != above
+                or old_kids[above].index(node) != new_kids[above].index(node)
+                or not _same(o, e)):
+            break
+        above = node
+        k += 1
+    old_path = old_sk.path()
+    keep = 0
+    while keep < min(k, len(old_path)) and old_path[keep] == new_path[keep].node:
+        keep += 1
+    select = new_path[k - 1].node if keep < k else None
+    entries = tuple(new_path[k:])
+    positions = tuple(new_sk.kids[new_path[i - 1].node if i else None].index(new_path[i].node)
+                      for i in range(k, len(new_path)))
+    # The line applied to what the files hold, as _apply does it, must give the new tree.
+    kids = dict(old_sk.kids)  # a list is copied before it changes: old_sk stays as it was
+    active = dict(old_sk.active)
+    path = old_path
+    if select is not None:
+        path = old_sk.chain(select)
+        for a, b in zip([None, *path], path):
+            active[a] = kids[a].index(b)
+        active[select] = -1
+    if entries:
+        parent = path[k - 1] if k else None
+        for e, pos in zip(entries, positions):
+            siblings = kids[parent]
+            if e.node in siblings:
+                i = siblings.index(e.node)
+                held = old_sk.entry[e.node]
+                if not (held is e or entry_holds(e, held)):
+                    return None  # the files hold more of it
+            else:
+                i = min(pos, len(siblings))
+                kids[parent] = siblings = [*siblings[:i], e.node, *siblings[i:]]
+                kids[e.node] = []
+            active[parent] = i
+            parent = e.node
+        active[parent] = -1
+    elif k < len(path):
+        active[path[k - 1] if k else None] = -1
+    if kids != new_sk.kids or active != new_sk.active:
+        return None
+    checked = {e.node for e in new_path}  # on the path: written, or compared above
+    for node, e in new_sk.entry.items():
+        if node not in checked and not _same(old_sk.entry[node], e):
+            return None
+    same = select is None and not entries and k == len(old_path)
+    return Change(select, k, entries, positions, same), new_sk
+
+
+def _same(a: Entry, b: Entry) -> bool:
+    """``a == b`` (what the entries say), cheapest tests first and without deriving texts: the
+    replies' equality compares their texts, and their token columns by identity when a
+    snapshot shares them (the autosave asks this of every message, issue 21)."""
+    if a is b:
+        return True
+    if a.time != b.time or a.chosen != b.chosen or a.fan_out != b.fan_out or a.role != b.role:
+        return False
+    if a.replies or b.replies:
+        return a.replies == b.replies
+    return a._text == b._text  # type: ignore[attr-defined]  # (stored for user messages)

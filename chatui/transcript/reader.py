@@ -343,7 +343,11 @@ def _entry_fields(v: Any, where: str) -> Entry:
     rw = o.at("replies")
     replies = [_reply(r, f"{rw}[{i}]") for i, r in enumerate(raw)]
     chosen = o.int("chosen", 0, max(len(replies) - 1, 0))
-    return Entry("assistant", text, t, replies, chosen)  # type: ignore[arg-type]
+    fan_out = o.get("fan_out", False)
+    if not isinstance(fan_out, bool):
+        raise _Bad(f"{o.at('fan_out')} must be true or false, not {_show(fan_out)}")
+    return Entry("assistant", text, t, replies, chosen,  # type: ignore[arg-type]
+                 fan_out=fan_out and len(replies) > 1)
 
 
 def _model(v: Any) -> ModelRef:

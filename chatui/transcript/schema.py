@@ -66,6 +66,8 @@ def entry_json(e: Entry, sibling: int = 0) -> dict[str, Any]:
         d["sibling"] = sibling
     if e.role == "assistant":
         d["chosen"] = e.chosen
+        if e.fan_out:
+            d["fan_out"] = True
         d["replies"] = [_reply_json(r) for r in e.replies]
     return d
 

@@ -1,8 +1,13 @@
 """Autosaving a conversation again and again at a cost that does not grow with it.
 
 :class:`AutosaveWriter` writes a new conversation's document in full, and after that appends
-only what changed to the journal beside it (:mod:`.journal`): one line with the messages from
-the first one that differs, fsynced. It remembers what the files hold and their stamps, so it
+only what changed to the journal beside it (:mod:`.journal`): one fsynced line, planned by
+:func:`.journal.plan` and checked against the tree the files hold before it is written: the
+path's messages from the first one that differs, after a ``select`` when another branch was
+chosen. Its cost does not grow with the conversation's tokens (snapshots share unchanged
+replies' token columns, so comparing a message reads none of them) and grows with its
+messages by about 2.5 microseconds each (~1 ms after 200 replies; measured with
+``python -m chatui.transcript.bench`` and ``benchmarks/bench_long.py``). It remembers what the files hold and their stamps, so it
 reads them back only for a conversation it has not written or been handed
 (:meth:`AutosaveWriter.adopt`) in this session, or when something else changed them; it then
 goes on with their journal (a torn end cut off) rather than rewriting the document. The
@@ -26,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..conversation import Conversation, walk
+from ..conversation import Conversation
 from .history import _remove_stale_temps, autosave_path, claim
-from .identity import branch, first_difference, first_unheld, tree_holds
-from .journal import header, journal_path
+from .identity import branch, first_unheld, tree_holds
+from .journal import Change, Skeleton, header, journal_path, plan
 from .reader import _Bad, _entry
-from .schema import TranscriptError, model_json, parent_json, path_json, path_positions
+from .schema import TranscriptError, entry_json, model_json, parent_json
 from .store import (
     MAX_BYTES, Loaded, Stamp, _fsync_dir, _os_problem, file_stamp, load_with_document,
     write_document,
@@ -62,33 +67,24 @@ class _Written:
     doc_bytes: int
     journal_bytes: int = 0
     """0: no journal yet (the next change starts one with its header)."""
-    sizes: list[int] = field(default_factory=list)
-    """Bytes of the journal holding each message's latest version (0: in the document)."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """Bytes of the journal holding each message's latest version, by node id (absent: in
+    the document)."""
     dead_bytes: int = 0
     """Journal bytes holding versions of messages written again since."""
     owner: weakref.ref[Conversation] | None = None
     """The live conversation saved here: once it is gone, so is this record (and the
     snapshot it keeps alive)."""
+    skeleton: Skeleton | None = None
+    """``conv``'s :class:`~.journal.Skeleton`, once a save has built it (the next save
+    compares its snapshot with it without walking ``conv`` again)."""
 
     @property
     def wasteful(self) -> bool:
         """More than half of what a load reads is superseded, and by more than
         :data:`COMPACT_SLACK`: time to write the document again."""
         return (self.dead_bytes > COMPACT_SLACK
-                and self.dead_bytes > self.doc_bytes + sum(self.sizes))
-
-
-def off_path(conv: Conversation) -> list[tuple[object, ...]]:
-    """What the messages off the chosen path are, in brief: a journal line writes the path
-    only, so when these change (a retry leaves a reply behind, a sibling is chosen, a fan-out
-    adds several) the document is written in full."""
-    on_path = {id(e) for e in conv.entries}
-    out: list[tuple[object, ...]] = []
-    for parent, e in walk(conv.tops):
-        if id(e) not in on_path:
-            out.append((e.node, parent.node if parent else None, e.chosen, len(e.text),
-                        tuple((len(r.tokens), r.finish_reason) for r in e.replies)))
-    return out
+                and self.dead_bytes > self.doc_bytes + sum(self.sizes.values()))
 
 
 def _encode_line(obj: object) -> bytes:
@@ -139,16 +135,20 @@ class AutosaveWriter:
             rec = self._read(path)
             if rec is _UNREADABLE_FILE:
                 return self._write_branch(conv, 0, directory, owner)
-        if rec is not None and not tree_holds(conv, rec.conv):
-            at = first_unheld(conv.entries, rec.conv.entries)
-            return self._write_branch(conv, at, directory, owner)
+        change = None
+        if rec is not None:
+            if not conv.deleted - rec.conv.deleted:  # a delete drops messages: in full
+                change = plan(rec.conv, conv, rec.skeleton)
+            if change is None and not tree_holds(conv, rec.conv):
+                at = first_unheld(conv.entries, rec.conv.entries)
+                return self._write_branch(conv, at, directory, owner)
         if not conv.entries:
             return conv
-        if rec is None or rec.rev is None or rec.wasteful:
+        if rec is None or rec.rev is None or rec.wasteful or change is None:
             self._write_full(key, conv, path if rec is None else rec.path)
         else:
             self._written[key] = rec
-            self._append(key, rec, conv)
+            self._append(key, rec, conv, *change)
         if owner is not None:
             self._written[key].owner = weakref.ref(owner)
         return conv
@@ -179,6 +179,7 @@ class AutosaveWriter:
         if rec is not None and rec is not _UNREADABLE_FILE:
             rec.owner = weakref.ref(owner) if owner is not None else None
             rec.conv = loaded.conv.snapshot()
+            rec.skeleton = None
             self._written[(loaded.conv.id, directory)] = rec
 
     def _record(self, path: Path, loaded: Loaded) -> Any:
@@ -196,8 +197,7 @@ class AutosaveWriter:
             stamp = file_stamp(path)
             if stamp is None:
                 return None
-        return _Written(path, loaded.conv, stamp, rev, stamp[0][2], used,
-                        [0] * len(loaded.conv.entries))
+        return _Written(path, loaded.conv, stamp, rev, stamp[0][2], used)
 
     def compact(self, limit: int = COMPACT_ON_FLUSH) -> None:
         """Fold every journal this writer keeps into its document, when both together are at
@@ -219,19 +219,15 @@ class AutosaveWriter:
         rev = uuid.uuid4().hex[:12]
         self._written.pop(key, None)
         size = write_document(conv, path, rev=rev)
-        self._written[key] = _Written(path, conv, file_stamp(path), rev, size,
-                                      sizes=[0] * len(conv.entries))
+        self._written[key] = _Written(path, conv, file_stamp(path), rev, size)
         _remove_stale_temps(path.parent)
 
-    def _append(self, key: tuple[str, Path | None], rec: _Written, conv: Conversation) -> None:
+    def _append(self, key: tuple[str, Path | None], rec: _Written, conv: Conversation,
+                change: Change, skeleton: Skeleton) -> None:
         old = rec.conv
-        if off_path(old) != off_path(conv) or conv.deleted - old.deleted:
-            self._write_full(key, conv, rec.path)  # a branch left or joined the path
-            return
-        at = first_difference(old.entries, conv.entries)
-        old_pos, new_pos = path_positions(old), path_positions(conv)
-        at = next((i for i in range(at) if old_pos[i] != new_pos[i]), at)
         line: dict[str, object] = {}
+        if change.select is not None:
+            line["select"] = change.select
         if conv.title != old.title:
             line["title"] = conv.title
         if conv.system_prompt != old.system_prompt:
@@ -240,10 +236,11 @@ class AutosaveWriter:
             line["model"] = model_json(conv.model)
         if (conv.parent, conv.branched_at) != (old.parent, old.branched_at) and conv.parent:
             line["parent"] = parent_json(conv)
-        if at == len(old.entries) == len(conv.entries) and not line:
-            rec.conv = conv
+        if not line and change.same:
+            rec.conv, rec.skeleton = conv, skeleton
             return  # nothing changed
-        messages = path_json(conv, at)
+        messages = [entry_json(e, pos) for e, pos in zip(change.entries, change.positions)]
+        at = change.at
         try:
             for i, m in enumerate(messages):  # checked as a load will check them
                 _entry(m, f"messages[{at + i}]")
@@ -282,9 +279,10 @@ class AutosaveWriter:
             os.close(fd)
         if start == 0:
             _fsync_dir(jpath.parent)
-        rec.conv = conv
+        rec.conv, rec.skeleton = conv, skeleton
         rec.journal_bytes = start + len(data)
         rec.stamp = file_stamp(rec.path)
-        rec.dead_bytes += sum(rec.sizes[at:])
         per = len(data) // max(len(messages), 1)
-        rec.sizes[at:] = [per] * len(messages)
+        for e in change.entries:  # an earlier version of the same message is superseded
+            rec.dead_bytes += rec.sizes.pop(e.node, 0)
+            rec.sizes[e.node] = per

@@ -10,6 +10,12 @@ only while it is within a few screens of the viewport. A run of items without wi
 else estimated from their text. When a drawn item's real height differs from its estimate, the
 scroll position is corrected so that what the user looks at does not move.
 
+Once up to date, the window draws the lines of the widgets a screen above and below the view
+into Textual's line cache (:meth:`LogWindow.render_ahead`), so the first paint after PageUp or
+PageDown reads them rather than drawing them (issue 21: the slowest pages drew ~60 new lines),
+and then calls ``settled`` (the screen runs the garbage collector's full pass that waited for
+the page there, :mod:`chatui.gcpolicy`).
+
 The window does not know what the items are: the screen gives each one a ``build`` function
 (returning the widgets to mount) and an ``estimate`` (its height at a width), and pins the ones
 that must keep their widgets (a reply that streams). Everything else (which entry a widget
@@ -23,6 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+from textual.geometry import Region
 from textual.widget import AwaitMount, Widget
 
 from ..textual_compat.internals import follows_end
@@ -34,6 +41,10 @@ SCREENS_AROUND = 1.0
 SCREENS_KEPT = 3.0
 """...and keep them until they are this far away (so scrolling back and forth does not
 rebuild them)."""
+SCREENS_AHEAD = 1.0
+"""Lines of the widgets within this many viewport heights above and below the viewport are
+drawn into Textual's line cache ahead of need, once the window is up to date: the page
+PageUp or PageDown brings in is then read from the cache (see :meth:`LogWindow.render_ahead`)."""
 
 
 class Gap(Widget):
@@ -92,8 +103,12 @@ class Item:
 class LogWindow:
     """Keeps the widgets of ``log`` (a vertical scroll) to the items near its viewport."""
 
-    def __init__(self, log: Widget) -> None:
+    def __init__(self, log: Widget, *, settled: Callable[[], object] | None = None) -> None:
         self.log = log
+        self.settled = settled
+        """Called each time the window is up to date and has drawn ahead (nothing left to do
+        until the next scroll or change): the screen runs what waited for the page to be
+        drawn there (the garbage collector's full pass)."""
         self.items: list[Item] = []
         self._busy = False
         self._again = False
@@ -198,6 +213,10 @@ class LogWindow:
                 self._again = False
                 await self.update()
                 if not self._again:
+                    await self.render_ahead()
+                if not self._again:
+                    if self.settled is not None:
+                        self.settled()
                     break
         except Exception:  # noqa: BLE001 - a failed update must not stop the next ones
             log.exception("updating the conversation's window failed")
@@ -283,6 +302,9 @@ class LogWindow:
                 going.extend(item.widgets)
                 item.widgets = item.mounting = None  # (a mount holds its widgets)
         if going:
+            for widget in going:  # their drawn lines die now, not with the widgets' cycles
+                for part in widget.walk_children(with_self=True):
+                    part.refresh()
             await log_widget.remove_children(going)
         next_widget: Widget | None = None
         for item in reversed(list(self.items)):
@@ -327,6 +349,54 @@ class LogWindow:
             else:
                 await self.log.mount(Gap(h))
         return True
+
+    async def render_ahead(self) -> int:
+        """Draw the lines of the drawn items' widgets that lie within :data:`SCREENS_AHEAD`
+        screens above and below the view, off screen, into Textual's line cache (public
+        ``Widget.render_lines``); how many widgets were drawn. A scroll or change meanwhile
+        (another update scheduled) stops it.
+
+        The first paint of a page used to draw every line of the replies it brought in: the
+        reply's container, its Markdown lines, its header and statistics (~60 of the ~95 lines
+        a PageUp drew, two thirds of its time; 60 replies, ``benchmarks/bench_long.py``).
+        Drawn here, after the window has mounted and laid out what came into reach, while
+        the user reads, the page reads them from the cache. Textual keeps a widget's cached
+        lines until it is refreshed or resized; :class:`~.markdown_lines.MarkdownLines` drops
+        those of widgets drawn long ago (``DRAWN_WIDGETS``), so what is kept stays bounded.
+
+        Not while an item is pinned (a reply streams): its frames refresh it anyway, and the
+        window updates after each of its steps; the update after it ends draws ahead."""
+        log_widget = self.log
+        if not log_widget.is_mounted or any(item.pinned for item in self.items):
+            return 0
+        await self._after_layout()  # where the update's scrolls and mounts put everything
+        if self._again or not log_widget.is_mounted:
+            return 0
+        view = log_widget.scrollable_content_region
+        if not view:
+            return 0
+        reach = int(SCREENS_AHEAD * view.height)
+        band = Region(view.x, view.y - reach, view.width, view.height + 2 * reach)
+        drawn = 0
+        for item in list(self.items):
+            if self._again:
+                break
+            if not item.widgets or item.gone:
+                continue
+            for top in item.widgets:
+                if not top.is_mounted or not top.display:
+                    continue
+                for widget in top.walk_children(with_self=True):
+                    if self._again or not widget.is_mounted:
+                        break
+                    region = widget.region  # where it is, on screen or not (Textual's map)
+                    part = region.intersection(band)
+                    if not part or view.contains_region(part):
+                        continue  # out of reach, or on screen: the compositor draws it
+                    widget.render_lines(part.translate((-region.x, -region.y)))
+                    drawn += 1
+                await asyncio.sleep(0)  # a key that came meanwhile goes first
+        return drawn
 
     def _anchor(self, y0: float, heights: list[int]) -> tuple[Item, int, float] | None:
         """The item at the top of the view (drawn or not), where it starts, and the view's
