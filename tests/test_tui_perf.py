@@ -327,6 +327,9 @@ async def test_terminal_shows_what_a_fresh_render_shows(token_view):
                    settings=SamplingParams(max_new_tokens=5000))
     terminal = VirtualTerminal(app, SIZE)
     async with app.run_test(size=SIZE) as pilot:
+        # the prompt's cursor blinks again once the reply ends: a blink due between the last
+        # write and the fresh render differed in the cursor's cell (once in a full run)
+        app.chat.prompt.cursor_blink = False
         await send(pilot, app, "go")
         await pilot.pause(0.2)
         shown = [row[:] for row in terminal.rows]
