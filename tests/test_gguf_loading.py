@@ -155,6 +155,12 @@ def test_every_block_type_loads_as_transformers_reads_it(qtype: str, cache: Path
     eager = check_same_weights_and_tokens(gguf)
 
     if qtype == "Q8_0":  # the file's blocks are chatui's int8 layout: nothing is rounded
+        from inference.checkpoint import memory
+
+        # the memory check's bytes per weight, measured once per process on a sample it
+        # quantizes: not a tensor of the file (run alone, this test refused it)
+        memory.bytes_per_weight("int8")
+
         def refuse(*a: Any, **k: Any) -> Any:
             raise AssertionError("a Q8_0 tensor was requantized")
 
