@@ -149,8 +149,13 @@ def shape_rows(a: argparse.Namespace) -> list[dict]:
         free_weights(ckpt.model)
         cfg = ckpt.model.config
         experts, top_k = getattr(cfg, "num_experts", 0) or 0, getattr(cfg, "num_experts_per_tok", 0)
-        llms = {t: lc.load(p, logits_all=False, threads=threads, n_ctx=512)
-                for t, p in built.ggufs.items()} if lc.available() else {}
+        llms = {}
+        for t, p in (built.ggufs.items() if lc.available() else ()):
+            try:
+                llms[t] = lc.load(p, logits_all=False, threads=threads, n_ctx=512)
+            except ValueError as exc:  # e.g. Phi-3's loader wants vocabulary entries the
+                # shape's placeholder one lacks: that row's llama.cpp cells stay empty
+                print(f"  llama.cpp {t}: not loaded ({exc})", flush=True)
         row["gguf_bytes"] = {t: shapes.gguf_bytes_per_token(p, top_k, experts)
                              for t, p in built.ggufs.items()}
         speeds: dict[str, list[float]] = {}
