@@ -18,8 +18,10 @@ one, paced like a local model (``--delay-ms``, 20 ms = 50 tok/s), while a key is
   key to the first screen update written after it (a full-screen update with the new page),
   in wall-clock time and in CPU time of the app's thread (which the load of other processes
   on a shared machine does not inflate);
-- how long ``/load`` of the session's own transcript takes (the old conversation goes, the
-  loaded one is drawn), then ``/clear``, and the memory after it;
+- how long ``/load`` of another, short conversation takes after the long one (its first
+  exchange: the long one goes, the short one is drawn), then ``/load`` of the session's own
+  transcript (the old conversation goes, the loaded one is drawn), then ``/clear``, and the
+  memory after it;
 - with ``--types``: the types that grew most between two samples (what a reply keeps alive).
 
 ``--gc-policy off`` switches :mod:`chatui.gcpolicy` off (its functions become no-ops), to see
@@ -190,6 +192,7 @@ class SessionReport:
     painted_ms: list[float] = field(default_factory=list)
     """Each PageUp until the new page is on screen (the pilot's press returns)."""
     load_ms: float = 0.0
+    load_other_ms: float = 0.0
     clear_ms: float = 0.0
     after_clear: Sample | None = None
     type_growth: list[tuple[str, int]] = field(default_factory=list)
@@ -363,7 +366,23 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                 t0 = time.thread_time()
                 transcript.save_transcript(conv, saved)
                 report.document_cpu_ms = (time.thread_time() - t0) * 1000
-                if clear:  # the same conversation again: the old one goes, all of it comes
+                if clear:
+                    # another, short conversation (its first exchange): the 200 replies go,
+                    # two come; then the long one back, untimed
+                    short = conv.snapshot()
+                    short.truncate(2)
+                    small = Path(tmp) / "short.json"
+                    transcript.save_transcript(short, small)
+                    for path, timed in ((small, True), (saved, False)):
+                        t0 = time.perf_counter()
+                        await chat.run_command(f"/load {path}")
+                        await pilot.pause()
+                        while chat.window.busy:
+                            await asyncio.sleep(0.001)
+                        await pilot.pause()
+                        if timed:
+                            report.load_other_ms = (time.perf_counter() - t0) * 1000
+                    # the same conversation again: the old one goes, all of it comes
                     t0 = time.perf_counter()
                     await chat.run_command(f"/load {saved}")
                     await pilot.pause()
@@ -427,6 +446,10 @@ def print_report(report: SessionReport) -> None:
               f"{statistics.median(painted):.1f} ms, p95 {_pct(painted, 0.95):.1f}, max "
               f"{max(painted):.1f} ms (target <= 30 ms); until the messages a screen further "
               f"up are drawn too: median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms")
+    if report.load_other_ms:
+        print(f"/load of another conversation (one exchange) after "
+              f"{report.samples[-1].replies} replies: {report.load_other_ms:.0f} ms "
+              f"(target <= 300 ms)")
     if report.load_ms:
         print(f"/load of the {report.samples[-1].replies}-reply transcript over itself: "
               f"{report.load_ms:.0f} ms (target: last screen within 1 s)")
