@@ -188,6 +188,7 @@ class SessionReport:
     document_cpu_ms: float = 0.0
     """Writing the whole document (``/save``, and compaction on quit)."""
     page_ms: list[float] = field(default_factory=list)
+    shown_gc: list[tuple[float, int]] = field(default_factory=list)
     """Each PageUp until the window has drawn what is around the new page."""
     painted_ms: list[float] = field(default_factory=list)
     """Each PageUp until the new page is on screen (the pilot's press returns)."""
@@ -331,11 +332,13 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                 log_view = chat.log_view
                 while log_view.scroll_y > 0 and len(report.page_ms) < 10_000:
                     t0, c0 = time.perf_counter(), time.thread_time()
-                    first = len(paints)
+                    first, g0 = len(paints), len(timer.passes)
                     await pilot.press("pageup")  # the prompt has the focus, as in the app
                     if len(paints) > first:  # the first screen written after the key
                         report.shown_ms.append((paints[first] - t0) * 1000)
                         report.shown_cpu_ms.append((paints_cpu[first] - c0) * 1000)
+                        # the collector's passes between the key and that screen (or soon after)
+                        report.shown_gc.append(max(timer.passes[g0:], default=(0.0, -1)))
                     report.painted_ms.append((time.perf_counter() - t0) * 1000)
                     while chat.window.busy:  # the messages a screen further up are drawn
                         await asyncio.sleep(0.001)
@@ -440,6 +443,12 @@ def print_report(report: SessionReport) -> None:
         ms = report.shown_cpu_ms
         print(f"  the same in CPU time of the app's thread: median {statistics.median(ms):.1f} "
               f"ms, p95 {_pct(ms, 0.95):.1f}, max {max(ms):.1f} ms")
+    if report.shown_gc and report.shown_ms:
+        worst = max(range(len(report.shown_ms)), key=report.shown_ms.__getitem__)
+        held = [g for g in report.shown_gc if g[1] == 2]
+        p, gen = report.shown_gc[worst]
+        print(f"  the slowest page (#{worst + 1}): its longest collector pass {p * 1000:.1f} ms "
+              f"(generation {gen}); full passes during pages: {len(held)}")
     if report.page_ms:
         ms, painted = report.page_ms, report.painted_ms
         print(f"PageUp from the bottom to the top: {len(ms)} pages; until the app is idle (pilot): median "
