@@ -33,13 +33,11 @@ from inference.runner import build_runner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, TokenBatch
 
-from test_architectures import CASES, Case, checkpoint
+from test_architectures import CASES, CHUNKS, DECIDED, NEW, PROMPT, Case, checkpoint, vocab
 
 pytestmark = pytest.mark.cuda
 
 DEVICE = os.environ.get("CHATUI_TEST_DEVICE", "cuda")
-PROMPT, CHUNKS, NEW = 70, (30, 25), 45
-"""As tests/test_architectures.py: a prompt longer than every window, read in chunks."""
 FP32_ATOL = 1e-3
 """fp32 log-probabilities on a GPU against transformers' on the same GPU: cuBLAS picks its own
 reduction orders per shape, so a little above the CPU's 1e-4."""
@@ -47,8 +45,6 @@ BF16_ATOL = 0.25
 """bf16 log-probabilities of two paths over the same weights, over the whole vocabulary:
 a logit near 3 has a bf16 step of 1/64, and the compiled step fuses and rounds differently
 (0.09 seen on the CPU for a tiny Llama); a wrong position, window or norm costs more than 1."""
-DECIDED = 0.1
-"""Greedy tokens are compared where the reference's top two differ by more than this."""
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +78,6 @@ def on_device(case: Case, tokenizer: Any, root: Path, device: torch.device,
 
 def case(name: str) -> Case:
     return next(c for c in CASES if c.name == name)
-
-
-def vocab(ckpt: Any) -> int:
-    return ckpt.model.config.get_text_config().vocab_size
 
 
 def reference(ckpt: Any, seq: torch.Tensor) -> torch.Tensor:
