@@ -130,6 +130,8 @@ class GcTimer:
     def __init__(self) -> None:
         self.passes: list[tuple[float, int]] = []
         """(seconds, generation) of each pass."""
+        self.ends: list[float] = []
+        """When each pass ended (``time.perf_counter``)."""
         self.streaming: list[bool] = []
         """Whether a reply was streaming when each pass began (the stream's own window: a
         pass right after the reply ended, before the benchmark looked, is not one of its)."""
@@ -144,7 +146,9 @@ class GcTimer:
             self._t0 = time.perf_counter()
             self._streaming = gcpolicy.streaming()
         elif not self.ours:
-            self.passes.append((time.perf_counter() - self._t0, info.get("generation", -1)))
+            now = time.perf_counter()
+            self.passes.append((now - self._t0, info.get("generation", -1)))
+            self.ends.append(now)
             self.streaming.append(self._streaming)
 
     def longest(self, since: int = 0, *, streaming_only: bool = False) -> tuple[float, int]:
@@ -189,6 +193,9 @@ class SessionReport:
     """Writing the whole document (``/save``, and compaction on quit)."""
     page_ms: list[float] = field(default_factory=list)
     shown_gc: list[tuple[float, int]] = field(default_factory=list)
+    shown_gc_before: list[tuple[float, int]] = field(default_factory=list)
+    """Each PageUp: (seconds, passes) of the collector's passes that ended before its first
+    screen was written, i.e. inside what ``shown_ms`` times."""
     """Each PageUp until the window has drawn what is around the new page."""
     painted_ms: list[float] = field(default_factory=list)
     """Each PageUp until the new page is on screen (the pilot's press returns)."""
@@ -339,6 +346,9 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                         report.shown_cpu_ms.append((paints_cpu[first] - c0) * 1000)
                         # the collector's passes between the key and that screen (or soon after)
                         report.shown_gc.append(max(timer.passes[g0:], default=(0.0, -1)))
+                        inside = [p for (p, _), end in zip(timer.passes[g0:], timer.ends[g0:])
+                                  if end <= paints[first]]
+                        report.shown_gc_before.append((sum(inside), len(inside)))
                     report.painted_ms.append((time.perf_counter() - t0) * 1000)
                     while chat.window.busy:  # the messages a screen further up are drawn
                         await asyncio.sleep(0.001)
@@ -449,6 +459,16 @@ def print_report(report: SessionReport) -> None:
         p, gen = report.shown_gc[worst]
         print(f"  the slowest page (#{worst + 1}): its longest collector pass {p * 1000:.1f} ms "
               f"(generation {gen}); full passes during pages: {len(held)}")
+        if report.shown_gc_before:
+            slow = sorted(range(len(report.shown_ms)), key=report.shown_ms.__getitem__)[-3:]
+            if report.shown_cpu_ms:
+                slow.append(max(range(len(report.shown_cpu_ms)),
+                                key=report.shown_cpu_ms.__getitem__))
+            for i in dict.fromkeys(reversed(slow)):
+                g, n = report.shown_gc_before[i]
+                cpu = report.shown_cpu_ms[i] if i < len(report.shown_cpu_ms) else float("nan")
+                print(f"  page #{i + 1}: {report.shown_ms[i]:.1f} ms ({cpu:.1f} ms CPU), of "
+                      f"which {g * 1000:.1f} ms in {n} collector passes before it was shown")
     if report.page_ms:
         ms, painted = report.page_ms, report.painted_ms
         print(f"PageUp from the bottom to the top: {len(ms)} pages; until the app is idle (pilot): median "
