@@ -565,9 +565,17 @@ async def test_message_sent_while_loading_goes_out_when_ready():
         app.chat.prompt.text = "early"
         await tap(app, "enter")
         assert app.chat.loading_panel.display
+
+        def waiting() -> list[str]:
+            return [str(n.render()) for n in app.chat.query(Notice)
+                    if "still loading" in str(n.render())]
+
+        await pilot.pause()  # the notice mounted
+        assert len(waiting()) == 1  # said while it waits...
         await loaded(pilot, app)
         await settle(pilot, app)
         assert app.chat.conversation.entries[-1].reply.finish_reason == "stop"
+        assert waiting() == []  # ...and gone once the message went out
 
 
 async def test_palette_lists_commands():

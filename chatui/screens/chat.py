@@ -130,6 +130,9 @@ class ChatScreen(Screen[None]):
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
         self._counter = 0
+        self._waiting_notice: Item | None = None
+        """The notice that a message waits for the model, while one does (removed when it is
+        sent or the model fails: it would say something no longer true)."""
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
@@ -239,6 +242,7 @@ class ChatScreen(Screen[None]):
             self.notice(info.chat_template_warning, "warning")
         if self.state.waiting_for_model:
             self.state.waiting_for_model = False
+            self._drop_waiting_notice()
             self.answer("")
 
     def model_reloading(self) -> None:
@@ -255,6 +259,7 @@ class ChatScreen(Screen[None]):
         self.status.model = "no model"
         self._loading_done()
         self.state.waiting_for_model = False
+        self._drop_waiting_notice()
         self.notice(f"The model could not be loaded: {message}", "error")
         self.app.notify(message, title="Loading failed", severity="error", timeout=10,
                         markup=False)
@@ -292,6 +297,11 @@ class ChatScreen(Screen[None]):
         self.log_view.scroll_end(animate=False)
         assert isinstance(widget, Notice)
         return widget
+
+    def _drop_waiting_notice(self) -> None:
+        item, self._waiting_notice = self._waiting_notice, None
+        if item is not None and not item.gone:
+            self.call_later(self.window.remove, item)
 
     def _next_id(self, kind: str) -> str:
         self._counter += 1
@@ -618,8 +628,11 @@ class ChatScreen(Screen[None]):
             self.log_view.anchor()
             if state.info is None:
                 state.waiting_for_model = True
-                self.notice("The model is still loading; your message will be sent when it "
-                            "is ready.")
+                self._waiting_notice = self._notice_item(
+                    "The model is still loading; your message will be sent when it is ready.",
+                    "info")
+                self.window.append(self._waiting_notice)
+                self.log_view.scroll_end(animate=False)
                 return
             self.answer(text)
         finally:
