@@ -143,8 +143,8 @@ class LineWrapper:
     A unit goes on the current line if it fits, else on a new line; a unit wider than a line is
     cut at character boundaries (double-width characters are never split); a newline in a unit
     ends the line. A unit that starts with a space and does not fit leaves the space at the end
-    of the line (the next line starts with the rest; only a full line passes the space on), so
-    nothing is dropped: the lines joined give the text back, and every unit has a piece to
+    of the line (the next line starts with the rest; on a full line the space hangs one cell
+    past the width, where drawing crops it), so nothing is dropped: the lines joined give the text back, and every unit has a piece to
     click and to select. Because the wrapping is greedy, adding units never changes the lines
     before the last one.
     """
@@ -175,13 +175,14 @@ class LineWrapper:
             size = cell_len(part)
             if line.width + size > width and line.width and size <= width:
                 if part[0] == " ":
-                    # wrap at the space, which ends this line when there is room (the text
-                    # is kept: joined, the lines give it back, and the token keeps its space)
-                    if line.width < width:
-                        line.pieces.append(Piece(index, " ", False))
-                        line.width += 1
-                        part = part[1:]
-                        size -= 1
+                    # wrap at the space, which ends this line (the text is kept: joined, the
+                    # lines give it back, and the token keeps its space); on a full line it
+                    # hangs one cell past the edge, where drawing crops it, as editors do,
+                    # rather than starting the next line with a space
+                    line.pieces.append(Piece(index, " ", False))
+                    line.width += 1
+                    part = part[1:]
+                    size -= 1
                     line = self._new_line(index)
                 else:  # take the start of the word along, if the word fits on a line
                     line = self._wrap_word(line, index, size)
