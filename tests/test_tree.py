@@ -281,6 +281,27 @@ async def test_sibling_navigation_keys_clicks_and_commands(config_dir) -> None: 
         assert disk == conv
 
 
+def test_tree_labels_show_siblings_from_where_they_part() -> None:
+    """Branches forked late in a reply start with the same words: their labels start at the
+    word before they part, so the tree view tells them apart; a lone branch starts at its
+    first word."""
+    from chatui.screens.tree import branch_from, branch_label, shared_words
+
+    conv = Conversation()
+    conv.add_user("tell me a story")
+    _answer(conv, "Once upon a time there was a keeper named Olf who lived by the sea")
+    _retry(conv, "Once upon a time there was a keeper named Ada who sailed")
+    kids = list(conv.entries[0].children)
+    shared = shared_words(kids)
+    assert shared == 9
+    labels = [branch_label(branch_from(k), False, shared) for k in kids]
+    assert labels[0].startswith("○ assistant: …named Olf who lived by the…")
+    assert labels[1].startswith("○ assistant: …named Ada who sailed ·")
+    assert shared_words(kids[:1]) == 0
+    assert branch_label(branch_from(conv.tops[0]), True).startswith(
+        "● you: tell me a story · ")
+
+
 async def test_tree_view_lists_branches_and_enter_opens_one(config_dir) -> None:  # noqa: F811
     from textual.widgets import Tree
 

@@ -47,11 +47,31 @@ def branch_from(entry: Entry) -> Branch:
     return Branch(tuple(run))
 
 
-def branch_label(branch: Branch, on_path: bool) -> str:
-    """``● assistant: first words… · mean lp -0.42 · 37 tok · 4 messages``."""
+def shared_words(entries: list[Entry]) -> int:
+    """How many words the texts of ``entries`` (siblings) all start with: 0 for one entry."""
+    if len(entries) < 2:
+        return 0
+    texts = [e.text.split() for e in entries]
+    n = 0
+    for words in zip(*texts):
+        if any(w != words[0] for w in words):
+            break
+        n += 1
+    return n
+
+
+def branch_label(branch: Branch, on_path: bool, shared: int = 0) -> str:
+    """``● assistant: first words… · mean lp -0.42 · 37 tok · 4 messages``; ``shared``: how
+    many words it starts with that its siblings start with too (a fork late in a reply, or a
+    retry that began the same way): its words are then shown from the word before they part,
+    ``…the keeper named Olf, who…``, so siblings can be told apart."""
     first = branch.first
-    words = " ".join(first.text.split()[:6]) or "(empty)"
-    if len(first.text.split()) > 6:
+    all_words = first.text.split()
+    start = max(0, min(shared, len(all_words)) - 1)
+    words = " ".join(all_words[start:start + 6]) or "(empty)"
+    if start:
+        words = "…" + words
+    if len(all_words) > start + 6:
         words += "…"
     who = "you" if first.role == "user" else "assistant"
     parts = [f"{'●' if on_path else '○'} {who}: {words}"]
@@ -95,16 +115,20 @@ class TreeScreen(ModalScreen[str | None]):
         tree = self.query_one(Tree)
         path = {id(e) for e in self.conversation.entries}
         cursor = None
-        stack = [(tree.root, e) for e in reversed(self.conversation.tops)]
+        tops = list(self.conversation.tops)
+        stack = [(tree.root, e, shared_words(tops)) for e in reversed(tops)]
         while stack:
-            parent, entry = stack.pop()
+            parent, entry, shared = stack.pop()
             branch = branch_from(entry)
             on_path = all(id(e) in path for e in branch.entries)
-            node = parent.add(Text(branch_label(branch, on_path)), data=branch.last.node,
-                              expand=True, allow_expand=bool(branch.last.children))
+            node = parent.add(Text(branch_label(branch, on_path, shared)),
+                              data=branch.last.node, expand=True,
+                              allow_expand=bool(branch.last.children))
             if on_path:
                 cursor = node
-            stack.extend((node, c) for c in reversed(branch.last.children))
+            kids = list(branch.last.children)
+            shared_kids = shared_words(kids)
+            stack.extend((node, c, shared_kids) for c in reversed(kids))
         tree.root.expand()
         tree.focus()
         if cursor is not None:  # on the branch shown (once the lines exist)
