@@ -23,6 +23,7 @@ from .reasoning import ChannelSplitter, detect_format
 from .runner import HFRunner
 from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams
+from .threads import ThreadTuner, fixed_threads
 from .types import (
     Alternative,
     Event,
@@ -131,6 +132,14 @@ class LocalBackend:
         self._piece_cache: dict[int, str] = {}
         self._cache: Any = None
         self._cache_ids: list[int] = []
+        self.threads: ThreadTuner | None = None
+        """Chooses each CPU decode step's thread count from the steps' times (None: fixed by
+        ``CHATUI_THREADS``/``OMP_NUM_THREADS``, or not a CPU); see :mod:`inference.threads`."""
+        fixed = fixed_threads()
+        if fixed is not None and fixed != torch.get_num_threads():
+            torch.set_num_threads(fixed)  # CHATUI_THREADS (torch reads OMP_NUM_THREADS itself)
+        if self.device.type == "cpu" and fixed is None:
+            self.threads = ThreadTuner(torch.get_num_threads(), torch.set_num_threads)
         self.pipeline: bool | None = None
         """Queue each decode step before the host handles the previous token: None = on CUDA
         only (where the device then works while the host does; on a CPU it would only delay
@@ -517,6 +526,7 @@ class LocalBackend:
         limit = self.info.context_limit
         cuda = self.device.type == "cuda"
         pipeline = cuda if self.pipeline is None else self.pipeline
+        tuner = self.threads
 
         def advance(ids: torch.Tensor) -> torch.Tensor:
             """Feed the chosen ids [B]; returns the next logits (the cache grows by one)."""
@@ -525,14 +535,23 @@ class LocalBackend:
                 seen.scatter_(1, ids[:, None], True)
             if mask is not None:
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-            out = self.runner.forward(cache, ids[:, None], attention_mask=mask,
-                                      position_ids=positions)
+            if tuner is None:
+                out = self.runner.forward(cache, ids[:, None], attention_mask=mask,
+                                          position_ids=positions)
+            else:
+                tuner.before_step()
+                started = time.perf_counter()
+                out = self.runner.forward(cache, ids[:, None], attention_mask=mask,
+                                          position_ids=positions)
+                tuner.after_step(time.perf_counter() - started)
             if positions is not None:
                 positions = positions + 1
             return out
 
         forced = (None if first_tokens is None
                   else torch.tensor(list(first_tokens), device=self.device))
+        if tuner is not None:
+            tuner.begin()
         while active:
             if forced is not None:  # the branches' first tokens, scored as sampled ones are
                 next_ids, stats = forced, token_stats(logits.float(), forced, k)
@@ -605,6 +624,8 @@ class LocalBackend:
             logits = advance(next_ids)
             if track_cache:
                 self._cache_ids.append(int(host[0][0]))
+        if tuner is not None:
+            tuner.end()  # a comparison cut short: the next prefill runs with the chosen count
 
     def _accept(self, r: int, row: _Row, stats: list[float], k: int,
                 now: float) -> tuple[list[Event], str | None]:

@@ -11,6 +11,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A fixed thread count (inference.threads): the tuner would pick 1 or 2 threads by timing,
+# and a threaded sum (the entropy's) differs in its last bits between the two, so two runs
+# that a test compares could differ there. tests/test_threads.py unsets it to test the tuner.
+os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
 
 
 def in_ci() -> bool:
