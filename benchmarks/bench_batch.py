@@ -56,6 +56,9 @@ def main() -> None:
         time.perf_counter = time.process_time  # what inference.bench and the engine read
     if args.threads:
         torch.set_num_threads(args.threads)
+    # the same threads throughout, as the peers get (the engine's tuner, inference/threads.py,
+    # would time a few steps with half of them at the first reply)
+    os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
     load0 = os.getloadavg()
     ckpt = load_checkpoint(None, device="cpu", dtype="float32")
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")

@@ -248,6 +248,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    # the same threads throughout, as the peers get (the engine's tuner, inference/threads.py,
+    # would time a few steps with half of them at the first reply)
+    os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
     if a.shapes:
         main_shapes(a)
         return
