@@ -298,6 +298,10 @@ def test_tree_labels_show_siblings_from_where_they_part() -> None:
     assert labels[0].startswith("○ assistant: …named Olf who lived by the…")
     assert labels[1].startswith("○ assistant: …named Ada who sailed ·")
     assert shared_words(kids[:1]) == 0
+    _retry(conv, "Once upon a time there was a keeper named Ada who sailed")  # the same again
+    same = list(conv.entries[0].children)[1:]
+    assert shared_words(same) == 12
+    assert branch_label(branch_from(same[1]), True, 12).startswith("● assistant: Once upon")
     assert branch_label(branch_from(conv.tops[0]), True).startswith(
         "● you: tell me a story · ")
 

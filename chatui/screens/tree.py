@@ -67,7 +67,9 @@ def branch_label(branch: Branch, on_path: bool, shared: int = 0) -> str:
     ``…the keeper named Olf, who…``, so siblings can be told apart."""
     first = branch.first
     all_words = first.text.split()
-    start = max(0, min(shared, len(all_words)) - 1)
+    # from the word before they part; from the start when nothing of it comes after the part
+    # it shares (siblings with the same text, as a retry of a deterministic reply gives)
+    start = shared - 1 if 0 < shared < len(all_words) else 0
     words = " ".join(all_words[start:start + 6]) or "(empty)"
     if start:
         words = "…" + words
