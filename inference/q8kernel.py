@@ -150,10 +150,11 @@ class Q8Kernel:
 
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
                       v_caches: list[torch.Tensor], *, n_heads: int, inter: int, write: int,
-                      positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      positions: torch.Tensor, cos: list[torch.Tensor], sin: list[torch.Tensor],
                       mask: torch.Tensor | None, eps: float, shared: int = 0) -> None:
         """Every decoder layer of one decode step (``decode.c``), x [B, hidden] fp32 updated in
-        place; caches and ``shared`` as for ``attention``, written at ``write``."""
+        place; caches and ``shared`` as for ``attention``, written at ``write``; cos, sin: one
+        table of each RoPE kind (``Layer.rope`` indexes them)."""
         if self.debug:
             kernel_abi.check_decode_layers(x, len(layers), k_caches, v_caches, write, positions,
                                            cos, sin, mask, n_heads, shared)
@@ -162,8 +163,10 @@ class Q8Kernel:
         n = len(k_caches)
         kc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in k_caches])
         vc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in v_caches])
+        cs = (ctypes.c_void_p * len(cos))(*[t.data_ptr() for t in cos])
+        sn = (ctypes.c_void_p * len(sin))(*[t.data_ptr() for t in sin])
         self.lib.decode_layers(x.data_ptr(), b, hidden, n, layers, kc, vc, n_heads, kv, d, inter,
-                               c, write, positions.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                               c, write, positions.data_ptr(), cs, sn,
                                None if mask is None else mask.data_ptr(), shared, eps,
                                self._threads())
 

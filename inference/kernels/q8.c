@@ -185,7 +185,7 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
     int16_t *xq = (int16_t *)aligned_alloc(64, (((size_t)M * G * GS * 2 + 63) / 64) * 64);
     float *xs = (float *)malloc(sizeof(float) * (size_t)M * G);
-    size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
+    size_t ldx = mode >= 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
     #pragma omp parallel num_threads(threads) if (M > 4)
     {
@@ -229,7 +229,7 @@ void q8_matmul_sel(int P, const float *x, int xdiv, int K, const int8_t *const *
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
     int16_t *xq = (int16_t *)aligned_alloc(64, (((size_t)P * G * GS * 2 + 63) / 64) * 64);
     float *xs = (float *)malloc(sizeof(float) * (size_t)P * G);
-    size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
+    size_t ldx = mode >= 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
     int total = P * NB;
     int chunk = total / (threads * 8);
