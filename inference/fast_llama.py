@@ -371,6 +371,11 @@ class FastLlama:
     # ---- pieces of a layer ----
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        if (isinstance(self.embed, Q8Weight) and self.rdtype is torch.float32
+                and not torch.compiler.is_compiling() and (kernel := load_kernel()) is not None):
+            # one C pass (vocab.c), the same values as rows() and the scale below
+            return kernel.q8_rows(ids, self.embed.packed, self.embed.scales, self.embed.k,
+                                  1.0 if self.arch.embed_scale is None else self.arch.embed_scale)
         if isinstance(self.embed, (Int8Weight, Q8Weight)):
             x = self.embed.rows(ids, self.rdtype)
         else:
@@ -427,7 +432,12 @@ class FastLlama:
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         logits = _norm_linear(x, self.norm, self.eps, self.lm_head, self.lm_bias).float()
         cap = self.arch.final_softcap
-        return logits if cap is None else torch.tanh(logits / cap) * cap
+        if cap is None:
+            return logits
+        if (logits.device.type == "cpu" and logits.is_contiguous()
+                and not torch.compiler.is_compiling() and (kernel := load_kernel()) is not None):
+            return kernel.softcap(logits, cap)  # one pass in C, in place (torch's: 0.8 ms)
+        return torch.tanh(logits / cap) * cap
 
     # ---- forward ----
 

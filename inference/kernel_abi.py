@@ -69,6 +69,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
                              _i, _p, _p, _p, _p, _i, _f, _i]),
     "f32_max_rows": (_i, []),
     "f32_matvec": (None, [_p, _i, _i, _p, _i, _p, _i]),
+    "q8_rows": (None, [_p, _i, _i, _p, _p, _f, _p]),
+    "softcap": (None, [_p, ctypes.c_size_t, _f]),
 }
 """Every exported function: (restype, argtypes), in the header's order of arguments."""
 
@@ -171,6 +173,11 @@ def check_q4_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
     _tensor("scales", scales, torch.float16, nb * g * rows * 2)
     if norm is not None:
         _tensor("norm", norm, torch.float32, kin)
+
+
+def check_softcap(y: torch.Tensor) -> None:
+    """``softcap``'s argument: fp32, contiguous, on the CPU."""
+    _tensor("y", y, torch.float32)
 
 
 def check_f32_matvec(x: torch.Tensor, w: torch.Tensor, *, max_rows: int) -> None:

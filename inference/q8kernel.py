@@ -129,6 +129,23 @@ class Q8Kernel:
                             out.data_ptr(), self._threads())
         return out
 
+    def q8_rows(self, ids: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, k: int,
+                mul: float = 1.0) -> torch.Tensor:
+        """Rows ``ids`` ([...] int64) of a ``Q8Weight`` [N, k] as fp32 [..., k], times ``mul``
+        (``vocab.c``: one pass instead of ``Q8Weight.rows``' torch ops)."""
+        ids = ids.to(torch.int64).contiguous()
+        out = torch.empty(ids.shape + (k,), dtype=torch.float32)
+        self.lib.q8_rows(ids.data_ptr(), ids.numel(), k, packed.data_ptr(), scales.data_ptr(),
+                         mul, out.data_ptr())
+        return out
+
+    def softcap(self, y: torch.Tensor, cap: float) -> torch.Tensor:
+        """``cap * tanh(y / cap)`` in place for fp32 contiguous y (``vocab.c``); returns y."""
+        if self.debug:
+            kernel_abi.check_softcap(y)
+        self.lib.softcap(y.data_ptr(), y.numel(), cap)
+        return y
+
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   mask: torch.Tensor | None, n_heads: int, shared: int = 0) -> torch.Tensor:

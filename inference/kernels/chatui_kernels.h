@@ -92,4 +92,10 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
 int f32_max_rows(void);
 void f32_matvec(const float *x, int M, int K, const float *w, int N, float *y, int threads);
 
+/* vocab.c: out [n, K] = the rows ids [n] of a packed int8 weight (q8.c's layout) as fp32,
+ * times mul (an embedding lookup); y [n] = cap * tanh(y / cap) in place (logit soft-capping). */
+void q8_rows(const int64_t *ids, int n, int K, const int8_t *wp, const uint16_t *sp, float mul,
+             float *out);
+void softcap(float *y, size_t n, float cap);
+
 #endif
