@@ -143,8 +143,9 @@ static const uint8_t *window_mask(const uint8_t *mask, int B, int w, int window,
  * Gemma 2/3's extras per layer (layer_t): the post-attention and post-MLP norms, tanh GELU,
  * sliding windows and a RoPE table per layer kind. Before they were here, Gemma 3 decoded
  * through FastLlama's per-layer Python loop (a kernel call per projection, torch's q/k norms,
- * GELU, norms and adds): on the gemma3-1b shape (26 layers, benchmarks/shapes.py) that loop
- * cost ~11 ms of a 36 ms step at two threads (README, "decode.c and Gemma"). */
+ * GELU, norms and adds): on the gemma3-1b shape (26 layers, benchmarks/shapes.py) one
+ * thread's CPU time per step went 69.7 -> 59.7 ms with this call (bench_moe_step.py --shape
+ * gemma3-1b --quantize int8, A/B in one process, load 5.5; README, "decode.c and Gemma"). */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
                    float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
                    int w, const int64_t *pos, const float *const *cos_t,
