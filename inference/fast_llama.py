@@ -371,6 +371,11 @@ class FastLlama:
     # ---- pieces of a layer ----
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        if (isinstance(self.embed, Q8Weight) and self.rdtype is torch.float32
+                and not torch.compiler.is_compiling() and (kernel := load_kernel()) is not None):
+            # one C pass (vocab.c), the same values as rows() and the scale below
+            return kernel.q8_rows(ids, self.embed.packed, self.embed.scales, self.embed.k,
+                                  1.0 if self.arch.embed_scale is None else self.arch.embed_scale)
         if isinstance(self.embed, (Int8Weight, Q8Weight)):
             x = self.embed.rows(ids, self.rdtype)
         else:
@@ -427,7 +432,12 @@ class FastLlama:
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         logits = _norm_linear(x, self.norm, self.eps, self.lm_head, self.lm_bias).float()
         cap = self.arch.final_softcap
-        return logits if cap is None else torch.tanh(logits / cap) * cap
+        if cap is None:
+            return logits
+        if (logits.device.type == "cpu" and logits.is_contiguous()
+                and not torch.compiler.is_compiling() and (kernel := load_kernel()) is not None):
+            return kernel.softcap(logits, cap)  # one pass in C, in place (torch's: 0.8 ms)
+        return torch.tanh(logits / cap) * cap
 
     # ---- forward ----
 
@@ -579,7 +589,9 @@ class FastLlama:
         these layers and experts), or None when a layer has a weight or a step the C kernel
         does not take. Qwen3's q/k norms and a mixture of experts (Qwen3-MoE, Mixtral: the
         router in fp32, every expert packed like the layer's other weights) are in the C step
-        too, so those models no longer leave it for a Python loop over the layers."""
+        too, so those models no longer leave it for a Python loop over the layers; so are
+        sliding windows (Mistral, Qwen2, Gemma) and Gemma 3's post-attention and post-MLP
+        norms, tanh GELU and per-layer RoPE bases."""
         experts = [None if L.moe is None else L.moe.experts for L in self.layers]
         built = (self._c_layers_of is self.layers and self._c_experts_of is not None
                  and all(a is b for a, b in zip(self._c_experts_of, experts)))
@@ -593,9 +605,10 @@ class FastLlama:
         def fp32(v: torch.Tensor | None) -> bool:
             return v is None or (v.dtype == torch.float32 and v.is_contiguous())
 
-        if self.arch.act != "silu" or len(self.ropes) != 1:
+        if self.arch.act not in C_ACTS:
             self._c_layer_array = ()
             return None
+        rope_index = {kind: r for r, kind in enumerate(self.ropes)}
         structs = []
         for L in self.layers:
             moe = L.moe
@@ -604,9 +617,9 @@ class FastLlama:
             kinds = {type(w) for w in ws}
             bits = 4 if kinds == {Q4Weight} else 8
             vectors = (L.ln1, L.ln2, L.bqkv, L.bo, L.bgu, L.bd, L.q_norm, L.k_norm,
-                       None if moe is None else moe.router)
-            shaped = (L.post_attn is None and L.post_mlp is None and L.window is None
-                      and (L.q_norm is None) == (L.k_norm is None))
+                       None if moe is None else moe.router, L.post_attn, L.post_mlp)
+            shaped = ((L.q_norm is None) == (L.k_norm is None)
+                      and (moe is None or L.post_mlp is None))
             if (not shaped or kinds not in ({Q8Weight}, {Q4Weight}) or not all(map(fp32, vectors))
                     or (moe is not None and (packed is None or packed.bits != bits))):
                 self._c_layer_array = ()
@@ -616,6 +629,9 @@ class FastLlama:
                 for p in ((None, None) if w is None else (w.packed.data_ptr(),
                                                           w.scales.data_ptr())) + (ptr(b),)),
                 bits, ptr(L.q_norm), ptr(L.k_norm))
+            layer.post_attn, layer.post_mlp = ptr(L.post_attn), ptr(L.post_mlp)
+            layer.window, layer.act = L.window or 0, C_ACTS[self.arch.act]
+            layer.rope = rope_index[L.rope]
             if moe is not None and packed is not None:
                 layer.router = moe.router.data_ptr()
                 layer.egu_w, layer.egu_s = (t.data_ptr() for t in packed.gate_up)
@@ -647,11 +663,12 @@ class FastLlama:
             mask = attention_mask[:, : start + 1].to(torch.uint8).contiguous()
         layers = self._c_layers()
         if layers is not None:  # every layer in one C call
-            cos, sin = next(iter(tables.values()))  # one RoPE kind (see _c_layers)
             x = x[:, 0].contiguous()
             kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=self.n_heads,
-                                 inter=self.inter, write=start, positions=positions, cos=cos,
-                                 sin=sin, mask=mask, eps=self.eps, shared=cache.shared)
+                                 inter=self.inter, write=start, positions=positions,
+                                 cos=[c for c, _ in tables.values()],
+                                 sin=[s for _, s in tables.values()], mask=mask, eps=self.eps,
+                                 shared=cache.shared)
             x = x[:, None]
         else:
             masks: dict[int | None, torch.Tensor | None] = {None: mask}
@@ -669,6 +686,10 @@ class FastLlama:
                 x = self._after_attention(x, o[:, None], L)
         cache.length = start + 1
         return self._logits(x[:, -1])
+
+
+C_ACTS = {"silu": 0, "gelu_tanh": 1}
+"""The MLP activations ``decode.c`` computes (``Layer.act``); another keeps the Python loop."""
 
 
 def _window_mask(batch: int, write: int, window: int | None,

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 4
+ABI_VERSION = 7
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -43,7 +43,9 @@ class Layer(ctypes.Structure):
         "wd", "sd", "bd")), ("wbits", ctypes.c_int),
         *((name, ctypes.c_void_p) for name in (
             "q_norm", "k_norm", "router", "egu_w", "egu_s", "ed_w", "ed_s")),
-        *((name, ctypes.c_int) for name in ("n_experts", "top_k", "norm_topk", "moe_inter"))]
+        *((name, ctypes.c_int) for name in ("n_experts", "top_k", "norm_topk", "moe_inter")),
+        ("post_attn", ctypes.c_void_p), ("post_mlp", ctypes.c_void_p),
+        *((name, ctypes.c_int) for name in ("window", "act", "rope"))]
 
 
 STRUCTS: dict[str, type[ctypes.Structure]] = {"layer_t": Layer}
@@ -67,6 +69,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
                              _i, _p, _p, _p, _p, _i, _f, _i]),
     "f32_max_rows": (_i, []),
     "f32_matvec": (None, [_p, _i, _i, _p, _i, _p, _i]),
+    "q8_rows": (None, [_p, _i, _i, _p, _p, _f, _p]),
+    "softcap": (None, [_p, ctypes.c_size_t, _f]),
 }
 """Every exported function: (restype, argtypes), in the header's order of arguments."""
 
@@ -171,6 +175,11 @@ def check_q4_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
         _tensor("norm", norm, torch.float32, kin)
 
 
+def check_softcap(y: torch.Tensor) -> None:
+    """``softcap``'s argument: fp32, contiguous, on the CPU."""
+    _tensor("y", y, torch.float32)
+
+
 def check_f32_matvec(x: torch.Tensor, w: torch.Tensor, *, max_rows: int) -> None:
     """``f32_matvec``'s arguments: x [..., K] fp32 of at most ``max_rows`` rows, w [N, K]."""
     _tensor("x", x, torch.float32)
@@ -221,15 +230,18 @@ def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
 
 def check_decode_layers(x: torch.Tensor, n_layers: int, k_caches: Sequence[torch.Tensor],
                         v_caches: Sequence[torch.Tensor], write: int, positions: torch.Tensor,
-                        cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                        n_heads: int, shared: int = 0) -> None:
+                        cos: Sequence[torch.Tensor], sin: Sequence[torch.Tensor],
+                        mask: torch.Tensor | None, n_heads: int, shared: int = 0) -> None:
     """``decode_layers``' arguments: x [B, hidden] fp32, one ``Layer`` and one key and value
-    cache per layer, the rest as for ``check_attention``."""
+    cache per layer, one (cos, sin) table per RoPE kind, the rest as for ``check_attention``."""
+    if not cos or len(cos) != len(sin):
+        raise KernelArgumentError("need one cos and one sin table per RoPE kind")
     _tensor("x", x, torch.float32)
     if x.dim() != 2:
         raise KernelArgumentError(f"x must be [B, hidden], got {tuple(x.shape)}")
     if len(k_caches) != n_layers:
         raise KernelArgumentError(f"{n_layers} layers but {len(k_caches)} caches")
-    check_attention(None, k_caches, v_caches, write, positions, cos, sin, mask, n_heads, shared)
+    for c, s in zip(cos, sin):
+        check_attention(None, k_caches, v_caches, write, positions, c, s, mask, n_heads, shared)
     if k_caches[0].shape[0] != x.shape[0]:
         raise KernelArgumentError(f"x has {x.shape[0]} rows, the caches {k_caches[0].shape[0]}")

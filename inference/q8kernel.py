@@ -1,6 +1,7 @@
 """chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, the int4 one ``q4.c``,
-one-token attention ``attn.c``, a whole int8 decode step ``decode.c`` and the fp32
-matrix-vector product ``f32.c``, all declared in ``kernels/chatui_kernels.h``), built on first
+one-token attention ``attn.c``, a whole int8 decode step ``decode.c``, the fp32
+matrix-vector product ``f32.c`` and the embedding lookup and logit soft-capping ``vocab.c``, all
+declared in ``kernels/chatui_kernels.h``), built on first
 use with the machine's C compiler (or ahead of time by ``kernel_build.build_all``) and cached
 on disk; ``None`` where they cannot be built (no compiler, an unknown CPU) or do not match
 ``kernel_abi``'s table, and the runner then falls back to torch's per-channel int8 kernel,
@@ -129,6 +130,23 @@ class Q8Kernel:
                             out.data_ptr(), self._threads())
         return out
 
+    def q8_rows(self, ids: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, k: int,
+                mul: float = 1.0) -> torch.Tensor:
+        """Rows ``ids`` ([...] int64) of a ``Q8Weight`` [N, k] as fp32 [..., k], times ``mul``
+        (``vocab.c``: one pass instead of ``Q8Weight.rows``' torch ops)."""
+        ids = ids.to(torch.int64).contiguous()
+        out = torch.empty(ids.shape + (k,), dtype=torch.float32)
+        self.lib.q8_rows(ids.data_ptr(), ids.numel(), k, packed.data_ptr(), scales.data_ptr(),
+                         mul, out.data_ptr())
+        return out
+
+    def softcap(self, y: torch.Tensor, cap: float) -> torch.Tensor:
+        """``cap * tanh(y / cap)`` in place for fp32 contiguous y (``vocab.c``); returns y."""
+        if self.debug:
+            kernel_abi.check_softcap(y)
+        self.lib.softcap(y.data_ptr(), y.numel(), cap)
+        return y
+
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   mask: torch.Tensor | None, n_heads: int, shared: int = 0) -> torch.Tensor:
@@ -150,10 +168,11 @@ class Q8Kernel:
 
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
                       v_caches: list[torch.Tensor], *, n_heads: int, inter: int, write: int,
-                      positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      positions: torch.Tensor, cos: list[torch.Tensor], sin: list[torch.Tensor],
                       mask: torch.Tensor | None, eps: float, shared: int = 0) -> None:
         """Every decoder layer of one decode step (``decode.c``), x [B, hidden] fp32 updated in
-        place; caches and ``shared`` as for ``attention``, written at ``write``."""
+        place; caches and ``shared`` as for ``attention``, written at ``write``; cos, sin: one
+        table of each RoPE kind (``Layer.rope`` indexes them)."""
         if self.debug:
             kernel_abi.check_decode_layers(x, len(layers), k_caches, v_caches, write, positions,
                                            cos, sin, mask, n_heads, shared)
@@ -162,8 +181,10 @@ class Q8Kernel:
         n = len(k_caches)
         kc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in k_caches])
         vc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in v_caches])
+        cs = (ctypes.c_void_p * len(cos))(*[t.data_ptr() for t in cos])
+        sn = (ctypes.c_void_p * len(sin))(*[t.data_ptr() for t in sin])
         self.lib.decode_layers(x.data_ptr(), b, hidden, n, layers, kc, vc, n_heads, kv, d, inter,
-                               c, write, positions.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                               c, write, positions.data_ptr(), cs, sn,
                                None if mask is None else mask.data_ptr(), shared, eps,
                                self._threads())
 

@@ -374,7 +374,8 @@ def check_quantized(ckpt: Any, kind: str) -> FastRunner:
     if runner.fast.q8:  # the decode steps ran each layer's chosen experts in one kernel call
         assert all(L.moe.kernel_experts[1] is not None for L in runner.fast.layers
                    if L.moe is not None)
-        if ckpt.model.config.model_type in ("qwen3", "qwen3_moe", "mixtral"):
+        if ckpt.model.config.model_type in ("qwen3", "qwen3_moe", "mixtral", "mistral",
+                                            "qwen2", "gemma3", "gemma3_text"):
             # ... inside the one C call for every layer (decode.c), not a Python loop
             assert runner.fast._c_layers() is not None
             check_c_step_batch(ckpt, runner)

@@ -261,8 +261,8 @@ def test_debug_checks_refuse_bad_decode_layers_arguments(checked):
     a = _attention_args(B=2)
     layers = (kernel_abi.Layer * 2)()
     caches = [torch.zeros(2, 2, 16, 8) for _ in range(2)]
-    common = dict(n_heads=4, inter=16, write=5, positions=a["positions"], cos=a["cos"],
-                  sin=a["sin"], mask=None, eps=1e-5)
+    common = dict(n_heads=4, inter=16, write=5, positions=a["positions"], cos=[a["cos"]],
+                  sin=[a["sin"]], mask=None, eps=1e-5)
     with pytest.raises(KernelArgumentError, match="2 layers but 1 caches"):
         checked.decode_layers(torch.randn(2, 32), layers, caches[:1], caches[:1], **common)
     with pytest.raises(KernelArgumentError, match="x has 3 rows, the caches 2"):

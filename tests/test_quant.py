@@ -169,6 +169,37 @@ def test_q8_kernel_fuses_the_norm_and_swiglu(m, kernel):
     assert out.shape == (m, 40) and (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
 
 
+@pytest.mark.parametrize("m", [1, 6])
+def test_q8_kernel_fuses_tanh_gelu_for_gemma(m, kernel):
+    """Mode 3 (decode.c's down projection of a Gemma MLP): gelu_tanh(gate) * up, against
+    float64 with torch's tanh GELU."""
+    torch.manual_seed(6)
+    w = Q8Weight.quantize(torch.randn(40, 70))
+    gate_up = torch.randn(m, 140) * 3
+    gate, up = gate_up.double().chunk(2, dim=-1)
+    ref = (torch.nn.functional.gelu(gate, approximate="tanh") * up) @ w.dequantize(
+        torch.float64).t()
+    out = torch.empty(m, 40)
+    kernel.lib.q8_matmul(gate_up.data_ptr(), m, 70, w.packed.data_ptr(), w.scales.data_ptr(), 40,
+                         out.data_ptr(), 1, 3, None, 0.0)
+    assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+
+
+def test_embedding_rows_and_softcap_in_c_equal_torch(kernel):
+    """vocab.c: an int8 embedding's rows times Gemma's scale are bitwise Q8Weight.rows times
+    it; soft-capping is within a few ulps of float64's cap * tanh(y / cap)."""
+    torch.manual_seed(7)
+    w = Q8Weight.quantize(torch.randn(100, 70) * 0.1)
+    ids = torch.tensor([[0, 17, 99], [39, 5, 16]])
+    for mul in (1.0, 33.941125):
+        ref = w.rows(ids, torch.float32) * mul
+        assert torch.equal(kernel.q8_rows(ids, w.packed, w.scales, 70, mul), ref)
+    y = torch.randn(5000) * 40
+    ref = torch.tanh(y.double() / 30.0) * 30.0
+    got = kernel.softcap(y.clone(), 30.0)
+    assert (got.double() - ref).abs().max() <= 1e-5 * 30.0
+
+
 @pytest.mark.parametrize("m", [1, 2, 4])
 @pytest.mark.parametrize("nk", [(70, 37), (64, 576), (1000, 100)])
 def test_f32_kernel_matches_a_float64_matmul(m, nk, kernel):

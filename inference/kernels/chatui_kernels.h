@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 4
+#define CHATUI_KERNELS_ABI 7
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -38,6 +38,12 @@ typedef struct {
     const void *const *egu_w; const void *const *egu_s;
     const void *const *ed_w; const void *const *ed_s;
     int n_experts, top_k, norm_topk, moe_inter;
+    /* Gemma: RMS norms [hidden] of the attention's and the MLP's outputs before each residual
+     * add, or NULL. window: keys older than this many cache slots (the new one included) are
+     * hidden, 0 for none. act: the gate's activation, 0 SiLU, 1 tanh GELU. rope: which of
+     * decode_layers' RoPE tables this layer uses (Gemma 3's local and global bases). */
+    const float *post_attn, *post_mlp;
+    int window, act, rope;
 } layer_t;
 
 /* abi.c: what the loader checks before it calls anything else. */
@@ -46,7 +52,7 @@ size_t chatui_sizeof_layer_t(void);
 
 /* q8.c: int8 weights in groups of q8_group_size() along K, packed in blocks of q8_row_block()
  * rows. y [M, N] = f(x) W^T; mode 0: f(x) = x, 1: RMS norm scaled by aux (eps), 2: x's rows
- * hold [gate | up] (2K values) and f(x) = silu(gate) * up. */
+ * hold [gate | up] (2K values) and f(x) = silu(gate) * up, 3: the same with tanh GELU. */
 int q8_group_size(void);
 int q8_row_block(void);
 int q8_openmp(void);
@@ -75,14 +81,21 @@ void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float
                  int w, const int64_t *pos, const float *cos_t, const float *sin_t,
                  const uint8_t *mask, int shared, float *out, int threads);
 
-/* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. */
+/* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. cos_t,
+ * sin_t: one RoPE table of each kind, indexed by layer_t.rope. */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
                    float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
-                   int w, const int64_t *pos, const float *cos_t, const float *sin_t,
+                   int w, const int64_t *pos, const float *const *cos_t, const float *const *sin_t,
                    const uint8_t *mask, int shared, float eps, int threads);
 
 /* f32.c: y [M, N] = x [M, K] W^T for fp32, M <= f32_max_rows(). */
 int f32_max_rows(void);
 void f32_matvec(const float *x, int M, int K, const float *w, int N, float *y, int threads);
+
+/* vocab.c: out [n, K] = the rows ids [n] of a packed int8 weight (q8.c's layout) as fp32,
+ * times mul (an embedding lookup); y [n] = cap * tanh(y / cap) in place (logit soft-capping). */
+void q8_rows(const int64_t *ids, int n, int K, const int8_t *wp, const uint16_t *sp, float mul,
+             float *out);
+void softcap(float *y, size_t n, float cap);
 
 #endif

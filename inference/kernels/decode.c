@@ -119,11 +119,38 @@ static void moe_ffn(const layer_t *L, float *x, int B, int hidden, float eps, in
     }
 }
 
-/* x: [B, hidden] residual stream, updated in place. kc, vc: per layer [B, KV, C, D]. */
+/* Gemma's norm of a sub-layer's output [B, hidden] in place (F.rms_norm in fp32, as the
+ * block's input norms; prepare_row reads each value before it writes it). */
+static void post_norm(float *t, int B, int hidden, const float *w, float eps) {
+    if (!w) return;
+    for (int b = 0; b < B; b++)
+        prepare_row(t + (size_t)b * hidden, hidden, 1, w, eps, t + (size_t)b * hidden);
+}
+
+/* The attention mask of a layer with a sliding window: the padding mask (or every slot) with
+ * the slots before the window cleared, into buf [B, w + 1]; the padding mask itself (NULL:
+ * every slot) when the window reaches slot 0 (fast_llama._window_mask, the same rule). */
+static const uint8_t *window_mask(const uint8_t *mask, int B, int w, int window, uint8_t *buf) {
+    int lo = window > 0 && w - window + 1 > 0 ? w - window + 1 : 0, S = w + 1;
+    if (lo == 0) return mask;
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < S; s++)
+            buf[(size_t)b * S + s] = s < lo ? 0 : mask ? mask[(size_t)b * S + s] : 1;
+    return buf;
+}
+
+/* x: [B, hidden] residual stream, updated in place. kc, vc: per layer [B, KV, C, D].
+ * Gemma 2/3's extras per layer (layer_t): the post-attention and post-MLP norms, tanh GELU,
+ * sliding windows and a RoPE table per layer kind. Before they were here, Gemma 3 decoded
+ * through FastLlama's per-layer Python loop (a kernel call per projection, torch's q/k norms,
+ * GELU, norms and adds): on the gemma3-1b shape (26 layers, benchmarks/shapes.py) one
+ * thread's CPU time per step went 69.7 -> 59.7 ms with this call (bench_moe_step.py --shape
+ * gemma3-1b --quantize int8, A/B in one process, load 5.5; README, "decode.c and Gemma"). */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
                    float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
-                   int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                   const uint8_t *mask, int shared, float eps, int threads) {
+                   int w, const int64_t *pos, const float *const *cos_t,
+                   const float *const *sin_t, const uint8_t *mask, int shared, float eps,
+                   int threads) {
     int nqkv = (H + 2 * KV) * D;
     size_t E = 0, PK = 0, PI = 0; /* the largest mixture's experts, rows and rows x inter */
     for (int i = 0; i < n_layers; i++)
@@ -137,6 +164,7 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
     float *o = (float *)malloc(sizeof(float) * (size_t)B * H * D);
     float *t = (float *)malloc(sizeof(float) * (size_t)B * hidden);
     float *gu = (float *)malloc(sizeof(float) * (size_t)B * 2 * inter);
+    uint8_t *wmask = (uint8_t *)malloc((size_t)B * (w + 1));
     struct moe_buf m = {0};
     if (PK) {
         m.xn = (float *)malloc(sizeof(float) * (size_t)B * hidden);
@@ -151,10 +179,12 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
         qmm(L, x, B, hidden, L->wqkv, L->sqkv, nqkv, qkv, threads, 1, L->ln1, eps);
         add_bias(qkv, L->bqkv, B, nqkv);
         if (L->q_norm) qk_norm(qkv, B, H, KV, D, nqkv, L->q_norm, L->k_norm, eps);
-        attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t, sin_t, mask, shared, o,
+        attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t[L->rope],
+                    sin_t[L->rope], window_mask(mask, B, w, L->window, wmask), shared, o,
                     threads);
         qmm(L, o, B, H * D, L->wo, L->so, hidden, t, threads, 0, NULL, 0.f);
         add_bias(t, L->bo, B, hidden);
+        post_norm(t, B, hidden, L->post_attn, eps);
         add_into(x, t, B * hidden);
         if (L->router) {
             moe_ffn(L, x, B, hidden, eps, threads, &m);
@@ -162,14 +192,16 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
         }
         qmm(L, x, B, hidden, L->wgu, L->sgu, 2 * inter, gu, threads, 1, L->ln2, eps);
         add_bias(gu, L->bgu, B, 2 * inter);
-        qmm(L, gu, B, inter, L->wd, L->sd, hidden, t, threads, 2, NULL, 0.f);
+        qmm(L, gu, B, inter, L->wd, L->sd, hidden, t, threads, L->act == 1 ? 3 : 2, NULL, 0.f);
         add_bias(t, L->bd, B, hidden);
+        post_norm(t, B, hidden, L->post_mlp, eps);
         add_into(x, t, B * hidden);
     }
     free(qkv);
     free(o);
     free(t);
     free(gu);
+    free(wmask);
     free(m.xn);
     free(m.logits);
     free(m.wsel);

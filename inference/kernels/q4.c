@@ -178,7 +178,7 @@ void q4_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
     int8_t *xq = (int8_t *)aligned_alloc(64, (((size_t)M * G * GS + 63) / 64) * 64);
     float *xd = (float *)malloc(sizeof(float) * (size_t)M * G);
     float *xs = (float *)malloc(sizeof(float) * (size_t)M * G);
-    size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
+    size_t ldx = mode >= 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
     #pragma omp parallel num_threads(threads) if (M > 4)
     {
@@ -245,7 +245,7 @@ void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const 
         if (i == 0 || sel[order[i]] != sel[order[i - 1]] || i - run[runs - 1] == MB)
             run[runs++] = i;
     run[runs] = P;
-    size_t ldx = mode == 2 ? 2 * (size_t)K : (size_t)K;
+    size_t ldx = mode >= 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
     int total = runs * NB;
     int chunk = total / (threads * 8);

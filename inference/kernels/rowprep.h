@@ -25,7 +25,7 @@ static inline float half_to_float(uint16_t h) {
 
 /* The matmul's input row from x's row: x itself (mode 0), RMS-normalized and scaled by aux
  * (mode 1, a transformer block's norm before its projection), or silu(gate) * up from a row
- * [gate | up] of 2K values (mode 2, the MLP's down projection). */
+ * [gate | up] of 2K values (mode 2, the MLP's down projection; mode 3: tanh GELU's). */
 static inline void prepare_row(const float *x, int K, int mode, const float *aux, float eps,
                                float *out) {
     if (mode == 1) {
@@ -37,6 +37,15 @@ static inline void prepare_row(const float *x, int K, int mode, const float *aux
         for (int k = 0; k < K; k++) {
             float g = x[k];
             out[k] = g / (1.0f + fast_exp(-g)) * x[K + k];
+        }
+    } else if (mode == 3) {
+        /* tanh GELU (Gemma's gelu_pytorch_tanh): 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)),
+         * u = sqrt(2/pi) (g + 0.044715 g^3); vectorized like SiLU above instead of a scalar
+         * tanhf call per element (6,912 a layer for Gemma 3 1B). */
+        for (int k = 0; k < K; k++) {
+            float g = x[k];
+            float u = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+            out[k] = g / (1.0f + fast_exp(-2.0f * u)) * x[K + k];
         }
     } else {
         memcpy(out, x, sizeof(float) * K);
