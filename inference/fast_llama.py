@@ -210,9 +210,10 @@ class FastLlama:
             the checkpoint's full-precision pages of that weight)."""
             # int4 for the decoder; the output layer (often the tied embedding, kept above
             # 4 bits in GGUFs too: Q6_K in a Q4_K_M file) is 6-bit with chatui's kernels
-            # (int4 there costs 4 points of top-1 agreement), else int8. An untied embedding
-            # stays int8 (only a few rows of it are read a token)
-            if quantize == "int4" and name == "lm_head" and self.q8:
+            # where its rows are whole Q6_K super-blocks (``Q6Weight.suits``; int4 there costs
+            # 4 points of top-1 agreement), else int8. An untied embedding stays int8 (only a
+            # few rows of it are read a token)
+            if quantize == "int4" and name == "lm_head" and self.q8 and Q6Weight.suits(shape):
                 q6 = stored.get(name)
                 if not isinstance(q6, Q6Weight) or q6.shape != shape:
                     q6 = rows.to_q6(make())
