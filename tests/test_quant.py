@@ -648,3 +648,19 @@ def test_q8_kernel_rows_equal_each_row_alone(mode, kernel):
         together = q8_linear(x, w, **kw)
         for r in range(m):
             assert torch.equal(together[r], q8_linear(x[r:r + 1].contiguous(), w, **kw)[0]), (m, r)
+
+
+def test_q6_debug_checks_refuse_a_wrong_buffer():
+    """``CHATUI_KERNEL_DEBUG``'s check of a 6-bit call: the right tensors pass, a short packed
+    weight or scales is refused before C reads past them."""
+    from inference import kernel_abi
+
+    w = Q6Weight.quantize(torch.randn(40, 300))
+    x, out = torch.randn(2, 300), torch.empty(2, 40)
+    kernel_abi.check_q6_matmul(x, w.packed, w.scales, out, None, False, group=32, rows=16)
+    with pytest.raises(kernel_abi.KernelArgumentError, match="packed must hold 12480"):
+        kernel_abi.check_q6_matmul(x, w.packed[:1], w.scales, out, None, False, group=32,
+                                   rows=16)
+    with pytest.raises(kernel_abi.KernelArgumentError, match="scales must hold 96"):
+        kernel_abi.check_q6_matmul(x, w.packed, w.scales[:1], out, None, False, group=32,
+                                   rows=16)
