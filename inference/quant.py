@@ -624,9 +624,9 @@ class Q6Weight:
     an int4 token reads, and a 4-bit one cost 4 points of top-1 agreement on the default model.
 
     The kernel's layout (see ``kernels/q6.c``): rows in blocks of 16; ``packed`` [N/16, G, 416]
-    uint8 (q = 32 past K), per block and group the low 4 bits as ``Q4Weight.packed``'s nibbles (256 bytes), the
-    high 2 bits (128 bytes: half a, byte i holds at bits 2u the bits of row i // 4, column
-    16a + 4u + i % 4) and sc [2, 16] int8; ``scales`` [N/16, ceil(G / 8), 16] fp16, the rows'
+    uint8 (q = 32 past K), per block and group the low 4 bits as ``Q4Weight.packed``'s
+    nibbles (256 bytes), the high 2 bits (128 bytes: half a, byte i holds at bits 2u the bits
+    of row i // 4, column 16a + 4u + i % 4) and sc [2, 16] int8; ``scales`` [N/16, ceil(G / 8), 16] fp16, the rows'
     d. Zero rows and columns pad N and K to multiples of 16 and 32.
     """
 

@@ -10,8 +10,8 @@ quantized layout. A GGUF Q8_0 tensor also gives its blocks as they are (``read_q
 chatui's int8 layout (int8 in groups of 32 along K, one fp16 scale each), packed with no
 rounding at all.
 
-``take``, ``cat``, ``split``, ``expert``, ``to_q8``, ``to_q4``, ``to_q6``, ``to_int8``, ``to_int4`` and ``dense``
-accept a plain tensor or a ``Rows`` alike, so the fast runner has one code path.
+``take``, ``cat``, ``split``, ``expert``, ``to_q8``, ``to_q4``, ``to_q6``, ``to_int8``,
+``to_int4`` and ``dense`` accept a plain tensor or a ``Rows`` alike, so the fast runner has one code path.
 """
 
 from __future__ import annotations

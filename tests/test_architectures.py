@@ -512,7 +512,8 @@ def test_int4_output_layer_is_6_bit_where_its_rows_are_whole_q6_k_blocks(
     assert torch.equal(fast._embed(ids), fast.embed.rows(ids, torch.float32))
     again = build_runner(ckpt, runner="fast", quantize="int4", precision="auto")  # cached
     assert isinstance(again.fast.lm_head, Q6Weight)
-    assert torch.equal(again.forward(again.new_cache(), ids), runner.forward(runner.new_cache(), ids))
+    assert torch.equal(again.forward(again.new_cache(), ids),
+                       runner.forward(runner.new_cache(), ids))
     narrow = build_runner(checkpoint(CASES[0], tokenizer, models_dir), runner="fast",
                           quantize="int4", precision="auto")
     assert isinstance(narrow.fast.lm_head, Q8Weight)

@@ -8,8 +8,8 @@ and the class of each weight is checked: the embedding is looked up by rows, so 
 (chatui's group-wise ``Q8Weight`` where the kernel builds, else per-channel ``Int8Weight``) under
 both int8 and int4; the output layer stays int8 under int4 (int4 costs it 4 points of top-1
 agreement) where its rows are not a multiple of 256 wide, and is 6-bit (``Q6Weight``, a tied
-embedding looked up in it) where they are; the decoder's own layers are int4 under int4. The quantized runner must compute what
-the same math computes on its dequantized weights.
+embedding looked up in it) where they are; the decoder's own layers are int4 under int4. The
+quantized runner must compute what the same math computes on its dequantized weights.
 """
 
 from __future__ import annotations

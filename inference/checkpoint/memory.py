@@ -54,8 +54,8 @@ def available_bytes() -> int | None:
 
 @functools.lru_cache(maxsize=None)
 def bytes_per_weight(kind: str) -> float:
-    """Bytes a weight takes held as ``kind`` ("int8", "int8-per-channel", "int4", "int6"), measured on
-    a sample weight through the quantizers the runner uses (every tensor the quantized object
+    """Bytes a weight takes held as ``kind`` ("int8", "int8-per-channel", "int4", "int6"),
+    measured on a sample weight through the quantizers the runner uses (every tensor the quantized object
     holds, so a layout change is followed)."""
     from .. import weight_rows
 
@@ -78,8 +78,8 @@ def weight_bytes(params: Iterable[tuple[str, tuple[int, ...], torch.dtype]], qua
     """Bytes of (name, shape, dtype) parameters held as the runner will hold them:
     ``quantize`` "none" keeps each in its dtype; "int8" / "int4" quantize the large ones
     (``lazy_model.LAZY``), int4 keeping the embedding int8 and the output layer 6-bit (int8
-    without chatui's kernels, or rows not a multiple of 256) as the fast runner does; ``q8`` says chatui's group-wise int8
-    kernel is used."""
+    without chatui's kernels, or rows not a multiple of 256) as the fast runner does; ``q8``
+    says chatui's group-wise int8 kernel is used."""
     from .lazy_model import LAZY
 
     int8 = "int8" if q8 else "int8-per-channel"
