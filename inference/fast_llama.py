@@ -166,7 +166,8 @@ class FastLlama:
             ``Q4Weight`` kernel where it builds, with the output layer (and so a tied
             embedding) 6-bit, ``Q6Weight``; else torch's ``Int4Weight`` one, the output layer
             int8; an untied embedding and shapes torch's kernel cannot take stay int8).
-            Routers of experts stay in the model's precision (they are small, and pick which weights are read).
+            Routers of experts stay in the model's precision (they are small, and pick which
+            weights are read).
         residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
             keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
         int8_weights: previously quantized weights by name (the disk cache), or None.

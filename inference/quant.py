@@ -626,8 +626,9 @@ class Q6Weight:
     The kernel's layout (see ``kernels/q6.c``): rows in blocks of 16; ``packed`` [N/16, G, 416]
     uint8 (q = 32 past K), per block and group the low 4 bits as ``Q4Weight.packed``'s
     nibbles (256 bytes), the high 2 bits (128 bytes: half a, byte i holds at bits 2u the bits
-    of row i // 4, column 16a + 4u + i % 4) and sc [2, 16] int8; ``scales`` [N/16, ceil(G / 8), 16] fp16, the rows'
-    d. Zero rows and columns pad N and K to multiples of 16 and 32.
+    of row i // 4, column 16a + 4u + i % 4) and sc [2, 16] int8; ``scales`` [N/16,
+    ceil(G / 8), 16] fp16, the rows' d. Zero rows and columns pad N and K to multiples of 16
+    and 32.
     """
 
     packed: torch.Tensor  # [N/16, K/32, 416] uint8

@@ -11,7 +11,8 @@ chatui's int8 layout (int8 in groups of 32 along K, one fp16 scale each), packed
 rounding at all.
 
 ``take``, ``cat``, ``split``, ``expert``, ``to_q8``, ``to_q4``, ``to_q6``, ``to_int8``,
-``to_int4`` and ``dense`` accept a plain tensor or a ``Rows`` alike, so the fast runner has one code path.
+``to_int4`` and ``dense`` accept a plain tensor or a ``Rows`` alike, so the fast runner has one
+code path.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ def available_bytes() -> int | None:
 @functools.lru_cache(maxsize=None)
 def bytes_per_weight(kind: str) -> float:
     """Bytes a weight takes held as ``kind`` ("int8", "int8-per-channel", "int4", "int6"),
-    measured on a sample weight through the quantizers the runner uses (every tensor the quantized object
-    holds, so a layout change is followed)."""
+    measured on a sample weight through the quantizers the runner uses (every tensor the
+    quantized object holds, so a layout change is followed)."""
     from .. import weight_rows
 
     sample = torch.randn(256, 1024)
