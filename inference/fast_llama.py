@@ -32,12 +32,12 @@ from .kernel_abi import Layer
 from .kv_cache import StaticKVCache
 from .q8kernel import F32_MAX_ROWS, load_kernel
 from . import weight_rows as rows
-from .quant import (Int4Weight, Int8Weight, PackedExperts, Q4Weight, Q8Weight, int4_linear,
-                    int8_linear, q4_linear, q8_available, q8_linear)
+from .quant import (Int4Weight, Int8Weight, PackedExperts, Q4Weight, Q6Weight, Q8Weight,
+                    int4_linear, int8_linear, q4_linear, q6_linear, q8_available, q8_linear)
 
 __all__ = ["FastLlama", "FastRunner", "SUPPORTED_MODEL_TYPES", "unsupported_reason"]
 
-Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight, Q4Weight or Int4Weight
+Weight = Any  # torch.Tensor [N, K], Int8Weight, Q8Weight, Q4Weight, Q6Weight or Int4Weight
 
 
 def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -45,6 +45,8 @@ def _linear(x: torch.Tensor, w: Weight, b: torch.Tensor | None = None) -> torch.
         out = q8_linear(x, w)
     elif isinstance(w, Q4Weight):
         out = q4_linear(x, w)
+    elif isinstance(w, Q6Weight):
+        out = q6_linear(x, w)
     elif isinstance(w, Int8Weight):
         out = int8_linear(x, w)
     elif isinstance(w, Int4Weight):
@@ -64,6 +66,9 @@ def _norm_linear(x: torch.Tensor, norm: torch.Tensor, eps: float, w: Weight,
     if isinstance(w, (Q8Weight, Q4Weight)) and x.dtype == torch.float32:
         f = q8_linear if isinstance(w, Q8Weight) else q4_linear
         out = f(x, w, norm=norm, eps=eps)
+        return out if b is None else out + b
+    if isinstance(w, Q6Weight):  # int4's output layer
+        out = q6_linear(x, w, norm=norm, eps=eps)
         return out if b is None else out + b
     return _linear(F.rms_norm(x, (x.shape[-1],), norm, eps), w, b)
 
@@ -158,9 +163,11 @@ class FastLlama:
         quantize: "none", "int8" (weight-only: on a CPU where chatui's kernel builds, groups of
             32 along K with int16 activations, ``Q8Weight``; elsewhere per output channel,
             ``Int8Weight``) or "int4" (groups of 32 with an fp16 scale and min: chatui's
-            ``Q4Weight`` kernel where it builds, else torch's ``Int4Weight`` one; the output
-            layer, an untied embedding and shapes torch's kernel cannot take stay int8). Routers of experts
-            stay in the model's precision (they are small, and pick which weights are read).
+            ``Q4Weight`` kernel where it builds, with the output layer (and so a tied
+            embedding) 6-bit, ``Q6Weight``; else torch's ``Int4Weight`` one, the output layer
+            int8; an untied embedding and shapes torch's kernel cannot take stay int8).
+            Routers of experts stay in the model's precision (they are small, and pick which
+            weights are read).
         residual_dtype: dtype of the residual stream and norms (default: ``dtype``); fp32
             keeps int8's top-1 agreement with an fp32 checkpoint high at little cost.
         int8_weights: previously quantized weights by name (the disk cache), or None.
@@ -192,7 +199,7 @@ class FastLlama:
         self._c_layer_array: Any = None
         self._c_layers_of: list[_Layer] | None = None
         self._c_experts_of: list[Any] | None = None
-        self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight | Q4Weight] = {}
+        self.quantized: dict[str, Int8Weight | Int4Weight | Q8Weight | Q4Weight | Q6Weight] = {}
         self.q8 = quantize in ("int8", "int4") and q8_available(self.device)
         """int8 weights use chatui's group-wise CPU kernel (else torch's per-channel one)."""
         stored = int8_weights or {}
@@ -203,8 +210,16 @@ class FastLlama:
             time), and is not called when the disk cache has it (so a cached start never reads
             the checkpoint's full-precision pages of that weight)."""
             # int4 for the decoder; the output layer (often the tied embedding, kept above
-            # 4 bits in GGUFs too) stays int8: int4 there costs 4 points of top-1 agreement.
-            # So does an untied embedding (looked up by rows, which int4 has no kernel for)
+            # 4 bits in GGUFs too: Q6_K in a Q4_K_M file) is 6-bit with chatui's kernels
+            # where its rows are whole Q6_K super-blocks (``Q6Weight.suits``; int4 there costs
+            # 4 points of top-1 agreement), else int8. An untied embedding stays int8 (only a
+            # few rows of it are read a token)
+            if quantize == "int4" and name == "lm_head" and self.q8 and Q6Weight.suits(shape):
+                q6 = stored.get(name)
+                if not isinstance(q6, Q6Weight) or q6.shape != shape:
+                    q6 = rows.to_q6(make())
+                self.quantized[name] = q6
+                return q6
             if quantize == "int4" and name not in ("lm_head", "embed") and self.q8:
                 q4c = stored.get(name)
                 if not isinstance(q4c, Q4Weight) or q4c.shape != shape:
@@ -343,7 +358,7 @@ class FastLlama:
                 return 0
             if isinstance(t, Int8Weight):
                 return size(t.q) + size(t.scales)
-            if isinstance(t, (Q8Weight, Q4Weight)):
+            if isinstance(t, (Q8Weight, Q4Weight, Q6Weight)):
                 return size(t.packed) + size(t.scales)
             if isinstance(t, Int4Weight):
                 return size(t.packed) + size(t.scales_zeros)
@@ -376,7 +391,7 @@ class FastLlama:
             # one C pass (vocab.c), the same values as rows() and the scale below
             return kernel.q8_rows(ids, self.embed.packed, self.embed.scales, self.embed.k,
                                   1.0 if self.arch.embed_scale is None else self.arch.embed_scale)
-        if isinstance(self.embed, (Int8Weight, Q8Weight)):
+        if isinstance(self.embed, (Int8Weight, Q8Weight, Q6Weight)):
             x = self.embed.rows(ids, self.rdtype)
         else:
             x = F.embedding(ids, self.embed).to(self.rdtype)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -64,6 +64,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "q4_isa": (ctypes.c_char_p, []),
     "q4_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
     "q4_matmul_sel": (None, [_i, _p, _i, _i, _p, _p, _p, _i, _p, _i, _i]),
+    "q6_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
     "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _i, _p, _i]),
     "decode_layers": (None, [_p, _i, _i, _i, ctypes.POINTER(Layer), _p, _p, _i, _i, _i, _i, _i,
                              _i, _p, _p, _p, _p, _i, _f, _i]),
@@ -178,6 +179,30 @@ def check_q4_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
 def check_softcap(y: torch.Tensor) -> None:
     """``softcap``'s argument: fp32, contiguous, on the CPU."""
     _tensor("y", y, torch.float32)
+
+
+def check_q6_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+                    out: torch.Tensor, norm: torch.Tensor | None, swiglu: bool, *, group: int,
+                    rows: int) -> None:
+    """``q6_matmul``'s arguments: as ``check_q8_matmul``'s, for a ``Q6Weight``'s packed bytes
+    (uint8, 416 per 16 rows and group) and super-block scales (fp16, 16 per row block and 8
+    groups)."""
+    _tensor("x", x, torch.float32)
+    k = x.shape[-1]
+    if swiglu and (k % 2 or norm is not None):
+        raise KernelArgumentError("swiglu needs x of [gate | up] (an even width) and no norm")
+    kin = k >> swiglu
+    m = x.numel() // k if k else 0
+    _tensor("out", out, torch.float32)
+    n = out.shape[-1]
+    if out.numel() != m * n:
+        raise KernelArgumentError(f"out must be [{m}, {n}] for {m} rows of x, got "
+                                  f"{tuple(out.shape)}")
+    g, nb = -(-kin // group), -(-n // rows)
+    _tensor("packed", packed, torch.uint8, nb * g * (group * rows * 13 // 16))
+    _tensor("scales", scales, torch.float16, nb * -(-g // 8) * rows)
+    if norm is not None:
+        _tensor("norm", norm, torch.float32, kin)
 
 
 def check_f32_matvec(x: torch.Tensor, w: torch.Tensor, *, max_rows: int) -> None:

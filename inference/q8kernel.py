@@ -1,4 +1,5 @@
 """chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, the int4 one ``q4.c``,
+the 6-bit one ``q6.c`` (int4's output layer),
 one-token attention ``attn.c``, a whole int8 decode step ``decode.c``, the fp32
 matrix-vector product ``f32.c`` and the embedding lookup and logit soft-capping ``vocab.c``, all
 declared in ``kernels/chatui_kernels.h``), built on first
@@ -101,6 +102,19 @@ class Q8Kernel:
                                        rows=ROWS)
         k = x.shape[-1]
         self.lib.q4_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
+                           scales.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(),
+                           1 if norm is not None else 2 * swiglu,
+                           None if norm is None else norm.data_ptr(), eps)
+
+    def run6(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+             out: torch.Tensor, norm: torch.Tensor | None, eps: float, swiglu: bool) -> None:
+        """``run`` for a 6-bit ``quant.Q6Weight``'s packed bytes and scales (``q6.c``): x [..., K]
+        fp32 contiguous -> ``out`` [..., n] fp32."""
+        if self.debug:
+            kernel_abi.check_q6_matmul(x, packed, scales, out, norm, swiglu, group=GROUP,
+                                       rows=ROWS)
+        k = x.shape[-1]
+        self.lib.q6_matmul(x.data_ptr(), x.numel() // k, k >> swiglu, packed.data_ptr(),
                            scales.data_ptr(), out.shape[-1], out.data_ptr(), self._threads(),
                            1 if norm is not None else 2 * swiglu,
                            None if norm is None else norm.data_ptr(), eps)

@@ -167,8 +167,9 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
     stage = f"quantizing weights to {quantize}"
     if quantize != "none":
         _check_memory(model, quantize, q8)
+        # "-q4q6": int4 files with the 6-bit output layer (the older "-q4" held it in int8)
         path = int8_cache_path(getattr(ckpt, "load_dir", "") or ckpt.path, ckpt.weights_hash,
-                               cache_root(), quantize + ({"int8": "-q8", "int4": "-q4"}.get(
+                               cache_root(), quantize + ({"int8": "-q8", "int4": "-q4q6"}.get(
                                    quantize, "") if q8 else ""))
         if progress:
             progress(Progress(stage, 0, 1))

@@ -10,8 +10,9 @@ quantized layout. A GGUF Q8_0 tensor also gives its blocks as they are (``read_q
 chatui's int8 layout (int8 in groups of 32 along K, one fp16 scale each), packed with no
 rounding at all.
 
-``take``, ``cat``, ``split``, ``expert``, ``to_q8``, ``to_int8``, ``to_int4`` and ``dense``
-accept a plain tensor or a ``Rows`` alike, so the fast runner has one code path.
+``take``, ``cat``, ``split``, ``expert``, ``to_q8``, ``to_q4``, ``to_q6``, ``to_int8``,
+``to_int4`` and ``dense`` accept a plain tensor or a ``Rows`` alike, so the fast runner has one
+code path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Callable, Sequence, Union
 import numpy as np
 import torch
 
-from .quant import GGUF_Q4_TYPES, Int4Weight, Int8Weight, Q4Weight, Q8Weight
+from .quant import GGUF_Q4_TYPES, Int4Weight, Int8Weight, Q4Weight, Q6Weight, Q8Weight
 
 CHUNK_ELEMENTS = 8 << 20
 """Weights per block of rows read at once (32 MiB in fp32): the quantizing temporaries."""
@@ -66,6 +67,15 @@ class Rows:
             return q, d.to(torch.float16), m.to(torch.float16)
         return Q4Weight.round_groups(self.read(rows))
 
+    def q6_groups(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """These rows as ``Q6Weight``'s (q, sc, d): a GGUF Q6_K tensor's own blocks (the
+        output layer of a Q4_K_M file, loaded with no rounding), anything else rounded by
+        ``Q6Weight.round_groups``."""
+        blocks = self.read_blocks(rows)
+        if blocks is not None and blocks[0] == "Q6_K" and self.k % 256 == 0:
+            return Q6Weight.gguf_groups(torch.from_numpy(blocks[1]), (len(rows), self.k))
+        return Q6Weight.round_groups(self.read(rows))
+
     def chunk_rows(self) -> int:
         """Rows per read: ``CHUNK_ELEMENTS`` values, a multiple of 16 (the kernels' row block)."""
         return max(16, CHUNK_ELEMENTS // max(1, self.k) // 16 * 16)
@@ -89,6 +99,9 @@ class Taken(Rows):
 
     def q4_groups(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.base.q4_groups(self.index[rows])
+
+    def q6_groups(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.base.q6_groups(self.index[rows])
 
 
 class Concat(Rows):
@@ -266,3 +279,15 @@ def to_q4(w: Weight) -> Q4Weight:
     for rows in _blocks(w):
         Q4Weight._pack_rows(packed, scales, int(rows[0]), *w.q4_groups(rows))
     return Q4Weight(packed, scales, n, k)
+
+
+def to_q6(w: Weight) -> Q6Weight:
+    """chatui's 6-bit (``Q6Weight``: GGUF Q6_K's numbers), a block of rows at a time: a GGUF
+    Q6_K tensor from its own blocks (``Rows.q6_groups``), anything else rounded."""
+    if not isinstance(w, Rows):
+        return Q6Weight.quantize(w)
+    n, k = w.shape
+    packed, scales = Q6Weight._empty(n, k)
+    for rows in _blocks(w):
+        Q6Weight._pack_rows(packed, scales, int(rows[0]), *w.q6_groups(rows))
+    return Q6Weight(packed, scales, n, k)

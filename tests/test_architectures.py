@@ -29,7 +29,7 @@ from inference.decode_graph import DecodeStep
 from inference.engine import LocalBackend
 from inference.fast_blocks import decoder
 from inference.fast_llama import FastRunner, unsupported_reason
-from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q8Weight
+from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q6Weight, Q8Weight
 from inference.runner import HFRunner, build_runner
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, TokenBatch
@@ -336,7 +336,7 @@ def dequantized_twin(runner: FastRunner) -> FastRunner:
     twin, fast = copy.copy(runner), copy.copy(runner.fast)
 
     def deq(w: Any) -> Any:
-        quantized = isinstance(w, (Q8Weight, Int8Weight, Int4Weight, Q4Weight))
+        quantized = isinstance(w, (Q8Weight, Int8Weight, Int4Weight, Q4Weight, Q6Weight))
         return w.dequantize(torch.float32) if quantized else w
 
     fast.layers = [copy.copy(L) for L in fast.layers]
@@ -487,6 +487,37 @@ def test_fast_runner_equals_transformers(case: Case, tokenizer: Any, models_dir:
         check_active_experts(ckpt)
     check_int8(ckpt)
     check_quantized(ckpt, "int4")
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_int4_output_layer_is_6_bit_where_its_rows_are_whole_q6_k_blocks(
+        tied: bool, tokenizer: Any, models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """int4 with chatui's kernels holds an output layer of rows of 256 (llama.cpp's Q6_K
+    condition) 6-bit (``Q6Weight``, ``q6.c``), a tied model's embedding rows read from it, an
+    untied embedding int8; the logits are the dequantized weights' (``check_quantized``),
+    also from the disk cache. A 64-wide one (every other case here) stays int8."""
+    from conftest import skip_unless_ci
+    from inference import q8kernel
+
+    if q8kernel.load_kernel() is None:
+        skip_unless_ci("chatui's kernels do not build on this machine")
+    case = Case(f"llama-256-{'tied' if tied else 'untied'}", _llama, dict(
+        hidden_size=256, intermediate_size=256, head_dim=64, tie_word_embeddings=tied))
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(models_dir / case.name / "cache"))
+    ckpt = checkpoint(case, tokenizer, models_dir)
+    runner = check_quantized(ckpt, "int4")
+    fast = runner.fast
+    assert isinstance(fast.lm_head, Q6Weight) and isinstance(fast.layers[0].wqkv, Q4Weight)
+    assert (fast.embed is fast.lm_head) if tied else isinstance(fast.embed, Q8Weight)
+    ids = torch.tensor([[3, 17, 250, 9]])
+    assert torch.equal(fast._embed(ids), fast.embed.rows(ids, torch.float32))
+    again = build_runner(ckpt, runner="fast", quantize="int4", precision="auto")  # cached
+    assert isinstance(again.fast.lm_head, Q6Weight)
+    assert torch.equal(again.forward(again.new_cache(), ids),
+                       runner.forward(runner.new_cache(), ids))
+    narrow = build_runner(checkpoint(CASES[0], tokenizer, models_dir), runner="fast",
+                          quantize="int4", precision="auto")
+    assert isinstance(narrow.fast.lm_head, Q8Weight)
 
 
 @pytest.mark.parametrize("name", ["gemma2-tied", "gemma3-untied", "phi4-mini-tied",

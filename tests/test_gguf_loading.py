@@ -245,3 +245,43 @@ def test_int4_is_the_files_own_4bit_blocks(qtype: str, cache: Path,
     for name, w in runner.fast.quantized.items():
         other = again.fast.quantized[name]
         assert torch.equal(other.packed, w.packed) and torch.equal(other.scales, w.scales), name
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_int4_output_layer_is_the_files_own_q6_k_blocks(tied: bool, cache: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quantize int4`` keeps a Q6_K output layer (what llama.cpp's Q4_K_M writes) as its
+    own blocks in ``Q6Weight`` (no rounding); a tied model looks its embedding rows up in the
+    same 6-bit tensor, an untied one keeps its embedding int8; the cached start maps them back."""
+    import gguf as gguf_pkg
+
+    from conftest import skip_unless_ci
+    from inference import q8kernel
+
+    if q8kernel.load_kernel() is None:
+        skip_unless_ci("chatui's kernels do not build on this machine")
+    path = write(_llama(tied=tied), "Q6_K", cache / "model")
+    monkeypatch.setattr(quant.Q6Weight, "round_groups", staticmethod(
+        lambda *a, **k: pytest.fail("a Q6_K tensor was requantized")))
+    runner = build_runner(load_checkpoint(str(path), device="cpu", dtype="float32", lazy=True),
+                          quantize="int4", precision="auto")
+    t = {t.name: t for t in gguf_pkg.GGUFReader(str(path)).tensors}[
+        "token_embd.weight" if tied else "output.weight"]
+    want = quant.Q6Weight.from_gguf_blocks(t.data, (int(t.shape[1]), int(t.shape[0])))
+    head = runner.fast.lm_head
+    assert isinstance(head, quant.Q6Weight) and head.shape == want.shape
+    assert torch.equal(head.packed, want.packed) and torch.equal(head.scales, want.scales)
+    ref = reference(path)
+    ids = torch.tensor([[1, 5, 9, 14, 100, 2000, 7, 42]])
+    embed = ref.get_input_embeddings().weight.detach()[ids]
+    if tied:
+        assert runner.fast.embed is head
+        assert torch.equal(runner.fast._embed(ids), embed)  # Q6_K rows as gguf reads them
+    else:
+        assert isinstance(runner.fast.embed, Q8Weight)
+    logits = runner.forward(runner.new_cache(), ids)
+    assert torch.isfinite(logits).all()
+    again = build_runner(load_checkpoint(str(path), device="cpu", dtype="float32", lazy=True),
+                         quantize="int4", precision="auto")
+    assert isinstance(again.fast.lm_head, quant.Q6Weight)
+    assert torch.equal(again.forward(again.new_cache(), ids), logits)

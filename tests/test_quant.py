@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from inference import q8kernel
-from inference.quant import (Int4Weight, Int8Weight, PackedExperts, Q4Weight, Q8Weight,
-                             int4_linear, int8_cache_path, int8_linear, load_int8, q4_linear,
-                             q8_linear, save_int8)
+from inference.quant import (Int4Weight, Int8Weight, PackedExperts, Q4Weight, Q6Weight,
+                             Q8Weight, int4_linear, int8_cache_path, int8_linear, load_int8,
+                             q4_linear, q6_linear, q8_linear, save_int8)
 
 
 def test_quantize_round_trip_error_is_at_most_half_a_step():
@@ -95,6 +95,19 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
         xin = x if norm4 is None else torch.nn.functional.rms_norm(x, (70,), norm4, 1e-5)
         ref = q4_reference(xin, w4)
         assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    w6 = Q6Weight.quantize(torch.randn(40, 300))  # a short last super-block
+    x6 = torch.randn(9, 300) * torch.logspace(-1, 1, 300)
+    norm6 = torch.rand(300) + 0.5
+    for norm_ in (None, norm6):
+        out = torch.empty(9, 40)
+        kernel.run6(x6, w6.packed, w6.scales, out, norm_, 1e-5, False)
+        xin = x6 if norm_ is None else torch.nn.functional.rms_norm(x6, (300,), norm_, 1e-5)
+        ref = q6_reference(xin, w6)
+        assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+        for r in range(9):  # the multi-row block: each row as alone, bit for bit
+            one = torch.empty(1, 40)
+            kernel.run6(x6[r:r + 1], w6.packed, w6.scales, one, norm_, 1e-5, False)
+            assert torch.equal(one[0], out[r])
     for cls, fn in ((Q8Weight, kernel.matmul), (Q4Weight, kernel.q4_matmul)):
         def linear(x, w, swiglu=False, fn=fn):
             return fn(x.float().contiguous(), w.packed, w.scales, w.n, swiglu=swiglu)
@@ -228,6 +241,90 @@ def q4_reference(x: torch.Tensor, w: Q4Weight) -> torch.Tensor:
     activations (so the kernel is checked to ~1e-6, not to the activations' rounding)."""
     deq = torch.nn.functional.pad(w.dequantize(torch.float64), (0, -(-w.k // 32) * 32 - w.k))
     return int8_groups(x.reshape(-1, x.shape[-1])) @ deq.t()
+
+
+def q6_reference(x: torch.Tensor, w: Q6Weight) -> torch.Tensor:
+    """What the 6-bit kernel computes, in float64: the dequantized weights times the int8
+    activations (as ``q4_reference``)."""
+    deq = torch.nn.functional.pad(w.dequantize(torch.float64), (0, -(-w.k // 32) * 32 - w.k))
+    return int8_groups(x.reshape(-1, x.shape[-1])) @ deq.t()
+
+
+def test_q6_groups_round_trip_and_gguf_q6_k_blocks():
+    """The layout is a reorder (groups() gives back what from_groups took), and Q6_K blocks as
+    llama.cpp writes them load to exactly the weights gguf dequantizes them to."""
+    import numpy as np
+    from gguf import GGMLQuantizationType as T
+    from gguf import quants
+
+    torch.manual_seed(21)
+    n, k = 40, 320  # a short last super-block (K need not be a multiple of 256)
+    q = torch.randint(0, 64, (n, k), dtype=torch.uint8)
+    sc = torch.randint(-128, 128, (n, 20), dtype=torch.int8)
+    d = (torch.rand(n, 2) * 0.01).half()
+    w = Q6Weight.from_groups(q, sc, d)
+    assert w.packed.shape == (3, 10, 416) and w.scales.shape == (3, 2, 16)
+    q2, sc2, d2 = w.groups()
+    assert torch.equal(q2, q) and torch.equal(sc2, sc) and torch.equal(d2, d)
+    step = sc.double() * d.double().repeat_interleave(16, 1)[:, :20]
+    deq = (q.double().view(n, 20, 16) - 32) * step[..., None]
+    assert torch.equal(w.dequantize(torch.float64), deq.view(n, k))
+    ids = torch.tensor([[39, 0], [17, 17]])
+    assert torch.equal(w.rows(ids, torch.float32), w.dequantize(torch.float32)[ids])
+    # Q6_K: random blocks (a finite fp16 d), as llama.cpp's block_q6_K
+    rng = np.random.default_rng(1)
+    blocks = rng.integers(0, 256, (n, 2, 210), dtype=np.uint8)
+    blocks[..., 208:] = np.frombuffer(rng.uniform(1e-4, 0.01, (n, 2)).astype(np.float16)
+                                      .tobytes(), dtype=np.uint8).reshape(n, 2, 2)
+    ref = torch.from_numpy(quants.dequantize(blocks.reshape(n, 420), T.Q6_K)).double()
+    got = Q6Weight.from_gguf_blocks(blocks, (n, 512))
+    assert torch.equal(got.dequantize(torch.float64), ref)
+    with pytest.raises(ValueError, match="takes 210 bytes, got 18"):
+        Q6Weight.from_gguf_blocks(bytes(18), (1, 256))
+    with pytest.raises(ValueError, match="not whole blocks of 256"):
+        Q6Weight.from_gguf_blocks(bytes(210), (1, 320))
+
+
+def test_q6_quantize_within_half_a_step():
+    """Each sub-block of 16 is rounded with a step of at least max|w| / 31 (never clipped) and
+    at most that plus one step of its row's d (the int8 scale rounded up)."""
+    torch.manual_seed(22)
+    w = torch.randn(40, 300) * torch.rand(40, 1) * 0.05
+    q = Q6Weight.quantize(w)
+    assert q.shape == (40, 300)
+    err = torch.nn.functional.pad(q.dequantize(torch.float32) - w, (0, 20)).view(40, 20, 16)
+    sub = torch.nn.functional.pad(w, (0, 20)).view(40, 20, 16).abs().amax(-1)
+    d = sub.view(40, 2, -1).amax(-1) / 31 / 127  # [40, 2]: d before fp16 rounding
+    step = sub / 31 + d.repeat_interleave(16, 1)[:, :20] * 1.01
+    assert (err.abs() <= step[..., None] * 0.5 + 1e-7).all()
+    chunked = Q6Weight.quantize(w, chunk_rows=16)
+    assert torch.equal(chunked.packed, q.packed) and torch.equal(chunked.scales, q.scales)
+
+
+@pytest.mark.parametrize("m", [1, 3, 9])
+@pytest.mark.parametrize("nk", [(48, 64), (40, 70), (1000, 576), (33, 768)])
+def test_q6_kernel_matches_the_dequantized_matmul(m, nk, kernel):
+    """The 6-bit kernel against a float64 reference (the dequantized weights times its int8
+    activations) to ~1e-6, with the fused norm, and within ~1 % of the exact product."""
+    torch.manual_seed(23)
+    n, k = nk
+    w = Q6Weight.quantize(torch.randn(n, k))
+    x = torch.randn(2, m, k) * torch.logspace(-2, 2, k)
+    out = q6_linear(x, w)
+    assert out.shape == (2, m, n) and out.dtype == torch.float32
+    ref = q6_reference(x, w).view(2, m, n)
+    assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    exact = x.double() @ w.dequantize(torch.float64).t()
+    assert (out.double() - exact).abs().max() <= 2e-2 * exact.abs().max()
+    norm = torch.rand(k) + 0.5
+    ref = q6_reference(torch.nn.functional.rms_norm(x.double(), (k,), norm.double(), 1e-5), w)
+    out = q6_linear(x, w, norm=norm, eps=1e-5)
+    assert (out.double() - ref.view(2, m, n)).abs().max() <= 1e-5 * ref.abs().max()
+    path = Path(__import__("tempfile").mkdtemp()) / "q6.safetensors"  # the disk cache
+    save_int8(path, {"w": w})
+    back = load_int8(path, torch.device("cpu"))["w"]
+    assert isinstance(back, Q6Weight) and back.shape == (n, k)
+    assert torch.equal(q6_linear(x, back, norm=norm, eps=1e-5), out)
 
 
 def test_q4_groups_round_trip_and_gguf_blocks():
@@ -403,6 +500,9 @@ def test_q8_kernel_inside_torch_compile(kernel):
     w4 = Q4Weight.quantize(torch.randn(64, 96))
     f4 = lambda t: torch.relu(q4_linear(t, w4)) * 2 + q4_linear(t, w4, norm=norm, eps=1e-6)  # noqa: E731
     assert torch.allclose(torch.compile(f4, fullgraph=True)(x), f4(x))
+    w6 = Q6Weight.quantize(torch.randn(64, 96))
+    f6 = lambda t: torch.relu(q6_linear(t, w6, norm=norm, eps=1e-6)) * 2  # noqa: E731
+    assert torch.allclose(torch.compile(f6, fullgraph=True)(x), f6(x))
 
 
 def test_embedding_rows_are_dequantized_rows():
@@ -579,3 +679,19 @@ def test_q8_kernel_rows_equal_each_row_alone(mode, kernel):
         together = q8_linear(x, w, **kw)
         for r in range(m):
             assert torch.equal(together[r], q8_linear(x[r:r + 1].contiguous(), w, **kw)[0]), (m, r)
+
+
+def test_q6_debug_checks_refuse_a_wrong_buffer():
+    """``CHATUI_KERNEL_DEBUG``'s check of a 6-bit call: the right tensors pass, a short packed
+    weight or scales is refused before C reads past them."""
+    from inference import kernel_abi
+
+    w = Q6Weight.quantize(torch.randn(40, 300))
+    x, out = torch.randn(2, 300), torch.empty(2, 40)
+    kernel_abi.check_q6_matmul(x, w.packed, w.scales, out, None, False, group=32, rows=16)
+    with pytest.raises(kernel_abi.KernelArgumentError, match="packed must hold 12480"):
+        kernel_abi.check_q6_matmul(x, w.packed[:1], w.scales, out, None, False, group=32,
+                                   rows=16)
+    with pytest.raises(kernel_abi.KernelArgumentError, match="scales must hold 96"):
+        kernel_abi.check_q6_matmul(x, w.packed, w.scales[:1], out, None, False, group=32,
+                                   rows=16)

@@ -7,8 +7,9 @@ tests had only built tied models. So each layout is built here and decoded throu
 and the class of each weight is checked: the embedding is looked up by rows, so it is int8
 (chatui's group-wise ``Q8Weight`` where the kernel builds, else per-channel ``Int8Weight``) under
 both int8 and int4; the output layer stays int8 under int4 (int4 costs it 4 points of top-1
-agreement); the decoder's own layers are int4 under int4. The quantized runner must compute what
-the same math computes on its dequantized weights.
+agreement) where its rows are not a multiple of 256 wide, and is 6-bit (``Q6Weight``, a tied
+embedding looked up in it) where they are; the decoder's own layers are int4 under int4. The
+quantized runner must compute what the same math computes on its dequantized weights.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from inference import q8kernel
 from inference.engine import LocalBackend
-from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q8Weight
+from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q6Weight, Q8Weight
 from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, TokenBatch
 
@@ -85,11 +86,11 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> dic
     root = tmp_path_factory.mktemp("layouts")
     built: dict[Any, Any] = {}
 
-    def get(arch: str, tied: bool, fmt: str) -> Any:
-        key = (arch, tied, fmt)
+    def get(arch: str, tied: bool, fmt: str, hidden: int = 64) -> Any:
+        key = (arch, tied, fmt, hidden)
         if key not in built:
-            name = f"{arch}-{'tied' if tied else 'untied'}-{fmt}"
-            spec = save_checkpoint(tiny_model(arch, tied, len(tokenizer)), tokenizer,
+            name = f"{arch}-{'tied' if tied else 'untied'}-{fmt}-{hidden}"
+            spec = save_checkpoint(tiny_model(arch, tied, len(tokenizer), hidden), tokenizer,
                                    root / name, fmt)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("CHATUI_CACHE_DIR", str(root / "cache"))
@@ -106,7 +107,7 @@ def dequantized(runner: Any) -> Any:
 
     def deq(w: Any) -> Any:
         return w.dequantize(torch.float32) if isinstance(w, (Q8Weight, Int8Weight, Q4Weight,
-                                                             Int4Weight)) else w
+                                                             Q6Weight, Int4Weight)) else w
 
     fast.layers = [copy.copy(L) for L in fast.layers]
     for L in fast.layers:
@@ -160,3 +161,35 @@ def test_every_quantization_on_every_weight_layout(arch: str, tied: bool, fmt: s
                             (SamplingParams(temperature=0, max_new_tokens=6),), top_logprobs=2)
     events = list(backend.generate(req, threading.Event()))
     assert sum(len(e.tokens) for e in events if isinstance(e, TokenBatch)) == 6
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "gguf"])
+@pytest.mark.parametrize("arch,tied", LAYOUTS, ids=[f"{a}-{'tied' if t else 'untied'}"
+                                                     for a, t in LAYOUTS])
+def test_int4_output_layer_is_6_bit_on_every_layout(arch: str, tied: bool, fmt: str,
+                                                    checkpoints: Any, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows 256 wide (whole Q6_K super-blocks): int4 with chatui's kernels holds the output
+    layer 6-bit, a tied model's embedding rows read from it, an untied embedding int8, and
+    computes what its dequantized weights compute, through the engine too."""
+    monkeypatch.setenv("CHATUI_CACHE_DIR", str(tmp_path))
+    if q8kernel.load_kernel() is None:
+        skip_unless_ci("chatui's kernels do not build on this machine")
+    backend = LocalBackend.from_checkpoint(checkpoints(arch, tied, fmt, 256), quantize="int4",
+                                           precision="auto")
+    fast = backend.runner.fast
+    assert isinstance(fast.lm_head, Q6Weight) and fast.tied == tied
+    assert (fast.embed is fast.lm_head) if tied else isinstance(fast.embed, Q8Weight)
+    twin = dequantized(backend.runner)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 1000, (1, 24))
+    ca, cb = backend.runner.new_cache(), twin.new_cache()
+    a, b = backend.runner.forward(ca, ids), twin.forward(cb, ids)
+    for _ in range(3):
+        assert (a - b).abs().max() <= 0.05 * b.abs().max()
+        step = b.argmax(-1, keepdim=True)
+        a, b = backend.runner.forward(ca, step), twin.forward(cb, step)
+    req = GenerationRequest((Message("user", "Name three rivers."),),
+                            (SamplingParams(temperature=0, max_new_tokens=6),), top_logprobs=2)
+    batches = [e for e in backend.generate(req, threading.Event()) if isinstance(e, TokenBatch)]
+    assert sum(len(b.tokens) for b in batches) == 6

@@ -87,7 +87,8 @@ class ModelOptions:
     quantize: Annotated[str, typer.Option(
         "--quantize", help="Weight-only quantization at load time: auto (int8 on a CPU where "
                            "chatui's kernel builds, unless --dtype is given), none, int8 or "
-                           "int4 (CPU; output layer int8).")] = "auto"
+                           "int4 (CPU; output layer 6-bit, or int8 when its width is not "
+                           "a multiple of 256).")] = "auto"
     compile: Annotated[str, typer.Option(
         "--compile", help="The fast runner's decode step through torch.compile (and a CUDA "
                           "graph on CUDA): auto (CUDA only), on or off.")] = "auto"

@@ -54,9 +54,9 @@ def available_bytes() -> int | None:
 
 @functools.lru_cache(maxsize=None)
 def bytes_per_weight(kind: str) -> float:
-    """Bytes a weight takes held as ``kind`` ("int8", "int8-per-channel", "int4"), measured on
-    a sample weight through the quantizers the runner uses (every tensor the quantized object
-    holds, so a layout change is followed)."""
+    """Bytes a weight takes held as ``kind`` ("int8", "int8-per-channel", "int4", "int6"),
+    measured on a sample weight through the quantizers the runner uses (every tensor the
+    quantized object holds, so a layout change is followed)."""
     from .. import weight_rows
 
     sample = torch.randn(256, 1024)
@@ -64,6 +64,8 @@ def bytes_per_weight(kind: str) -> float:
         q: Any = weight_rows.to_q8(sample)
     elif kind == "int8-per-channel":
         q = weight_rows.to_int8(sample, torch.bfloat16, torch.device("cpu"))
+    elif kind == "int6":
+        q = weight_rows.to_q6(sample)
     else:
         q = weight_rows.to_int4(sample)
     held = sum(t.numel() * t.element_size() for t in vars(q).values()
@@ -75,8 +77,9 @@ def weight_bytes(params: Iterable[tuple[str, tuple[int, ...], torch.dtype]], qua
                  q8: bool) -> int:
     """Bytes of (name, shape, dtype) parameters held as the runner will hold them:
     ``quantize`` "none" keeps each in its dtype; "int8" / "int4" quantize the large ones
-    (``lazy_model.LAZY``), int4 keeping the embedding and output layer int8 as the fast
-    runner does; ``q8`` says chatui's group-wise int8 kernel is used."""
+    (``lazy_model.LAZY``), int4 keeping the embedding int8 and the output layer 6-bit (int8
+    without chatui's kernels, or rows not a multiple of 256) as the fast runner does; ``q8``
+    says chatui's group-wise int8 kernel is used."""
     from .lazy_model import LAZY
 
     int8 = "int8" if q8 else "int8-per-channel"
@@ -89,6 +92,8 @@ def weight_bytes(params: Iterable[tuple[str, tuple[int, ...], torch.dtype]], qua
             total += n * torch.empty((), dtype=dtype).element_size()
         elif quantize == "int4" and not name.endswith(("embed_tokens.weight", "lm_head.weight")):
             total += n * bytes_per_weight("int4")
+        elif quantize == "int4" and q8 and name.endswith("lm_head.weight") and shape[-1] % 256 == 0:
+            total += n * bytes_per_weight("int6")
         else:
             total += n * bytes_per_weight(int8)
     return int(total)

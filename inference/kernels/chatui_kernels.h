@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 7
+#define CHATUI_KERNELS_ABI 8
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -74,6 +74,12 @@ void q4_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
 void q4_matmul_sel(int P, const float *x, int xdiv, int K, const uint8_t *const *wp,
                    const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
                    int mode);
+
+/* q6.c: 6-bit weights in GGUF Q6_K's numbers (w = d * sc * (q - 32): 6-bit q, an int8 sc per row
+ * and 16 along K, an fp16 d per row and 256 along K), packed in blocks of 16 rows (layout in
+ * q6.c); y [M, N] = f(x) W^T with f as q8_matmul's. The output layer under --quantize int4. */
+void q6_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *sp, int N, float *y,
+               int threads, int mode, const float *aux, float eps);
 
 /* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w; positions
  * 0..shared-1 are equal in every row and read from row 0. */
