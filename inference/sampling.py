@@ -9,10 +9,11 @@ needs (chosen ids, their raw logprobs, entropy, top-k alternatives, and what the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
+from .q8kernel import STATS_MAX_K, load_kernel
 from .settings import SamplingParams
 
 
@@ -246,12 +247,35 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
     return torch.where(rows.greedy, greedy_ids, sampled)
 
 
+def _stats_kernel(logits: torch.Tensor, k: int) -> Any:
+    """The C statistics kernel (``q8kernel.Q8Kernel.token_stats``) when it can take these
+    logits (fp32 on the CPU, k within its limit, the kernels built); else None."""
+    if logits.device.type != "cpu" or logits.dtype != torch.float32 or k > STATS_MAX_K:
+        return None
+    return load_kernel()
+
+
 def token_stats(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> torch.Tensor:
     """Raw-distribution statistics, packed for one transfer.
 
     logits: [B, V] raw (before any filter). Returns [B, 3 + 2k] fp32: chosen id, its logprob,
-    entropy (nats), then k alternative ids and k logprobs (best first).
+    entropy (nats), then k alternative ids and k logprobs (best first; equal logprobs by
+    id).
+
+    On the CPU the C kernel (``stats.c``) computes them in two passes over each row;
+    elsewhere, or where the kernels do not build, ``token_stats_reference``. Default model,
+    8 rows, top-5, one thread: 0.2 ms against 2.2 ms a step (``token_stats_reference``'s
+    ten passes over 49,152 logits a row and their allocations).
     """
+    kernel = _stats_kernel(logits, k)
+    if kernel is not None:
+        return kernel.token_stats(logits.contiguous(), chosen, k)
+    return token_stats_reference(logits, chosen, k)
+
+
+def token_stats_reference(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> torch.Tensor:
+    """``token_stats`` in torch (the reference the kernel is tested against, and the path on
+    a GPU). Ties among the top k come in torch.topk's order."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
     p = logprobs.exp()
     entropy = -(torch.where(p > 0, p * logprobs, torch.zeros_like(p))).sum(dim=-1)  # [B]
@@ -334,6 +358,11 @@ def decode_step_outputs(logits: torch.Tensor, seen: torch.Tensor | None, rows: R
     """One decode step's sampling: returns (next ids [B] on device, packed stats
     [B, 5 + 4k]: ``token_stats``' 3 + 2k columns, then ``sampler_stats``' 2 + 2k)."""
     logits = logits.float()
+    if not rows.any_sampled and not rows.any_penalty:
+        kernel = _stats_kernel(logits, k)
+        if kernel is not None:  # greedy: argmax, statistics and sampler columns in one call
+            stats = kernel.token_stats(logits.contiguous(), None, k, float(CUT_GREEDY))
+            return stats[:, 0].long(), stats
     processed, stages = process_logits_traced(logits, seen, rows)
     probs = processed.softmax(dim=-1) if rows.any_sampled else None
     next_ids = sample_rows(processed, rows, probs)

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 4
+#define CHATUI_KERNELS_ABI 5
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -84,5 +84,13 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
 /* f32.c: y [M, N] = x [M, K] W^T for fp32, M <= f32_max_rows(). */
 int f32_max_rows(void);
 void f32_matvec(const float *x, int M, int K, const float *w, int N, float *y, int threads);
+
+/* stats.c: a decode step's statistics of B rows of raw logits [B, V]: out[b] (ld floats apart)
+ * = chosen id, its logprob, entropy, k best ids, their logprobs; chosen NULL: the argmax
+ * (greedy), followed by sampler_stats' greedy columns (1, 1, k alternative probabilities, k
+ * cut codes: 0 for the chosen, greedy_cut for the rest). k <= token_stats_max_k(). */
+int token_stats_max_k(void);
+void token_stats_f32(const float *logits, int B, int V, const int64_t *chosen, int k,
+                     float greedy_cut, float *out, int ld, int threads);
 
 #endif
