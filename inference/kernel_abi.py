@@ -69,6 +69,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "f32_matvec": (None, [_p, _i, _i, _p, _i, _p, _i]),
     "token_stats_max_k": (_i, []),
     "token_stats_f32": (None, [_p, _i, _i, _p, _i, _f, _p, _i, _i]),
+    "topk_f32": (None, [_p, _i, _i, _i, _p, _p, _i]),
 }
 """Every exported function: (restype, argtypes), in the header's order of arguments."""
 

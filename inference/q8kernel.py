@@ -147,6 +147,16 @@ class Q8Kernel:
                                  out.data_ptr(), width, self._threads())
         return out
 
+    def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """torch.topk(x, k) for x [B, V] fp32 contiguous on the CPU, k <= V (``stats.c``):
+        (values [B, k] descending, ids [B, k] int64), equal values by ascending id."""
+        b, v = x.shape
+        vals = torch.empty((b, k), dtype=torch.float32)
+        ids = torch.empty((b, k), dtype=torch.int64)
+        self.lib.topk_f32(x.data_ptr(), b, v, k, vals.data_ptr(), ids.data_ptr(),
+                          self._threads())
+        return vals, ids
+
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   mask: torch.Tensor | None, n_heads: int, shared: int = 0) -> torch.Tensor:

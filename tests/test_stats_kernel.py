@@ -69,15 +69,37 @@ def _check(kern: q8kernel.Q8Kernel) -> None:
             assert torch.equal(greedy[:, 3 + 2 * k:], ref), (name, k)
 
 
+def _check_topk(kern: q8kernel.Q8Kernel) -> None:
+    """Many of the best (the top-p filter's candidates) against a stable sort."""
+    g = torch.Generator().manual_seed(4)
+    cases = [("probs", (torch.randn(5, 49152, generator=g) * 3).softmax(-1)),
+             ("peaked probs", (torch.randn(3, 49152, generator=g) * 30).softmax(-1)),
+             ("ties", torch.randint(-5, 5, (4, 5003), generator=g).float())]
+    masked = torch.randn(3, 2000, generator=g)
+    masked[:, 100:] = float("-inf")
+    cases.append(("-inf", masked))
+    for name, x in cases:
+        for k in (1, 7, 256, 4096, x.shape[-1]):
+            if k > x.shape[-1]:
+                continue
+            vals, ids = kern.topk(x, k)
+            order = torch.sort(-x.double(), dim=-1, stable=True).indices[:, :k]
+            assert torch.equal(ids, order), (name, k)
+            assert torch.equal(vals, x.gather(-1, order)), (name, k)
+
+
 def test_the_kernel_matches_float64_and_orders_ties_by_id(kernel):
     _check(kernel)
+    _check_topk(kernel)
 
 
 @pytest.mark.parametrize("march", ["haswell", "x86-64"])
 def test_the_avx2_and_portable_builds_match_float64(march, tmp_path, x86_gcc):
     path = tmp_path / f"kernels-{march}.so"
     q8kernel.compile_library(x86_gcc, path, openmp=True, march=march)
-    _check(q8kernel.open_library(path, openmp=True))
+    kern = q8kernel.open_library(path, openmp=True)
+    _check(kern)
+    _check_topk(kern)
 
 
 def test_the_kernel_agrees_with_the_torch_version(kernel):

@@ -92,5 +92,8 @@ void f32_matvec(const float *x, int M, int K, const float *w, int N, float *y, i
 int token_stats_max_k(void);
 void token_stats_f32(const float *logits, int B, int V, const int64_t *chosen, int k,
                      float greedy_cut, float *out, int ld, int threads);
+/* The k largest of each row of x [B, V]: vals [B, k] descending, ids [B, k] (ties: the lower
+ * index first); for the top-p filter's candidates. */
+void topk_f32(const float *x, int B, int V, int k, float *vals, int64_t *ids, int threads);
 
 #endif

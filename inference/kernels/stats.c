@@ -9,6 +9,8 @@
  * L2). log-sum-exp and entropy come from these sums in double: lse = log S, entropy =
  * lse - T / S. -inf logits (filtered tokens) add nothing; NaN is never chosen.
  *
+ * topk_f32 (at the end) ranks many more (the top-p filter's 256 or 4096 candidates).
+ *
  * Output per row (ld floats apart), the columns of token_stats then, for greedy rows
  * (chosen == NULL), sampler_stats' greedy columns:
  *   chosen id, its logprob, entropy, k ids, k logprobs, [1, 1, k alt probs, k cut codes]
@@ -16,6 +18,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "chatui_kernels.h"
 #include "fastmath.h"
@@ -212,4 +216,109 @@ void token_stats_f32(const float *logits, int B, int V, const int64_t *chosen, i
     for (int b = 0; b < B; b++)
         stats_row(logits + (size_t)b * V, V, chosen ? chosen + b : NULL, k, greedy_cut,
                   out + (size_t)b * ld);
+}
+
+/* ---- top-k of many (the top-p filter's candidates: k = 256 or 4096 of 49,152) ----
+ * torch.topk over a [B, V] row costs 0.17 ms at k = 256 and 0.57 ms at k = 4096 (one thread,
+ * V = 49,152), every sampled row and step. Here: a threshold no larger than the k-th largest
+ * value (the k-th largest of the maxima of V / bs blocks, found by histograms of their bits),
+ * the values at or above it gathered in index order (a few more than k), and those sorted by
+ * a stable radix sort, descending. Ties: lower index first. */
+
+static inline uint32_t order_key(float v) {
+    union { float f; uint32_t u; } c = {v};
+    return c.u & 0x80000000u ? ~c.u : c.u | 0x80000000u; /* unsigned order = float order */
+}
+
+/* The bin where the k-th largest falls, walking h [n] down; *above: how many lie above it. */
+static int kth_bin(const int *h, int n, int k, int *above) {
+    int cum = 0;
+    for (int b = n - 1; b >= 0; b--) {
+        if (cum + h[b] >= k) {
+            *above = cum;
+            return b;
+        }
+        cum += h[b];
+    }
+    *above = cum;
+    return 0;
+}
+
+/* The k-th largest of keys [n] (1 <= k <= n), by three histograms (12, 12, 8 bits). */
+static uint32_t kth_key(const uint32_t *keys, int n, int k, int *h /* [4096] */) {
+    int above;
+    memset(h, 0, sizeof(int) * 4096);
+    for (int i = 0; i < n; i++) h[keys[i] >> 20]++;
+    uint32_t b1 = (uint32_t)kth_bin(h, 4096, k, &above);
+    k -= above;
+    memset(h, 0, sizeof(int) * 4096);
+    for (int i = 0; i < n; i++)
+        if ((keys[i] >> 20) == b1) h[(keys[i] >> 8) & 0xfff]++;
+    uint32_t prefix = (b1 << 12) | (uint32_t)kth_bin(h, 4096, k, &above);
+    k -= above;
+    memset(h, 0, sizeof(int) * 256);
+    for (int i = 0; i < n; i++)
+        if ((keys[i] >> 8) == prefix) h[keys[i] & 0xff]++;
+    return (prefix << 8) | (uint32_t)kth_bin(h, 256, k, &above);
+}
+
+static void topk_many_row(const float *x, int V, int k, float *vals, int64_t *ids,
+                          uint32_t *keys /* [V] */, int32_t *idx /* [V] */,
+                          uint32_t *keys2 /* [V] */, int32_t *idx2 /* [V] */, int *h) {
+    int bs = 1;
+    while (bs < 16 && V / (bs * 2) >= 2 * k) bs *= 2;
+    int nb = V / bs;
+    float T = -INFINITY;
+    if (nb >= k && bs > 1) {
+        for (int j = 0; j < nb; j++) {
+            float m = x[j * bs];
+            for (int i = 1; i < bs; i++) m = x[j * bs + i] > m ? x[j * bs + i] : m;
+            keys[j] = order_key(m);
+        }
+        uint32_t t = kth_key(keys, nb, k, h);
+        union { uint32_t u; float f; } c = {t & 0x80000000u ? t & 0x7fffffffu : ~t};
+        T = c.f;
+    }
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (x[i] >= T || bs == 1) {
+            keys[n] = ~order_key(x[i]); /* ascending ~key = descending value */
+            idx[n++] = i;
+        }
+    /* stable LSD radix sort of (keys, idx) by keys, 8 bits a pass */
+    for (int shift = 0; shift < 32; shift += 8) {
+        int cnt[257] = {0};
+        for (int i = 0; i < n; i++) cnt[((keys[i] >> shift) & 0xff) + 1]++;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (int i = 0; i < n; i++) {
+            int p = cnt[(keys[i] >> shift) & 0xff]++;
+            keys2[p] = keys[i];
+            idx2[p] = idx[i];
+        }
+        uint32_t *tk = keys; keys = keys2; keys2 = tk;
+        int32_t *ti = idx; idx = idx2; idx2 = ti;
+    }
+    for (int j = 0; j < k && j < n; j++) {
+        ids[j] = idx[j];
+        vals[j] = x[idx[j]];
+    }
+}
+
+void topk_f32(const float *x, int B, int V, int k, float *vals, int64_t *ids, int threads) {
+    if (threads < 1) threads = 1;
+    if (k > V) k = V;
+    if (k <= 0) return;
+    #pragma omp parallel num_threads(threads) if (B > 1 && threads > 1)
+    {
+        uint32_t *keys = (uint32_t *)malloc(sizeof(uint32_t) * 2 * (size_t)V);
+        int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)V);
+        int *h = (int *)malloc(sizeof(int) * 4096);
+        #pragma omp for schedule(static)
+        for (int b = 0; b < B; b++)
+            topk_many_row(x + (size_t)b * V, V, k, vals + (size_t)b * k, ids + (size_t)b * k,
+                          keys, idx, keys + V, idx + V, h);
+        free(keys);
+        free(idx);
+        free(h);
+    }
 }
