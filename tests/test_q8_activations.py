@@ -89,7 +89,8 @@ int main(void) {
 @pytest.mark.parametrize("march", ["native", "haswell", "x86-64"])
 def test_the_simd_swiglu_input_is_the_scalar_formula_bit_for_bit(march, tmp_path, x86_gcc):
     """rowprep.h's silu_mul (the down projection's fused input, mode 2) gives exactly the
-    scalar loop's bits on each build, for |gate| up to ~80 and lengths that leave a tail."""
+    scalar loop's bits on each build, for |gate| up to ~80 and lengths that leave a tail; its
+    fast_exp16 / fast_exp8 (fastmath.h) are also attention's softmax exponentials (attn.c)."""
     import subprocess
 
     src = tmp_path / "h.c"
