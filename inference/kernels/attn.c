@@ -164,10 +164,18 @@ static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int
         float best = -INFINITY;
         if (n0) scores(qg, Ks + (size_t)k0 * D, n0, D, pg);
         if (n0 < n) scores(qg, K + (size_t)(k0 + n0) * D, n - n0, D, pg + n0);
-        for (int i = 0; i < n; i++) {
-            if (m && !m[k0 + i] && k0 + i != w) pg[i] = -INFINITY;
-            best = pg[i] > best ? pg[i] : best;
+        if (m)
+            for (int i = 0; i < n; i++)
+                if (!m[k0 + i] && k0 + i != w) pg[i] = -INFINITY;
+        int i0 = 0;
+#if defined(__AVX512F__)
+        if (n >= 16) { /* the maximum is exact in any order */
+            __m512 vm = _mm512_set1_ps(-INFINITY);
+            for (; i0 + 16 <= n; i0 += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(pg + i0));
+            best = _mm512_reduce_max_ps(vm);
         }
+#endif
+        for (int i = i0; i < n; i++) best = pg[i] > best ? pg[i] : best;
         float sum = 0.f;
         if (best == -INFINITY) {
             for (int i = 0; i < n; i++) pg[i] = 0.f;
