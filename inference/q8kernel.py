@@ -1,6 +1,7 @@
 """chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, the int4 one ``q4.c``,
 one-token attention ``attn.c``, a whole int8 decode step ``decode.c``, the fp32
-matrix-vector product ``f32.c`` and a decode step's token statistics ``stats.c``, all declared in ``kernels/chatui_kernels.h``), built on first
+matrix-vector product ``f32.c`` and a decode step's token statistics ``stats.c``, all
+declared in ``kernels/chatui_kernels.h``), built on first
 use with the machine's C compiler (or ahead of time by ``kernel_build.build_all``) and cached
 on disk; ``None`` where they cannot be built (no compiler, an unknown CPU) or do not match
 ``kernel_abi``'s table, and the runner then falls back to torch's per-channel int8 kernel,

@@ -39,7 +39,8 @@ static inline int quantize_group(const float *x, int16_t *xq, float *xs) {
     float inv = amax > 0.f ? 32767.f / amax : 0.f;
     *xs = amax / 32767.f;
     __m512 vi = _mm512_set1_ps(inv);
-    _mm256_storeu_si256((__m256i *)xq, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, vi))));
+    _mm256_storeu_si256((__m256i *)xq,
+                        _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, vi))));
     _mm256_storeu_si256((__m256i *)(xq + 16),
                         _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, vi))));
     return 1;
