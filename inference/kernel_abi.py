@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -72,6 +72,9 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "f32_matvec": (None, [_p, _i, _i, _p, _i, _p, _i]),
     "q8_rows": (None, [_p, _i, _i, _p, _p, _f, _p]),
     "softcap": (None, [_p, ctypes.c_size_t, _f]),
+    "token_stats_max_k": (_i, []),
+    "token_stats_f32": (None, [_p, _i, _i, _p, _i, _f, _p, _i, _i]),
+    "topk_f32": (None, [_p, _i, _i, _i, _p, _p, _i]),
 }
 """Every exported function: (restype, argtypes), in the header's order of arguments."""
 

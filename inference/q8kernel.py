@@ -1,7 +1,8 @@
 """chatui's CPU kernels (``kernels/*.c``: the int8 matmul ``q8.c``, the int4 one ``q4.c``,
 the 6-bit one ``q6.c`` (int4's output layer),
 one-token attention ``attn.c``, a whole int8 decode step ``decode.c``, the fp32
-matrix-vector product ``f32.c`` and the embedding lookup and logit soft-capping ``vocab.c``, all
+matrix-vector product ``f32.c``, the embedding lookup and logit soft-capping ``vocab.c`` and a
+decode step's token statistics ``stats.c``, all
 declared in ``kernels/chatui_kernels.h``), built on first
 use with the machine's C compiler (or ahead of time by ``kernel_build.build_all``) and cached
 on disk; ``None`` where they cannot be built (no compiler, an unknown CPU) or do not match
@@ -45,6 +46,8 @@ ROWS = 16
 """Output rows a packed block holds."""
 F32_MAX_ROWS = 4
 """Most rows of x the fp32 matrix-vector kernel takes (a decode step of a small batch)."""
+STATS_MAX_K = 20
+"""Most alternatives ``Q8Kernel.token_stats`` ranks (``top_logprobs``' limit)."""
 FAST_ISAS = ("avx512-vnni", "avx2")
 """Instruction sets the kernel has SIMD code for (elsewhere torch's kernel is faster)."""
 
@@ -160,6 +163,32 @@ class Q8Kernel:
             kernel_abi.check_softcap(y)
         self.lib.softcap(y.data_ptr(), y.numel(), cap)
         return y
+
+    def token_stats(self, logits: torch.Tensor, chosen: torch.Tensor | None, k: int,
+                    greedy_cut: float = 0.0) -> torch.Tensor:
+        """``sampling.token_stats`` in two passes over each row (``stats.c``). logits: [B, V]
+        fp32 contiguous; chosen: [B] int64, or None for the argmax (greedy), which adds
+        ``sampling.sampler_stats``' greedy columns (``greedy_cut``: their cut code). Returns
+        [B, 3 + 2k] or, greedy, [B, 5 + 4k] fp32."""
+        b, v = logits.shape
+        width = 3 + 2 * k if chosen is not None else 5 + 4 * k
+        out = torch.empty((b, width), dtype=torch.float32)
+        if chosen is not None and (chosen.dtype != torch.int64 or not chosen.is_contiguous()):
+            chosen = chosen.to(torch.int64).contiguous()
+        self.lib.token_stats_f32(logits.data_ptr(), b, v,
+                                 None if chosen is None else chosen.data_ptr(), k, greedy_cut,
+                                 out.data_ptr(), width, self._threads())
+        return out
+
+    def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """torch.topk(x, k) for x [B, V] fp32 contiguous on the CPU, k <= V (``stats.c``):
+        (values [B, k] descending, ids [B, k] int64), equal values by ascending id."""
+        b, v = x.shape
+        vals = torch.empty((b, k), dtype=torch.float32)
+        ids = torch.empty((b, k), dtype=torch.int64)
+        self.lib.topk_f32(x.data_ptr(), b, v, k, vals.data_ptr(), ids.data_ptr(),
+                          self._threads())
+        return vals, ids
 
     def attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -281,6 +310,8 @@ def open_library(path: Path, openmp: bool, debug: bool = False) -> Q8Kernel:
     kernel_abi.bind(lib)
     if lib.f32_max_rows() != F32_MAX_ROWS:
         raise kernel_abi.KernelABIError("the fp32 kernel's row limit does not match")
+    if lib.token_stats_max_k() != STATS_MAX_K:
+        raise kernel_abi.KernelABIError("the statistics kernel's top-k limit does not match")
     if lib.q8_group_size() != GROUP or lib.q8_row_block() != ROWS:
         raise kernel_abi.KernelABIError("the int8 kernel's weight layout does not match")
     return Q8Kernel(lib, lib.q8_isa().decode(), bool(lib.q8_openmp()) and openmp, debug)

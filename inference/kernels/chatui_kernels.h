@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 8
+#define CHATUI_KERNELS_ABI 9
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -103,5 +103,16 @@ void f32_matvec(const float *x, int M, int K, const float *w, int N, float *y, i
 void q8_rows(const int64_t *ids, int n, int K, const int8_t *wp, const uint16_t *sp, float mul,
              float *out);
 void softcap(float *y, size_t n, float cap);
+
+/* stats.c: a decode step's statistics of B rows of raw logits [B, V]: out[b] (ld floats apart)
+ * = chosen id, its logprob, entropy, k best ids, their logprobs; chosen NULL: the argmax
+ * (greedy), followed by sampler_stats' greedy columns (1, 1, k alternative probabilities, k
+ * cut codes: 0 for the chosen, greedy_cut for the rest). k <= token_stats_max_k(). */
+int token_stats_max_k(void);
+void token_stats_f32(const float *logits, int B, int V, const int64_t *chosen, int k,
+                     float greedy_cut, float *out, int ld, int threads);
+/* The k largest of each row of x [B, V]: vals [B, k] descending, ids [B, k] (ties: the lower
+ * index first); for the top-p filter's candidates. */
+void topk_f32(const float *x, int B, int V, int k, float *vals, int64_t *ids, int threads);
 
 #endif

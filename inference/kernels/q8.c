@@ -28,29 +28,52 @@
 #define RB 16
 #define MB 8 /* activation rows handled together */
 
+/* One whole group of 32 with SIMD, bit for bit the scalar loop below (the same float
+ * operations; lrintf and vcvtps2dq both round to nearest even): the scalar loop's lrintf is a
+ * call a value, 0.9 ms of an 8-row default-model step (about a million values) against
+ * 0.1 ms. Returns 0 where there is no SIMD code. */
+static inline int quantize_group(const float *x, int16_t *xq, float *xs) {
+#if defined(__AVX512F__)
+    __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    float inv = amax > 0.f ? 32767.f / amax : 0.f;
+    *xs = amax / 32767.f;
+    __m512 vi = _mm512_set1_ps(inv);
+    _mm256_storeu_si256((__m256i *)xq,
+                        _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, vi))));
+    _mm256_storeu_si256((__m256i *)(xq + 16),
+                        _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, vi))));
+    return 1;
+#elif defined(__AVX2__)
+    __m256 v[4], sign = _mm256_set1_ps(-0.0f), m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    float amax = _mm_cvtss_f32(h);
+    float inv = amax > 0.f ? 32767.f / amax : 0.f;
+    *xs = amax / 32767.f;
+    __m256 vi = _mm256_set1_ps(inv);
+    for (int i = 0; i < 4; i += 2) {
+        __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi)),
+                                       _mm256_cvtps_epi32(_mm256_mul_ps(v[i + 1], vi)));
+        _mm256_storeu_si256((__m256i *)(xq + 8 * i), _mm256_permute4x64_epi64(p, 0xD8));
+    }
+    return 1;
+#else
+    (void)x, (void)xq, (void)xs;
+    return 0;
+#endif
+}
+
 /* x [K] -> xq [G*32] int16 and xs [G] fp32 (groups of 32, symmetric, round to nearest). */
 static void quantize_row(const float *x, int K, int G, int16_t *xq, float *xs) {
-    int g = 0;
-#if defined(__AVX512F__)
-    /* Whole groups in vector registers: the same maximum (exact in any order), the same
-     * product x * inv and the same rounding (to nearest even, as lrintf in the default mode),
-     * so the same integers as the loop below; that loop, a libm call per value, was ~3 % of a
-     * default-model decode step on one core, and runs on one thread while the others wait. */
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    for (; (g + 1) * GS <= K; g++) {
-        __m512 v0 = _mm512_loadu_ps(x + g * GS), v1 = _mm512_loadu_ps(x + g * GS + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, absmask),
-                                                        _mm512_and_ps(v1, absmask)));
-        float inv = amax > 0.f ? 32767.f / amax : 0.f;
-        xs[g] = amax / 32767.f;
-        __m512 vi = _mm512_set1_ps(inv);
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vi));
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vi));
-        _mm256_storeu_si256((__m256i *)(xq + g * GS), _mm512_cvtepi32_epi16(q0));
-        _mm256_storeu_si256((__m256i *)(xq + g * GS + 16), _mm512_cvtepi32_epi16(q1));
-    }
-#endif
-    for (; g < G; g++) {
+    for (int g = 0; g < G; g++) {
+        if ((g + 1) * GS <= K && quantize_group(x + g * GS, xq + g * GS, xs + g))
+            continue;
         float amax = 0.f;
         for (int k = 0; k < GS; k++) {
             int kk = g * GS + k;

@@ -23,6 +23,33 @@ static inline float half_to_float(uint16_t h) {
     return v.f;
 }
 
+/* out = silu(g) * u = g / (1 + fast_exp(-g)) * u over n values. Inlined into the kernels'
+ * OpenMP regions gcc left this loop scalar (fast_exp's floor and type pun), 5% of an 8-row
+ * default-model step; fast_exp16 / fast_exp8 (fastmath.h) make the operations gcc made of the
+ * scalar code, so the same bits for |g| <= 87 (below -87, where the product is
+ * under 1e-33, the scalar loop's constant folded by the compiler may differ in the last bits;
+ * tests/test_q8_activations.py compiles both and compares them). 0.117 -> 0.085 ms for the
+ * default model's down projection of 8 rows, one thread. */
+static inline void silu_mul(const float *g, const float *u, int n, float *out) {
+    int k = 0;
+#if defined(__AVX512F__)
+    for (; k + 16 <= n; k += 16) {
+        __m512 gv = _mm512_loadu_ps(g + k);
+        __m512 e = fast_exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+        __m512 d = _mm512_div_ps(gv, _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+        _mm512_storeu_ps(out + k, _mm512_mul_ps(d, _mm512_loadu_ps(u + k)));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; k + 8 <= n; k += 8) {
+        __m256 gv = _mm256_loadu_ps(g + k);
+        __m256 e = fast_exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        __m256 d = _mm256_div_ps(gv, _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(d, _mm256_loadu_ps(u + k)));
+    }
+#endif
+    for (; k < n; k++) out[k] = g[k] / (1.0f + fast_exp(-g[k])) * u[k];
+}
+
 /* The matmul's input row from x's row: x itself (mode 0), RMS-normalized and scaled by aux
  * (mode 1, a transformer block's norm before its projection), or silu(gate) * up from a row
  * [gate | up] of 2K values (mode 2, the MLP's down projection; mode 3: tanh GELU's). */
@@ -34,10 +61,7 @@ static inline void prepare_row(const float *x, int K, int mode, const float *aux
         float r = 1.0f / sqrtf((float)(ss / K) + eps);
         for (int k = 0; k < K; k++) out[k] = x[k] * r * aux[k];
     } else if (mode == 2) {
-        for (int k = 0; k < K; k++) {
-            float g = x[k];
-            out[k] = g / (1.0f + fast_exp(-g)) * x[K + k];
-        }
+        silu_mul(x, x + K, K, out);
     } else if (mode == 3) {
         /* tanh GELU (Gemma's gelu_pytorch_tanh): 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)),
          * u = sqrt(2/pi) (g + 0.044715 g^3); vectorized like SiLU above instead of a scalar
