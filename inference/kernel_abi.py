@@ -133,11 +133,10 @@ def _tensor(name: str, t: Any, dtype: torch.dtype, numel: int | None = None) -> 
                                   f"(shape {tuple(t.shape)})")
 
 
-def check_q8_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
-                    out: torch.Tensor, norm: torch.Tensor | None, swiglu: bool, *, group: int,
-                    rows: int) -> None:
-    """``q8_matmul``'s arguments: x [..., K] (or [..., 2K] with swiglu) fp32, the packed
-    weight and scales of an [n, K] ``Q8Weight``, out [..., n] fp32, norm [K] fp32."""
+def _matmul_shapes(x: torch.Tensor, out: torch.Tensor, norm: torch.Tensor | None,
+                   swiglu: bool, *, group: int, rows: int) -> tuple[int, int, int]:
+    """The checks every packed matmul's x, out and swiglu share; returns (K of the weight,
+    groups along it, row blocks of ``rows``)."""
     _tensor("x", x, torch.float32)
     k = x.shape[-1]
     if swiglu and (k % 2 or norm is not None):
@@ -149,7 +148,15 @@ def check_q8_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
     if out.numel() != m * n:
         raise KernelArgumentError(f"out must be [{m}, {n}] for {m} rows of x, got "
                                   f"{tuple(out.shape)}")
-    g, nb = -(-kin // group), -(-n // rows)
+    return kin, -(-kin // group), -(-n // rows)
+
+
+def check_q8_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+                    out: torch.Tensor, norm: torch.Tensor | None, swiglu: bool, *, group: int,
+                    rows: int) -> None:
+    """``q8_matmul``'s arguments: x [..., K] (or [..., 2K] with swiglu) fp32, the packed
+    weight and scales of an [n, K] ``Q8Weight``, out [..., n] fp32, norm [K] fp32."""
+    kin, g, nb = _matmul_shapes(x, out, norm, swiglu, group=group, rows=rows)
     _tensor("packed", packed, torch.int8, nb * g * group * rows)
     _tensor("scales", scales, torch.float16, nb * g * rows)
     if norm is not None:
@@ -161,18 +168,7 @@ def check_q4_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
                     rows: int) -> None:
     """``q4_matmul``'s arguments: as ``check_q8_matmul``'s, for the packed nibbles (uint8, half
     a byte a weight) and the scales and mins (two fp16 per row and group) of a ``Q4Weight``."""
-    _tensor("x", x, torch.float32)
-    k = x.shape[-1]
-    if swiglu and (k % 2 or norm is not None):
-        raise KernelArgumentError("swiglu needs x of [gate | up] (an even width) and no norm")
-    kin = k >> swiglu
-    m = x.numel() // k if k else 0
-    _tensor("out", out, torch.float32)
-    n = out.shape[-1]
-    if out.numel() != m * n:
-        raise KernelArgumentError(f"out must be [{m}, {n}] for {m} rows of x, got "
-                                  f"{tuple(out.shape)}")
-    g, nb = -(-kin // group), -(-n // rows)
+    kin, g, nb = _matmul_shapes(x, out, norm, swiglu, group=group, rows=rows)
     _tensor("packed", packed, torch.uint8, nb * g * group * rows // 2)
     _tensor("scales", scales, torch.float16, nb * g * rows * 2)
     if norm is not None:
@@ -190,18 +186,7 @@ def check_q6_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
     """``q6_matmul``'s arguments: as ``check_q8_matmul``'s, for a ``Q6Weight``'s packed bytes
     (uint8, 416 per 16 rows and group) and super-block scales (fp16, 16 per row block and 8
     groups)."""
-    _tensor("x", x, torch.float32)
-    k = x.shape[-1]
-    if swiglu and (k % 2 or norm is not None):
-        raise KernelArgumentError("swiglu needs x of [gate | up] (an even width) and no norm")
-    kin = k >> swiglu
-    m = x.numel() // k if k else 0
-    _tensor("out", out, torch.float32)
-    n = out.shape[-1]
-    if out.numel() != m * n:
-        raise KernelArgumentError(f"out must be [{m}, {n}] for {m} rows of x, got "
-                                  f"{tuple(out.shape)}")
-    g, nb = -(-kin // group), -(-n // rows)
+    kin, g, nb = _matmul_shapes(x, out, norm, swiglu, group=group, rows=rows)
     _tensor("packed", packed, torch.uint8, nb * g * (group * rows * 13 // 16))
     _tensor("scales", scales, torch.float16, nb * -(-g // 8) * rows)
     if norm is not None:
