@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -298,9 +299,26 @@ def compile_library(cc: str, out: Path, openmp: bool, march: str = "native") -> 
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = Path(tmp) / out.name
-        flags = ["-O3", f"-march={march}", "-shared", "-fPIC"] + (["-fopenmp"] if openmp else [])
-        subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(target), "-lm"], check=True,
-                       capture_output=True, timeout=120)
+        flags = ["-O3", f"-march={march}", "-fPIC"] + (["-fopenmp"] if openmp else [])
+        # one compiler a source, all at once, then one link: 3.1 s -> 2.1-2.5 s on this 2-core
+        # machine for the eight sources (the first start of chatui waits for it)
+        objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
+        jobs = [subprocess.Popen([cc, *flags, "-c", str(src), "-o", str(obj)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for src, obj in zip(SOURCES, objects)]
+        deadline = time.monotonic() + 120
+        try:
+            for job in jobs:
+                stdout, stderr = job.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                if job.returncode:
+                    raise subprocess.CalledProcessError(job.returncode, job.args, stdout, stderr)
+        finally:
+            for job in jobs:
+                if job.poll() is None:
+                    job.kill()
+                    job.wait()
+        subprocess.run([cc, *flags, "-shared", *map(str, objects), "-o", str(target), "-lm"],
+                       check=True, capture_output=True, timeout=120)
         os.replace(target, out)
 
 

@@ -29,6 +29,19 @@ def skip_unless_ci(message: str) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernels_built():
+    """chatui's kernel library built once before any test runs, not inside the first test
+    that loads a model (a full run after the kernels' sources changed failed two pilot tests
+    that wait 2 s for the model: the build alone took 3 s)."""
+    from inference.kernel_build import KernelBuildError, build_all
+
+    try:
+        build_all()
+    except KernelBuildError:
+        pass  # the tests of the fallbacks and of the build say what is wrong
+
+
 @pytest.fixture(autouse=True)
 def _private_user_dirs(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's own settings and conversations: every test (and every
