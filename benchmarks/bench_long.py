@@ -27,7 +27,7 @@ one, paced like a local model (``--delay-ms``, 20 ms = 50 tok/s), while a key is
 ``--gc-policy off`` switches :mod:`chatui.gcpolicy` off (its functions become no-ops), to see
 what a reply keeps alive without freezing.
 
-    .venv/bin/python benchmarks/bench_long.py [--replies 200] [--every 10] [--gc-policy on|off]
+    .venv/bin/python benchmarks/bench_long.py [--replies 200] [--every 10] [--gc-policy on|off] [--held MS]
         [--delay-ms 20] [--types] [--no-terminal]
 
 Targets (issue 21): at most 0.5 MB of RSS and 3,000 tracked objects per reply; echo p99 at most
@@ -199,6 +199,9 @@ class SessionReport:
     """Each PageUp until the window has drawn what is around the new page."""
     painted_ms: list[float] = field(default_factory=list)
     """Each PageUp until the new page is on screen (the pilot's press returns)."""
+    held_ms: list[float] = field(default_factory=list)
+    """PageUp held down (``held``: a key every so many ms, not waiting for the page): each
+    key to the first screen written after it."""
     load_ms: float = 0.0
     load_other_ms: float = 0.0
     clear_ms: float = 0.0
@@ -245,11 +248,15 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                       on_sample: Callable[[Sample], None] | None = None,
                       inspect: Callable[[object], None] | None = None,
                       after_reply: Callable[[object], Awaitable[None]] | None = None,
+                      held_ms: float | None = None,
                       ) -> SessionReport:
     """Run ``replies`` scripted replies in one app and measure (see the module docstring).
 
     ``inspect(app)`` runs after the last reply; ``after_reply(app)`` after each one (to try
-    a change to finished replies before it is wired in)."""
+    a change to finished replies before it is wired in); ``held_ms``: then hold PageUp
+    down from the bottom, a key every ``held_ms`` ms."""
+    from textual import events
+
     from chatui import gcpolicy, transcript
     from chatui.app import ChatApp
     from chatui.config import AppConfig
@@ -354,6 +361,25 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                         await asyncio.sleep(0.001)
                     await pilot.pause()
                     report.page_ms.append((time.perf_counter() - t0) * 1000)
+            if held_ms is not None and paints:  # PageUp held: keys at the key-repeat rate
+                chat.log_view.scroll_end(animate=False)
+                await pilot.pause()
+                while chat.window.busy:
+                    await asyncio.sleep(0.001)
+                gap = held_ms / 1000
+                while chat.log_view.scroll_y > 0 and len(report.held_ms) < 10_000:
+                    t0, first = time.perf_counter(), len(paints)
+                    app.post_message(events.Key("pageup", None))  # no wait for the page
+                    while len(paints) == first and time.perf_counter() - t0 < 2.0:
+                        await asyncio.sleep(0.001)
+                    if len(paints) > first:
+                        report.held_ms.append((paints[first] - t0) * 1000)
+                    rest = gap - (time.perf_counter() - t0)
+                    if rest > 0:
+                        await asyncio.sleep(rest)
+                while chat.window.busy:
+                    await asyncio.sleep(0.001)
+                await pilot.pause()
             with tempfile.TemporaryDirectory() as tmp:
                 # the autosave after the last reply, as the app makes it: a snapshot on the
                 # loop, then the writer's journal append on its thread (the document was
@@ -475,6 +501,10 @@ def print_report(report: SessionReport) -> None:
               f"{statistics.median(painted):.1f} ms, p95 {_pct(painted, 0.95):.1f}, max "
               f"{max(painted):.1f} ms (target <= 30 ms); until the messages a screen further "
               f"up are drawn too: median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms")
+    if report.held_ms:
+        ms = report.held_ms
+        print(f"PageUp held down: {len(ms)} pages; from each key to the next screen: median "
+              f"{statistics.median(ms):.1f} ms, p95 {_pct(ms, 0.95):.1f}, max {max(ms):.1f} ms")
     if report.load_other_ms:
         print(f"/load of another conversation (one exchange) after "
               f"{report.samples[-1].replies} replies: {report.load_other_ms:.0f} ms "
@@ -503,6 +533,9 @@ def main() -> int:
                         help="print the types that grew most from reply 10 to reply 20")
     parser.add_argument("--no-terminal", action="store_true",
                         help="do not turn screen updates into escape sequences")
+    parser.add_argument("--held", type=float, metavar="MS",
+                        help="then hold PageUp down from the bottom: a key every MS ms "
+                             "(33: a terminal's key repeat), not waiting for each page")
     args = parser.parse_args()
     os.environ.setdefault("CHATUI_CONFIG_DIR", tempfile.mkdtemp())
     os.environ.setdefault("CHATUI_DATA_DIR", tempfile.mkdtemp())
@@ -518,7 +551,7 @@ def main() -> int:
     types = (10, 20) if args.types and args.replies >= 20 else None
     report = asyncio.run(run_session(args.replies, every=args.every, delay_ms=args.delay_ms,
                                      terminal=not args.no_terminal, types_between=types,
-                                     on_sample=show))
+                                     on_sample=show, held_ms=args.held))
     print_report(report)
     return 0
 
