@@ -29,6 +29,14 @@ import torch
 
 SHAPES_DIR = Path("/tmp/chatui-bench-ckpts")
 BUILD_VERSION = 1
+ARCH_BUILD_VERSION = {"phi3": 2}
+"""A shape whose files changed for its architecture alone is rebuilt alone: Phi-3's GGUFs
+gained its special tokens (version 2; llama.cpp's loader looks up ``<|end|>`` in a Phi-3
+model's vocabulary and refused the placeholder one without it)."""
+
+
+def _version(shape: Shape) -> object:
+    return ARCH_BUILD_VERSION.get(shape.gguf_arch, BUILD_VERSION)
 """Bump when what is written changes (cached shapes of older versions are rebuilt)."""
 
 
@@ -282,6 +290,13 @@ def _write_gguf(model: Any, arch: str, path: Path) -> None:
     tokens += [f"\u2581t{i}" for i in range(n - len(tokens))]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * (n - 259)
+    if arch == "phi3":  # its special tokens where Phi-3's vocabulary has them
+        for i, t in enumerate(["<|endoftext|>", "<|assistant|>", "<|placeholder1|>",
+                               "<|placeholder2|>", "<|placeholder3|>", "<|placeholder4|>",
+                               "<|system|>", "<|end|>", "<|placeholder5|>", "<|placeholder6|>",
+                               "<|user|>"], start=32000):
+            if i < n:
+                tokens[i], types[i] = t, gguf.TokenType.CONTROL
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * n)
@@ -328,7 +343,7 @@ def build(shape: Shape, root: Path, tokenizer_dir: Path, threads: int,
     stamp = out / "built.json"
     if stamp.is_file():
         info = json.loads(stamp.read_text())
-        if info.get("version") == BUILD_VERSION and all(p.is_file() for p in ggufs.values()):
+        if info.get("version") == _version(shape) and all(p.is_file() for p in ggufs.values()):
             return Built(shape, hf_dir, ggufs, info["params"], info["active_params"])
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -359,7 +374,7 @@ def build(shape: Shape, root: Path, tokenizer_dir: Path, threads: int,
         quantize_gguf(f16, ggufs[t], ftype, threads)
     f16.unlink()
     log(f"  {shape.name}: GGUFs {', '.join(GGUF_TYPES)} ({time.perf_counter() - t0:.0f} s)")
-    stamp.write_text(json.dumps({"version": BUILD_VERSION, "params": params,
+    stamp.write_text(json.dumps({"version": _version(shape), "params": params,
                                  "active_params": active}))
     return Built(shape, hf_dir, ggufs, params, active)
 
