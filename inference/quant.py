@@ -386,6 +386,19 @@ GGUF_Q4_TYPES = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q4_K": (256, 144)}
 """GGUF 4-bit block types ``Q4Weight.from_gguf_blocks`` takes: (weights, bytes) per block."""
 
 
+def _quantize_in_chunks(cls: Any, w: torch.Tensor, chunk_rows: int) -> Any:
+    """``cls.round_groups`` of ``w`` [N, K] ``chunk_rows`` rows (a whole number of row blocks)
+    at a time, packed into ``cls._empty``'s tensors (no fp32 temporaries the size of a large
+    output layer); the ``quantize`` of ``Q4Weight`` and ``Q6Weight``."""
+    n, k = w.shape
+    packed, scales = cls._empty(n, k)
+    src = w.detach()
+    chunk_rows = max(q8kernel.ROWS, chunk_rows // q8kernel.ROWS * q8kernel.ROWS)
+    for r0 in range(0, n, chunk_rows):
+        cls._pack_rows(packed, scales, r0, *cls.round_groups(src[r0:r0 + chunk_rows]))
+    return cls(packed, scales, n, k)
+
+
 @dataclass
 class Q4Weight:
     """A weight [N, K] as 4-bit values in GGUF's blocks, for chatui's int4 CPU kernel (``q4.c``).
@@ -454,13 +467,7 @@ class Q4Weight:
         """Asymmetric round-to-nearest per group of 32: m = the group's min, d = (max - min)
         / 15, both stored in fp16 and q rounded against the stored values. ``chunk_rows`` rows
         at a time (no fp32 temporaries the size of a large output layer)."""
-        n, k = w.shape
-        packed, scales = cls._empty(n, k)
-        src = w.detach()
-        chunk_rows = max(q8kernel.ROWS, chunk_rows // q8kernel.ROWS * q8kernel.ROWS)
-        for r0 in range(0, n, chunk_rows):
-            cls._pack_rows(packed, scales, r0, *cls.round_groups(src[r0:r0 + chunk_rows]))
-        return cls(packed, scales, n, k)
+        return _quantize_in_chunks(cls, w, chunk_rows)
 
     @staticmethod
     def round_groups(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -677,13 +684,7 @@ class Q6Weight:
     @classmethod
     def quantize(cls, w: torch.Tensor, chunk_rows: int = 4096) -> Q6Weight:
         """``round_groups`` ``chunk_rows`` rows at a time."""
-        n, k = w.shape
-        packed, scales = cls._empty(n, k)
-        src = w.detach()
-        chunk_rows = max(q8kernel.ROWS, chunk_rows // q8kernel.ROWS * q8kernel.ROWS)
-        for r0 in range(0, n, chunk_rows):
-            cls._pack_rows(packed, scales, r0, *cls.round_groups(src[r0:r0 + chunk_rows]))
-        return cls(packed, scales, n, k)
+        return _quantize_in_chunks(cls, w, chunk_rows)
 
     @staticmethod
     def round_groups(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
