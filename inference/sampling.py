@@ -223,14 +223,18 @@ def process_logits_traced(logits: torch.Tensor, seen: torch.Tensor | None, rows:
 
 def sample_rows(processed: torch.Tensor, rows: RowSampling,
                 probs: torch.Tensor | None = None) -> torch.Tensor:
-    """Choose one token per row: argmax for greedy rows, a draw from softmax otherwise.
+    """Choose one token per row: argmax for greedy rows, a draw from softmax otherwise; each
+    row's randomness comes from its own generator, so a seeded row does not depend on the
+    other rows. Returns ids [B] (long). ``probs``: softmax(processed) when the caller has it.
 
-    Drawing uses the exponential race (argmax of p / Exp(1) noise, as gpt-fast does): exact
-    sampling with no host synchronisation, and each row's noise comes from its own generator
-    so a seeded row does not depend on the other rows. On a CPU, a row whose filters left
-    fewer tokens than the vocabulary races those tokens only (in vocabulary order), and a
-    greedy row draws nothing: 49,152 draws cost 0.9 ms a row and a step, one thread. Returns
-    ids [B] (long). ``probs``: softmax(processed) when the caller has it already.
+    On a CPU a sampled row takes one uniform number from its generator and the first token
+    whose cumulative probability (float64, in vocabulary order) passes it: exact sampling at
+    one pass over the row (0.08 ms for 49,152 tokens, one row, 2 threads). It was the
+    exponential race below, whose 49,152 exponential draws cost 0.99 ms a row and a step:
+    an eighth of the default model's decode step under the default settings (temperature
+    0.7, no top-p). Tokens the filters removed have probability 0 and are never passed. On
+    other devices, the exponential race (argmax of p / Exp(1) noise, as gpt-fast does): no
+    host synchronisation.
     """
     greedy_ids = processed.argmax(dim=-1)
     if not rows.any_sampled:
@@ -239,17 +243,14 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
         probs = processed.softmax(dim=-1)
     if processed.device.type == "cpu":
         sampled = greedy_ids.clone()
-        vocab = probs.shape[-1]
-        for b, (g, greedy) in enumerate(zip(rows.generators, rows.greedy.tolist())):
-            if greedy:
-                continue
-            p = probs[b]
-            cand = p.nonzero()[:, 0]
-            if len(cand) < vocab:
-                race = p[cand] / torch.empty(len(cand)).exponential_(1.0, generator=g)
-                sampled[b] = cand[race.argmax()]
-            else:
-                sampled[b] = (p / torch.empty_like(p).exponential_(1.0, generator=g)).argmax()
+        drawn = [b for b, greedy in enumerate(rows.greedy.tolist()) if not greedy]
+        cum = probs[drawn].double().cumsum(dim=-1)  # [R, V]
+        u = torch.cat([torch.rand(1, generator=rows.generators[b], dtype=torch.float64)
+                       for b in drawn])
+        total = cum[:, -1]
+        # below the total even where u * total rounds up to it: a token of probability > 0
+        point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+        sampled[drawn] = torch.searchsorted(cum, point[:, None], right=True)[:, 0]
         return sampled
     noise = torch.empty_like(probs)
     for b, g in enumerate(rows.generators):

@@ -189,3 +189,15 @@ def test_filtered_rows_sample_their_renormalised_distribution_seeded_per_row():
     kept = torch.tensor([0.5, 0.3, 0.15]) / 0.95
     assert counts.sum() == counts[[10, 500, 999]].sum()
     assert torch.allclose(counts[[10, 500, 999]] / counts.sum(), kept, atol=0.03)
+
+
+def test_a_draw_at_either_end_of_the_unit_interval_takes_a_kept_token(monkeypatch):
+    """The CPU draw takes the first token whose cumulative probability passes u x total: u = 0
+    gives the first kept token and u just below 1 the last one, never a removed token
+    (probability 0) before, between or after them."""
+    logits = torch.full((1, 50), float("-inf"))
+    logits[0, [3, 17, 40]] = torch.tensor([0.0, 1.0, 2.0])
+    rows = RowSampling.build([SamplingParams(temperature=1.0, seed=1)], torch.device("cpu"))
+    for u, want in ((0.0, 3), (1 - 2 ** -53, 40), (0.999999, 40)):
+        monkeypatch.setattr(torch, "rand", lambda *a, u=u, **k: torch.tensor([u], dtype=torch.float64))
+        assert int(sample_rows(logits, rows)[0]) == want
