@@ -244,6 +244,8 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
     if processed.device.type == "cpu":
         sampled = greedy_ids.clone()
         drawn = [b for b, greedy in enumerate(rows.greedy.tolist()) if not greedy]
+        if not drawn:  # the sampled rows have finished; greedy ones remain
+            return sampled
         cum = probs[drawn].double().cumsum(dim=-1)  # [R, V]
         u = torch.cat([torch.rand(1, generator=rows.generators[b], dtype=torch.float64)
                        for b in drawn])

@@ -77,6 +77,27 @@ static inline __attribute__((always_inline)) void scores_t(const float *q, const
     }
 }
 
+/* scores_t for the G queries of one KV head (query g's scores at pg + ldp g): each block of
+ * eight keys is loaded from the cache once and scored against every query while it is in
+ * L1 (one query's pass over a 256-key chunk, 64 KB, read it back from L2 for the next query:
+ * the loop waited on L2 at one cache line a multiply-add). Every score is scores8's, so the
+ * same bits as scores_t query by query. */
+static inline __attribute__((always_inline)) void scores_g(const float *q, int G, const float *K,
+                                                           int n, float *pg, int ldp,
+                                                           const int T) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int g = 0; g < G; g++) {
+            __m512 qv[8];
+            for (int t = 0; t < T; t++) qv[t] = _mm512_loadu_ps(q + (size_t)g * 16 * T + 16 * t);
+            scores8(qv, K + (size_t)i * 16 * T, pg + (size_t)g * ldp + i, T);
+        }
+    if (i < n)
+        for (int g = 0; g < G; g++)
+            scores_t(q + (size_t)g * 16 * T, K + (size_t)i * 16 * T, n - i,
+                     pg + (size_t)g * ldp + i, T);
+}
+
 /* o = sum_i pg[i] V[i] over n keys (added to o's values with `more`), D = 16 T, the output in
  * registers: two calls over [0, a) and [a, n) make the same fused multiply-adds as one. */
 static inline __attribute__((always_inline)) void weighted_sum_t(const float *pg, const float *V,
@@ -158,12 +179,28 @@ static void chunk_attend(const float *q /* [G][D] scaled, rotated */, int G, int
                          float *mx, float *sm, float *p /* [G][CHUNK] */) {
     int n = k1 - k0;
     int n0 = shared - k0 < 0 ? 0 : shared - k0 > n ? n : shared - k0;
+    int together = 0; /* the G queries' scores computed key block by key block */
+#if defined(__AVX512F__)
+    if (D == 64 || D == 128) {
+        int T = D / 16;
+        if (n0) {
+            if (T == 4) scores_g(q, G, Ks + (size_t)k0 * D, n0, p, CHUNK, 4);
+            else scores_g(q, G, Ks + (size_t)k0 * D, n0, p, CHUNK, 8);
+        }
+        if (n0 < n) {
+            const float *Ko = K + (size_t)(k0 + n0) * D;
+            if (T == 4) scores_g(q, G, Ko, n - n0, p + n0, CHUNK, 4);
+            else scores_g(q, G, Ko, n - n0, p + n0, CHUNK, 8);
+        }
+        together = 1;
+    }
+#endif
     for (int g = 0; g < G; g++) {
         float *pg = p + (size_t)g * CHUNK;
         const float *qg = q + (size_t)g * D;
         float best = -INFINITY;
-        if (n0) scores(qg, Ks + (size_t)k0 * D, n0, D, pg);
-        if (n0 < n) scores(qg, K + (size_t)(k0 + n0) * D, n - n0, D, pg + n0);
+        if (n0 && !together) scores(qg, Ks + (size_t)k0 * D, n0, D, pg);
+        if (n0 < n && !together) scores(qg, K + (size_t)(k0 + n0) * D, n - n0, D, pg + n0);
         if (m)
             for (int i = 0; i < n; i++)
                 if (!m[k0 + i] && k0 + i != w) pg[i] = -INFINITY;
