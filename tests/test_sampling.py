@@ -161,9 +161,14 @@ def test_top_p_over_a_large_vocabulary_matches_reference(scale, fast):
         ref = TopPLogitsWarper(p)(None, logits[b:b + 1].clone())
         assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
     wider = torch.cat([logits, torch.randn(5, 8 * TOP_P_CANDIDATES[1], generator=g) * 0.02], -1)
-    out = top_p_filter(wider, ps)  # the second tier (4,096 candidates), past it the sort
+    out = top_p_filter(wider, ps)  # the second tier (4,096 candidates), past it the third
     for b, p in enumerate(ps.tolist()):
         ref = TopPLogitsWarper(p)(None, wider[b:b + 1].clone())
+        assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
+    widest = torch.cat([wider, torch.randn(5, 4 * TOP_P_CANDIDATES[2], generator=g) * 0.01], -1)
+    out = top_p_filter(widest, ps)  # the third tier (16,384 candidates), past it the sort
+    for b, p in enumerate(ps.tolist()):
+        ref = TopPLogitsWarper(p)(None, widest[b:b + 1].clone())
         assert torch.equal(torch.isinf(out[b:b + 1]), torch.isinf(ref))
 
 
