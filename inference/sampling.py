@@ -248,7 +248,8 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
         drawn = [b for b, greedy in enumerate(rows.greedy.tolist()) if not greedy]
         if not drawn:  # the sampled rows have finished; greedy ones remain
             return sampled
-        cum = probs[drawn].double().cumsum(dim=-1)  # [R, V]
+        mine = probs if len(drawn) == len(sampled) else probs[drawn]
+        cum = mine.cumsum(dim=-1, dtype=torch.float64)  # [R, V], each term widened first
         u = torch.cat([torch.rand(1, generator=rows.generators[b], dtype=torch.float64)
                        for b in drawn])
         total = cum[:, -1]
