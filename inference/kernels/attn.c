@@ -172,8 +172,8 @@ static void weighted_sum(const float *pg, const float *V, int n, int D, float *o
 /* The sum of p[0..n): sixteen running sums (key i in sum i % 16, each in key order), added
  * together in lane order, then the last n % 16 keys in order. The same operations whatever
  * the vector width (gcc makes the lanes' loop SIMD; a single running sum could not be), so
- * every build adds alike. One sum in key order was a chain of dependent adds: 4 cycles a key,
- * about a third of the time of an 8-row default-model step's attention. */
+ * every build adds alike. One sum in key order was a chain of dependent adds, 4 cycles a key:
+ * 30 layers of attention at 8 rows of a 170-key context went 1.88 -> 1.69 ms without it. */
 static float sum_keys(const float *p, int n) {
     float lane[16] = {0.f};
     int i = 0;
