@@ -115,7 +115,8 @@ static inline void block_generic(const int16_t *xq, const float *xs, int M, int 
  * independent chains of multiply-adds are in flight (block_avx512 runs a row's 16 for a group
  * before the next row's: two chains of 8, each waiting on the multiply-add's latency unless
  * the scheduler reaches the next row), and the weights four groups (2 KB) ahead are fetched
- * (one group ahead before). The integer sums are exact and each group's float operations
+ * (block_avx512 fetched the next block's same group for 4 rows and more: 8 rows' matmuls
+ * 20.8 -> 16.8 ms on one core then). The integer sums are exact and each group's float operations
  * are block_avx512's, so the bits are the same. The default model's int8 matmuls of one
  * step (30 layers and the output layer, 2 threads, random weights from memory, medians of
  * 30 interleaved runs): 4 rows 7.14 -> 6.48 ms, 8 rows 9.17 -> 8.32 ms, one row (unchanged
@@ -150,19 +151,14 @@ static inline __attribute__((always_inline)) void rows_avx512(const int16_t *xq,
     for (int i = 0; i < R; i++) _mm512_storeu_ps(out + i * RB, acc[i]);
 }
 
+/* 1 to 3 rows (rows_avx512 takes 4 to 8): each row's 16 multiply-adds of a group in turn, no
+ * software prefetch (it only ever ran for 4 rows and more). */
 static void block_avx512(const int16_t *xq, const float *xs, int M, int G, const int8_t *wb,
                          const uint16_t *sb, float *out) {
     __m512 acc[MB];
     for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
     for (int g = 0; g < G; g++) {
         const int8_t *wg = wb + (size_t)g * GS * RB;
-        /* Several rows compute long enough to hide the next block's load: prefetch its same
-         * group now (a prefetch past the last block is harmless). At 8 rows the int8 matmuls
-         * of a default-model step took 20.8 ms without, 16.8 ms with (one core, weights from
-         * memory; 15.4 ms with the weights in cache); one row is bound by memory, not this. */
-        if (M >= 4)
-            for (int l = 0; l < GS * RB; l += 64)
-                _mm_prefetch((const char *)(wg + (size_t)G * GS * RB + l), _MM_HINT_T0);
         __m512i w[16];
         for (int t = 0; t < 16; t++)
             w[t] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(wg + t * 32)));
