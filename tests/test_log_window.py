@@ -211,3 +211,30 @@ async def _paging_holds(thresholds: tuple[int, int, int]) -> None:
         assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
         await pilot.press("pageup")
     assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
+
+
+async def test_a_conversation_shorter_than_the_screen_starts_at_its_top():
+    """Textual 8.2.8 sets an anchored scroll's offset to its content's end less the viewport,
+    unclamped (textual#6652): a short conversation was drawn hugging the prompt, blank lines
+    above it (a snapshot test failed one run in four). The offset that state leaves is put
+    here as the compositor puts it; the log is drawn from its top all the same, and the last
+    item measures as tall as it is, not as the empty room under it."""
+    from textual.widget import Widget
+
+    async with opened(1) as (app, pilot, screen):
+        log_view = app.chat.log_view
+        assert log_view.max_scroll_y == 0
+        first = log_view.children[0]
+        log_view.set_reactive(Widget.scroll_y, -6.0)
+        log_view.refresh(layout=True)
+        screen = await shown(pilot, app)
+        assert first.region.y == log_view.content_region.y + first.styles.margin.top
+        lines = screen.splitlines()
+        assert any("question 0" in line for line in lines[:4]), screen
+        window = app.chat.window
+        width = window.width()
+        window._measure(width)
+        last = window.items[-1]
+        head, tail = last.widgets[0], last.widgets[-1]
+        assert last.measured[width] == (tail.virtual_region.bottom + tail.styles.margin.bottom
+                                        - head.virtual_region.y + head.styles.margin.top)

@@ -242,7 +242,11 @@ class LogWindow:
             if not child.display:
                 continue
             tops.append((child.virtual_region.y - child.styles.margin.top, item))
-        end = self.log.virtual_size.height
+        # the content's end, not the log's virtual height: a log shorter than its viewport is
+        # as tall as the viewport, and the last item measured to there was taken for as tall
+        # as the empty space under it
+        end = max((child.virtual_region.bottom + child.styles.margin.bottom
+                   for child in self.log.children if child.display), default=0)
         for (top, item), (next_top, _) in zip(tops, tops[1:] + [(end, None)]):
             if item is not None and next_top > top:
                 item.measured[width] = next_top - top
@@ -262,7 +266,7 @@ class LogWindow:
         heights = [item.height(width) for item in self.items]
         # following the end, the view shows the last lines (after /load nothing is drawn yet:
         # the scroll offset would say the top)
-        y0 = max(0, sum(heights) - view) if following else log_widget.scroll_y
+        y0 = max(0, sum(heights) - view) if following else log_widget.scroll_offset.y
         near_lo, near_hi = y0 - SCREENS_AROUND * view, y0 + (1 + SCREENS_AROUND) * view
         kept_lo, kept_hi = y0 - SCREENS_KEPT * view, y0 + (1 + SCREENS_KEPT) * view
         wanted: list[bool] = []
@@ -435,7 +439,9 @@ class LogWindow:
             moved = 0.0
         else:
             moved = self.log.scroll_target_y - y0
-        target = top + (y0 - old_top) + moved
+        # (clamped: Textual takes an offset above the top as it is, and drew the log that many
+        # blank lines down)
+        target = max(0.0, min(top + (y0 - old_top) + moved, self.log.max_scroll_y))
         if abs(target - self.log.scroll_y) >= 1:
             self.log.scroll_to(y=target, animate=False, immediate=True)
 
