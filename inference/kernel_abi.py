@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -75,6 +75,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "token_stats_max_k": (_i, []),
     "token_stats_f32": (None, [_p, _i, _i, _p, _i, _f, _p, _i, _i]),
     "topk_f32": (None, [_p, _i, _i, _i, _p, _p, _i]),
+    "sample_f32": (None, [_p, _p, _i, _i, _p, _p, _p, _p, _p, _p, _i, _p, _i, _i]),
 }
 """Every exported function: (restype, argtypes), in the header's order of arguments."""
 

@@ -181,6 +181,24 @@ class Q8Kernel:
                                  out.data_ptr(), width, self._threads())
         return out
 
+    def sample(self, raw: torch.Tensor, pre: torch.Tensor, temperature: torch.Tensor,
+               top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
+               greedy: torch.Tensor, u: torch.Tensor, k: int) -> torch.Tensor:
+        """``sampling.decode_step_outputs``' chain, draw and columns in one call (``stats.c``).
+        raw, pre: [B, V] fp32 contiguous (the logits, and the same after the repetition
+        penalty); per row [B]: temperature, top_p, min_p fp32, top_k int64, greedy bool, u
+        float64 in [0, 1). Returns [B, 5 + 4k] fp32 (the chosen id first)."""
+        b, v = raw.shape
+        width = 5 + 4 * k
+        out = torch.empty((b, width), dtype=torch.float32)
+        args = [temperature.float().contiguous(), top_k.to(torch.int64).contiguous(),
+                top_p.float().contiguous(), min_p.float().contiguous(),
+                greedy.to(torch.uint8).contiguous(), u.double().contiguous()]
+        self.lib.sample_f32(raw.data_ptr(), pre.data_ptr(), b, v,
+                            *(a.data_ptr() for a in args[:5]), args[5].data_ptr(), k,
+                            out.data_ptr(), width, self._threads())
+        return out
+
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """torch.topk(x, k) for x [B, V] fp32 contiguous on the CPU, k <= V (``stats.c``):
         (values [B, k] descending, ids [B, k] int64), equal values by ascending id."""

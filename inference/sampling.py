@@ -371,16 +371,39 @@ def sampler_stats(processed: torch.Tensor, probs: torch.Tensor | None,
     return torch.cat([chosen_p, nucleus, alt_p, cut], dim=-1)
 
 
+def _uniforms(rows: RowSampling) -> torch.Tensor:
+    """One float64 uniform number in [0, 1) per row from its generator for the draw (0 for a
+    greedy row, which draws none): what ``sample_rows``' CPU draw takes, in the same order."""
+    return torch.cat([torch.zeros(1, dtype=torch.float64) if greedy
+                      else torch.rand(1, generator=g, dtype=torch.float64)
+                      for greedy, g in zip(rows.greedy.tolist(), rows.generators)])
+
+
 def decode_step_outputs(logits: torch.Tensor, seen: torch.Tensor | None, rows: RowSampling,
                         k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One decode step's sampling: returns (next ids [B] on device, packed stats
-    [B, 5 + 4k]: ``token_stats``' 3 + 2k columns, then ``sampler_stats``' 2 + 2k)."""
+    [B, 5 + 4k]: ``token_stats``' 3 + 2k columns, then ``sampler_stats``' 2 + 2k).
+
+    On the CPU with chatui's kernels the whole step is one call of ``stats.c``'s sampler: the
+    chain above, the CPU draw of ``sample_rows`` and every column, in a few vector passes over
+    each row (the penalty, when set, still in torch). A comparison's 8 rows (temperatures
+    0.4-1.2, top-p 0.95, peaked logits of 49,152 tokens, 2 threads): 7.2-9.7 ms a step for the
+    torch chain, 1.3 ms fused (``benchmarks/bench_batch.py`` for what that makes of a step).
+    Elsewhere, the torch functions above (the references the kernel is tested against)."""
     logits = logits.float()
-    if not rows.any_sampled and not rows.any_penalty:
-        kernel = _stats_kernel(logits, k)
-        if kernel is not None:  # greedy: argmax, statistics and sampler columns in one call
-            stats = kernel.token_stats(logits.contiguous(), None, k, float(CUT_GREEDY))
-            return stats[:, 0].long(), stats
+    kernel = _stats_kernel(logits, k)
+    if kernel is not None and not rows.any_sampled and not rows.any_penalty:
+        # greedy: argmax, statistics and sampler columns in one call
+        stats = kernel.token_stats(logits.contiguous(), None, k, float(CUT_GREEDY))
+        return stats[:, 0].long(), stats
+    if kernel is not None:  # the chain, the draw and every column in one call
+        pre = logits
+        if rows.any_penalty and seen is not None:
+            pre = apply_repetition_penalty(logits, seen, rows.repetition_penalty)
+        stats = kernel.sample(logits.contiguous(), pre.contiguous(), rows.temperature,
+                              rows.top_k, rows.top_p, rows.min_p, rows.greedy,
+                              _uniforms(rows), k)
+        return stats[:, 0].long(), stats
     processed, stages = process_logits_traced(logits, seen, rows)
     probs = processed.softmax(dim=-1) if rows.any_sampled else None
     next_ids = sample_rows(processed, rows, probs)

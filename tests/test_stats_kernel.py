@@ -100,6 +100,22 @@ def test_the_avx2_and_portable_builds_match_float64(march, tmp_path, x86_gcc):
     kern = q8kernel.open_library(path, openmp=True)
     _check(kern)
     _check_topk(kern)
+    native = q8kernel.load_kernel()
+    if native is not None:  # the sampler's draws are the same in every build, and with FMA
+        # (AVX2, AVX-512) its bits: the portable build's exp rounds without it
+        g = torch.Generator().manual_seed(3)
+        for scale in (0.4, 3.0):
+            raw = torch.randn(4, 49152 + 7, generator=g) * scale
+            row = [torch.tensor(v) for v in ([0.7, 1.2, 1.0, 0.5], [0, 0, 40, 0],
+                                            [0.95, 0.999, 1.0, 0.9], [0.0, 0.0, 0.05, 0.0],
+                                            [False, False, False, True])]
+            u = torch.rand(4, generator=g, dtype=torch.float64)
+            got, want = kern.sample(raw, raw, *row, u, 5), native.sample(raw, raw, *row, u, 5)
+            if march == "haswell":
+                assert torch.equal(got, want)
+            exact = [0, *range(3, 8), 14, *range(20, 25)]  # ids, nucleus sizes, cut codes
+            assert torch.equal(got[:, exact], want[:, exact])
+            assert torch.allclose(got, want, rtol=1e-6, atol=1e-9)
 
 
 def test_the_kernel_agrees_with_the_torch_version(kernel):
@@ -121,8 +137,9 @@ def test_the_kernel_agrees_with_the_torch_version(kernel):
     [SamplingParams(temperature=0, repetition_penalty=1.3)] * 4,
 ])
 def test_a_step_with_the_kernel_equals_the_step_without(settings, kernel, monkeypatch):
-    """decode_step_outputs: the fused greedy step (and token_stats inside the torch path)
-    gives the ids and columns of the torch-only step, up to float rounding."""
+    """decode_step_outputs: the fused step (greedy rows, and sampled ones with the sampler of
+    stats.c) gives the ids and columns of the torch-only step: ids, alternatives, nucleus
+    sizes and cut codes exactly, probabilities to float rounding (exp and sums of its own)."""
     torch.manual_seed(7)
     logits = torch.randn(4, 3000) * 3
     seen = torch.zeros(4, 3000, dtype=torch.bool)
@@ -134,9 +151,94 @@ def test_a_step_with_the_kernel_equals_the_step_without(settings, kernel, monkey
                                                                        torch.device("cpu")), 5)
     assert torch.equal(ids, ref_ids)
     assert got.shape == ref.shape
-    exact = [0, *range(3, 8), *range(13, 25)]  # ids, alternatives and the sampler columns
+    exact = [0, *range(3, 8), 14, *range(20, 25)]  # ids, alternatives, nucleus, cut codes
     assert torch.equal(got[:, exact], ref[:, exact])
     assert torch.allclose(got, ref, atol=2e-5)
+
+
+def _torch_step(logits, seen, settings, k, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(sampling, "load_kernel", lambda: None)
+        return decode_step_outputs(logits, seen, RowSampling.build(settings, torch.device("cpu")),
+                                   k)
+
+
+MIXES = [
+    [SamplingParams(temperature=t, top_p=0.95, seed=i + 1)
+     for i, t in enumerate((0.7, 1.0, 0.4, 1.2, 0.9, 0.6, 0.7, 1.0))],  # a comparison's
+    [SamplingParams(temperature=0.5, top_k=40, seed=3), SamplingParams(temperature=1.3, min_p=0.05,
+                                                                       seed=4),
+     SamplingParams(temperature=0), SamplingParams(temperature=0.8, top_k=20, top_p=0.8,
+                                                   min_p=0.02, repetition_penalty=1.3, seed=5)],
+    [SamplingParams(temperature=1.0, top_p=0.3, seed=6),
+     SamplingParams(temperature=2.0, top_p=0.999, seed=7)],
+]
+
+
+@pytest.mark.parametrize("vocab", [49152, 1013, 150])
+@pytest.mark.parametrize("mix", range(len(MIXES)))
+def test_the_fused_sampler_draws_what_the_torch_chain_draws(vocab, mix, kernel, monkeypatch):
+    """stats.c's sampler (temperature, top-k, top-p in its tiers, min-p, the penalty, the
+    float64 draw) against sampling.py's torch chain on peaked and flat rows (nuclei from a few
+    tokens to most of the vocabulary, every tier): the same token at every step, the same
+    nucleus sizes and cut codes, probabilities to float rounding. Random logits have no ties
+    (the tie rule is the next test's)."""
+    settings = MIXES[mix]
+    g = torch.Generator().manual_seed(vocab + mix)
+    for step in range(12):
+        logits = torch.randn(len(settings), vocab, generator=g) * (3.0 if step % 2 else 0.4)
+        logits[:, :8] += 6.0 * (step % 3)
+        seen = torch.rand(len(settings), vocab, generator=g) < 0.02
+        ids, got = decode_step_outputs(logits, seen, RowSampling.build(settings,
+                                                                       torch.device("cpu")), 5)
+        ref_ids, ref = _torch_step(logits, seen, settings, 5, monkeypatch)
+        assert torch.equal(ids, ref_ids), step
+        exact = [0, *range(3, 8), 14, *range(20, 25)]
+        assert torch.equal(got[:, exact], ref[:, exact]), step
+        assert torch.allclose(got[:, 13:], ref[:, 13:], atol=1e-6, rtol=1e-4), step
+        assert torch.allclose(got, ref, atol=3e-5), step
+
+
+def test_the_fused_nucleus_breaks_ties_by_id_and_the_draw_takes_kept_tokens(kernel, monkeypatch):
+    """Tokens of equal probability across top-p's boundary: the lower ids are kept (as the
+    candidates' order has them), in every tier; u = 0 draws the first kept token and u just
+    below 1 the last, never a removed one."""
+    for vocab, tied in ((3000, 100), (49152, 20000)):  # within the first tier, past the third
+        logits = torch.full((1, vocab), -30.0)
+        logits[0, :tied] = 0.0
+        for p in (0.5, 0.25):
+            rows = RowSampling.build([SamplingParams(temperature=1.0, top_p=p, seed=1)],
+                                     torch.device("cpu"))
+            _, got = decode_step_outputs(logits, None, rows, 3)
+            want = -int(-tied * p // 1)  # the fewest tokens with p of the mass, the first ids
+            assert int(got[0, 10]) in (want, want + 1)  # (the mass's float rounding)
+            kept = int(got[0, 10])
+            for u, first in ((0.0, 0), (1 - 2 ** -53, kept - 1)):
+                monkeypatch.setattr(torch, "rand",
+                                    lambda *a, u=u, **k: torch.tensor([u], dtype=torch.float64))
+                ids, _ = decode_step_outputs(logits, None, RowSampling.build(
+                    [SamplingParams(temperature=1.0, top_p=p, seed=1)], torch.device("cpu")), 3)
+                assert int(ids[0]) == first
+                monkeypatch.undo()
+
+
+def test_the_fused_draw_follows_the_kept_distribution(kernel):
+    """3,000 seeded draws of a row cut to three tokens by top-k land on them in proportion."""
+    vocab = 1000
+    probs = torch.full((vocab,), 1e-4)
+    probs[[10, 500, 999]] = torch.tensor([0.5, 0.3, 0.15])
+    logits = (probs / probs.sum()).log()[None].expand(2, -1).contiguous()
+    counts = torch.zeros(vocab)
+    for seed in range(3000):
+        rows = RowSampling.build([SamplingParams(temperature=0.0),
+                                  SamplingParams(temperature=1.0, top_k=3, seed=seed)],
+                                 torch.device("cpu"))
+        ids, _ = decode_step_outputs(logits, None, rows, 3)
+        assert int(ids[0]) == 10
+        counts[int(ids[1])] += 1
+    kept = torch.tensor([0.5, 0.3, 0.15]) / 0.95
+    assert counts.sum() == counts[[10, 500, 999]].sum()
+    assert torch.allclose(counts[[10, 500, 999]] / counts.sum(), kept, atol=0.03)
 
 
 def test_without_the_kernels_token_stats_is_the_torch_version(monkeypatch):

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 9
+#define CHATUI_KERNELS_ABI 10
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -114,5 +114,16 @@ void token_stats_f32(const float *logits, int B, int V, const int64_t *chosen, i
 /* The k largest of each row of x [B, V]: vals [B, k] descending, ids [B, k] (ties: the lower
  * index first); for the top-p filter's candidates. */
 void topk_f32(const float *x, int B, int V, int k, float *vals, int64_t *ids, int threads);
+/* One decode step's sampling of B rows (sampling.py's chain and CPU draw, fused): raw [B, V]
+ * the logits, pre [B, V] the same after the repetition penalty (raw where there is none);
+ * per row the temperature (greedy rows: any), top_k (0 off), top_p (1 off), min_p (0 off),
+ * greedy (1: the argmax of pre) and u, a uniform number in [0, 1) for the draw. out[b] (ld
+ * floats apart) = token_stats' columns for the chosen token then sampler_stats' (its
+ * probability after the chain, the nucleus size, k alternatives' probabilities and cut
+ * codes). k <= token_stats_max_k(). */
+void sample_f32(const float *raw, const float *pre, int B, int V, const float *temperature,
+                const int64_t *top_k, const float *top_p, const float *min_p,
+                const uint8_t *greedy, const double *u, int k, float *out, int ld,
+                int threads);
 
 #endif
