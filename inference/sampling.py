@@ -388,7 +388,7 @@ def decode_step_outputs(logits: torch.Tensor, seen: torch.Tensor | None, rows: R
     chain above, the CPU draw of ``sample_rows`` and every column, in a few vector passes over
     each row (the penalty, when set, still in torch). A comparison's 8 rows (temperatures
     0.4-1.2, top-p 0.95, peaked logits of 49,152 tokens, 2 threads): 7.2-9.7 ms a step for the
-    torch chain, 1.3 ms fused (``benchmarks/bench_batch.py`` for what that makes of a step).
+    torch chain, 1.3-2.0 ms fused (``benchmarks/bench_batch.py`` for what that makes of a step).
     Elsewhere, the torch functions above (the references the kernel is tested against)."""
     logits = logits.float()
     kernel = _stats_kernel(logits, k)

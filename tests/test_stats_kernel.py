@@ -185,6 +185,10 @@ def test_the_fused_sampler_draws_what_the_torch_chain_draws(vocab, mix, kernel, 
     (the tie rule is the next test's)."""
     settings = MIXES[mix]
     g = torch.Generator().manual_seed(vocab + mix)
+    calls = []
+    fused = type(kernel).sample
+    monkeypatch.setattr(type(kernel), "sample",
+                        lambda self, *a, **kw: calls.append(1) or fused(self, *a, **kw))
     for step in range(12):
         logits = torch.randn(len(settings), vocab, generator=g) * (3.0 if step % 2 else 0.4)
         logits[:, :8] += 6.0 * (step % 3)
@@ -197,6 +201,7 @@ def test_the_fused_sampler_draws_what_the_torch_chain_draws(vocab, mix, kernel, 
         assert torch.equal(got[:, exact], ref[:, exact]), step
         assert torch.allclose(got[:, 13:], ref[:, 13:], atol=1e-6, rtol=1e-4), step
         assert torch.allclose(got, ref, atol=3e-5), step
+    assert len(calls) == 12  # one kernel call a step, the torch chain only for the reference
 
 
 def test_the_fused_nucleus_breaks_ties_by_id_and_the_draw_takes_kept_tokens(kernel, monkeypatch):
