@@ -191,12 +191,12 @@ class Q8Kernel:
         b, v = raw.shape
         width = 5 + 4 * k
         out = torch.empty((b, width), dtype=torch.float32)
-        args = [temperature.float().contiguous(), top_k.to(torch.int64).contiguous(),
+        rows = [temperature.float().contiguous(), top_k.to(torch.int64).contiguous(),
                 top_p.float().contiguous(), min_p.float().contiguous(),
                 greedy.to(torch.uint8).contiguous(), u.double().contiguous()]
         self.lib.sample_f32(raw.data_ptr(), pre.data_ptr(), b, v,
-                            *(a.data_ptr() for a in args[:5]), args[5].data_ptr(), k,
-                            out.data_ptr(), width, self._threads())
+                            *(r.data_ptr() for r in rows), k, out.data_ptr(), width,
+                            self._threads())
         return out
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

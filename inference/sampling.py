@@ -223,6 +223,14 @@ def process_logits_traced(logits: torch.Tensor, seen: torch.Tensor | None, rows:
     return x, stages
 
 
+def _uniforms(rows: RowSampling) -> torch.Tensor:
+    """One float64 uniform number in [0, 1) per row from its generator for the CPU draw (0
+    for a greedy row, which draws none), for ``sample_rows`` and the fused sampler alike."""
+    return torch.cat([torch.zeros(1, dtype=torch.float64) if greedy
+                      else torch.rand(1, generator=g, dtype=torch.float64)
+                      for greedy, g in zip(rows.greedy.tolist(), rows.generators)])
+
+
 def sample_rows(processed: torch.Tensor, rows: RowSampling,
                 probs: torch.Tensor | None = None) -> torch.Tensor:
     """Choose one token per row: argmax for greedy rows, a draw from softmax otherwise; each
@@ -250,8 +258,7 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
             return sampled
         mine = probs if len(drawn) == len(sampled) else probs[drawn]
         cum = mine.cumsum(dim=-1, dtype=torch.float64)  # [R, V], each term widened first
-        u = torch.cat([torch.rand(1, generator=rows.generators[b], dtype=torch.float64)
-                       for b in drawn])
+        u = _uniforms(rows)[drawn]
         total = cum[:, -1]
         # below the total even where u * total rounds up to it: a token of probability > 0
         point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
@@ -369,14 +376,6 @@ def sampler_stats(processed: torch.Tensor, probs: torch.Tensor | None,
     alt_p = torch.where(greedy, is_chosen.float(), alt_p)
     cut = torch.where(greedy, torch.where(is_chosen, 0.0, float(CUT_GREEDY)), cut)
     return torch.cat([chosen_p, nucleus, alt_p, cut], dim=-1)
-
-
-def _uniforms(rows: RowSampling) -> torch.Tensor:
-    """One float64 uniform number in [0, 1) per row from its generator for the draw (0 for a
-    greedy row, which draws none): what ``sample_rows``' CPU draw takes, in the same order."""
-    return torch.cat([torch.zeros(1, dtype=torch.float64) if greedy
-                      else torch.rand(1, generator=g, dtype=torch.float64)
-                      for greedy, g in zip(rows.greedy.tolist(), rows.generators)])
 
 
 def decode_step_outputs(logits: torch.Tensor, seen: torch.Tensor | None, rows: RowSampling,

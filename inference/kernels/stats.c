@@ -175,6 +175,19 @@ static void exp_sums(const float *x, int V, float m, double *S, double *T) {
     *T = t;
 }
 
+/* sampler_stats' columns of a greedy row after its token_stats' in out: probability and
+ * nucleus 1, each alternative 1 and kept if it is the chosen c, else 0 and cut. */
+static void greedy_columns(float *out, int k, int64_t c, float cut) {
+    float *s = out + 3 + 2 * k;
+    s[0] = 1.f; /* the chosen token's probability after the chain */
+    s[1] = 1.f; /* the nucleus */
+    for (int j = 0; j < k; j++) {
+        int is = (int64_t)out[3 + j] == c && out[3 + k + j] > -INFINITY;
+        s[2 + j] = is ? 1.f : 0.f;
+        s[2 + k + j] = is ? 0.f : cut;
+    }
+}
+
 static void stats_row(const float *x, int V, const int64_t *chosen, int k, float greedy_cut,
                       float *out) {
     struct topk t;
@@ -196,16 +209,7 @@ static void stats_row(const float *x, int V, const int64_t *chosen, int k, float
         out[3 + j] = ok ? (float)t.id[j] : 0.f;
         out[3 + k + j] = ok ? (float)((double)(t.v[j] - m) - lse) : -INFINITY;
     }
-    if (!chosen) {
-        float *s = out + 3 + 2 * k;
-        s[0] = 1.f; /* the chosen token's probability after the chain */
-        s[1] = 1.f; /* the nucleus */
-        for (int j = 0; j < k; j++) {
-            int is = j < t.n && t.id[j] == c;
-            s[2 + j] = is ? 1.f : 0.f;
-            s[2 + k + j] = is ? 0.f : greedy_cut;
-        }
-    }
+    if (!chosen) greedy_columns(out, k, c, greedy_cut);
 }
 
 int token_stats_max_k(void) { return MAXK - 1; }
@@ -512,14 +516,7 @@ static void sample_row(const float *raw, const float *pre, int V, float T, int64
     if (greedy) {
         c = argmax_row(pre, V);
         stats_row(raw, V, &c, k, 0.f, out);
-        float *g = out + 3 + 2 * k;
-        g[0] = 1.f;
-        g[1] = 1.f;
-        for (int j = 0; j < k; j++) {
-            int is = (int64_t)out[3 + j] == c && out[3 + k + j] > -INFINITY;
-            g[2 + j] = is ? 1.f : 0.f;
-            g[2 + k + j] = is ? 0.f : CUT_GREEDY;
-        }
+        greedy_columns(out, k, c, CUT_GREEDY);
         return;
     }
     float *e = s->e;
