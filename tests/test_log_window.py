@@ -120,6 +120,54 @@ async def test_page_keys_faster_than_the_screen_draws_each_move_a_page():
         assert 8 <= moved <= 11, moved  # (the view follows items drawn above it: +-1)
 
 
+async def test_a_page_scrolled_during_an_update_is_painted_before_the_next_update(monkeypatch):
+    """Issue 21, PageUp held down: a key that scrolls while the window updates (mounting the
+    replies a screen above, inside one batch of screen updates) gets its page painted before
+    the window updates again. The update that followed at once held that page back behind
+    the next mounts and layout: 43 ms from each key to its screen at a terminal's key repeat
+    (a key every 33 ms; ``benchmarks/bench_long.py --held 33``), 27 ms painted first."""
+    import asyncio
+
+    from chatui.messages import PageConversation
+    from chatui.textual_compat.testing import watch_updates
+    from chatui.widgets.log_window import LogWindow
+
+    paints: list[object] = []
+    trace: list[tuple[str, int]] = []
+    armed = {"key": False}
+    update = LogWindow.update
+
+    async def traced(self: LogWindow) -> None:
+        trace.append(("start", len(paints)))
+        await update(self)
+        if armed["key"]:  # a key arrives while this update works in its batch
+            armed["key"] = False
+            with self.log.app.batch_update():
+                self.log.app.chat.post_message(PageConversation(down=False))
+                await asyncio.sleep(0.05)
+            trace.append(("keyed", len(paints)))
+        trace.append(("end", len(paints)))
+
+    monkeypatch.setattr(LogWindow, "update", traced)
+    async with opened(PAGED) as (app, pilot, _):
+        chat = app.chat
+        watch_updates(app, paints.append)
+        before = chat.log_view.scroll_y
+        trace.clear()
+        armed["key"] = True
+        await pilot.press("pageup")
+        await shown(pilot, app)
+        while chat.window.busy:
+            await pilot.pause(0.01)
+        keyed = trace.index(next(t for t in trace if t[0] == "keyed"))
+        assert trace[keyed + 1][0] == "end"
+        after = trace[keyed + 2]  # the update that the key's scroll asked for
+        assert after[0] == "start", trace
+        assert after[1] > trace[keyed + 1][1], trace  # the key's page was painted first
+        page = chat.log_view.scrollable_content_region.height
+        assert (before - chat.log_view.scroll_y) / page >= 1.5  # both keys moved a page
+
+
 @pytest.mark.parametrize("ahead", [SCREENS_AHEAD, 0.0])
 async def test_the_page_above_is_drawn_before_pageup_brings_it_in(monkeypatch, ahead):
     """Issue 21: once the window is up to date, the lines of the replies a screen above the

@@ -212,6 +212,9 @@ class LogWindow:
             while True:
                 self._again = False
                 await self.update()
+                if self._again:  # scrolled meanwhile: that page is painted first
+                    await self._after_layout()
+                    continue
                 if not self._again:
                     await self.render_ahead()
                 if not self._again:
