@@ -212,15 +212,15 @@ class LogWindow:
             while True:
                 self._again = False
                 await self.update()
-                if self._again:  # scrolled meanwhile: that page is painted first
-                    await self._after_layout()
-                    continue
                 if not self._again:
                     await self.render_ahead()
                 if not self._again:
                     if self.settled is not None:
                         self.settled()
                     break
+                # scrolled meanwhile: that page is painted before the next update (which
+                # mounts and lays out in one batch of screen updates, holding the page back)
+                await self._after_layout()
         except Exception:  # noqa: BLE001 - a failed update must not stop the next ones
             log.exception("updating the conversation's window failed")
         finally:
@@ -450,5 +450,5 @@ class LogWindow:
 
     async def _after_layout(self) -> None:
         done = asyncio.get_running_loop().create_future()
-        self.log.call_after_refresh(lambda: done.done() or done.set_result(None))
-        await done
+        if self.log.call_after_refresh(lambda: done.done() or done.set_result(None)):
+            await done  # (not scheduled: the log is gone, nothing will be drawn)
