@@ -44,3 +44,66 @@ async def test_footer_lets_its_old_keys_go():
     ours, textuals = await keys_alive(ChatFooter), await keys_alive(Footer)
     assert ours <= 3  # the keys on screen
     assert textuals >= ours + 8  # Textual's own leaks: if this fails, drop ChatFooter
+
+
+async def test_a_binding_only_enabled_or_disabled_greys_its_key_in_place():
+    """Issue 21: Esc "Stop" and Ctrl+L "Clear" are enabled and disabled four times an exchange;
+    each rebuilt the footer (~20 keys mounted anew, 16-85 ms), and a key pressed meanwhile
+    waited for it. The keys are now greyed in place and drawn as a footer composed anew
+    draws them; a binding that comes or goes still recomposes."""
+    from textual.binding import Binding
+    from textual.widgets import Footer
+
+    from chatui.textual_compat.testing import render_screen
+    from chatui.widgets.footer import ChatFooter
+
+    class WithFooter(App[None]):
+        BINDINGS = [Binding("f5", "stop", "Stop"), Binding("f6", "clear", "Clear"),
+                    Binding("f7", "more", "More")]
+        armed = True
+        more = True
+
+        def compose(self) -> ComposeResult:
+            yield ChatFooter()
+
+        def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+            if action == "stop":
+                return True if self.armed else None  # None: shown greyed out
+            if action == "more":
+                return self.more  # False: not shown
+            return True
+
+    def keys(app: App) -> list[object]:
+        return list(app.query("FooterKey"))
+
+    def footer_line(app: App) -> str:
+        strip = render_screen(app)[-1]
+        return "".join(f"{seg.text}|{seg.style}" for seg in strip)
+
+    app = WithFooter()
+    async with app.run_test(size=(60, 3)) as pilot:
+        await pilot.pause()
+        before = keys(app)
+        assert [k.key for k in before][:3] == ["f5", "f6", "f7"]
+        for armed in (False, True, False):
+            app.armed = armed
+            app.refresh_bindings()
+            await pilot.pause()
+            await pilot.pause()
+            now = keys(app)
+            assert now == before  # the same keys: nothing mounted anew
+            assert now[0].has_class("-disabled") is (not armed)
+            drawn = footer_line(app)
+            footer = app.query_one(Footer)
+            footer._shown = None  # the reference: the same bindings composed anew
+            footer.call_later(footer.recompose)
+            await pilot.pause()
+            await pilot.pause()
+            assert keys(app) != before
+            assert footer_line(app) == drawn
+            before = keys(app)
+        app.more = False  # a binding that goes: composed anew
+        app.refresh_bindings()
+        await pilot.pause()
+        await pilot.pause()
+        assert [k.key for k in keys(app)][:3] == ["f5", "f6", "ctrl+p"]

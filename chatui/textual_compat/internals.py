@@ -15,7 +15,10 @@ path: slower, never wrong.
   ``Screen.find_widget`` building the whole map (~20 ms with 60 replies);
 - :func:`follows_end`: whether an anchored scroll still follows its end (``Widget.
   _anchor_released``), which a conversation's window asks right after ``/load``, before any
-  layout has given the scroll offset a meaning.
+  layout has given the scroll offset a meaning;
+- :func:`set_footer_key_enabled`: a footer key greyed out or not in place (``FooterKey.
+  _disabled``, which its click reads, beside its public ``-disabled`` class), so that a binding
+  that is only enabled or disabled does not rebuild the footer (see ``chatui.widgets.footer``).
 """
 
 from __future__ import annotations
@@ -67,3 +70,14 @@ def follows_end(widget: Widget) -> bool:
         if isinstance(released, bool):
             return not released
     return widget.is_anchored and widget.scroll_y >= widget.max_scroll_y - 1
+
+
+def set_footer_key_enabled(key: Widget, enabled: bool) -> bool:
+    """Show ``key`` (a footer's ``FooterKey``) enabled or greyed out, as a new
+    ``FooterKey(disabled=not enabled)`` would be; False (nothing changed) where the gate is
+    off or the key has no such state: then the footer is composed anew."""
+    if not ENABLED or not isinstance(getattr(key, "_disabled", None), bool):
+        return False
+    key._disabled = not enabled  # type: ignore[attr-defined]
+    key.set_class(not enabled, "-disabled")
+    return True
