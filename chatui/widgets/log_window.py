@@ -450,5 +450,6 @@ class LogWindow:
 
     async def _after_layout(self) -> None:
         done = asyncio.get_running_loop().create_future()
+        # (not scheduled when the log is gone: nothing will be drawn, nothing to wait for)
         if self.log.call_after_refresh(lambda: done.done() or done.set_result(None)):
-            await done  # (not scheduled: the log is gone, nothing will be drawn)
+            await done
