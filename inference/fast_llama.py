@@ -161,7 +161,7 @@ class FastLlama:
         model: the loaded transformers model (see ``unsupported_reason``).
         dtype: dtype of matmul inputs and the KV cache (bf16 for int8 weights on CPU).
         quantize: "none", "int8" (weight-only: on a CPU where chatui's kernel builds, groups of
-            32 along K with int16 activations, ``Q8Weight``; elsewhere per output channel,
+            32 along K with 8-bit activations, ``Q8Weight``; elsewhere per output channel,
             ``Int8Weight``) or "int4" (groups of 32 with an fp16 scale and min: chatui's
             ``Q4Weight`` kernel where it builds, with the output layer (and so a tied
             embedding) 6-bit, ``Q6Weight``; else torch's ``Int4Weight`` one, the output layer

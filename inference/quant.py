@@ -92,7 +92,7 @@ class Q8Weight:
     """A weight [N, K] as int8 in groups of 32 along K with an fp16 scale per row and group,
     in the layout of chatui's CPU kernel (``q8kernel``): rows in blocks of 16, and within a
     block and group, column pairs of all 16 rows side by side. N and K are padded with zeros to
-    multiples of 16 and 32. Activations are quantized per group to int16 inside the kernel."""
+    multiples of 16 and 32. Activations are quantized per group to 8 bits (asymmetric) inside the kernel."""
 
     packed: torch.Tensor  # [N/16, K/32, 16 (pair), 16 (row), 2] int8
     scales: torch.Tensor  # [N/16, K/32, 16 (row)] fp16

@@ -154,7 +154,7 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
         dtype = getattr(torch, precision)
     q8 = quantize != "none" and q8_available(ckpt.device)
     if q8:
-        # chatui's kernels quantize activations (int16 for int8 weights, int8 for int4) itself:
+        # chatui's kernels quantize activations (8-bit, in groups of 32) itself:
         # fp32 in, fp32 out
         dtype, residual = model_dtype, None
     elif quantize != "none":

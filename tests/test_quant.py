@@ -78,12 +78,11 @@ def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86
     w = Q8Weight.quantize(torch.randn(40, 70))
     x = torch.randn(3, 70) * torch.logspace(-1, 1, 70)
     norm = torch.rand(70) + 0.5
-    deq = w.dequantize(torch.float64)
     for out, ref in (
-            (kernel.matmul(x, w.packed, w.scales, 40), x.double() @ deq.t()),
+            (kernel.matmul(x, w.packed, w.scales, 40), q8_reference(x, w)),
             (kernel.matmul(x, w.packed, w.scales, 40, norm=norm, eps=1e-5),
-             torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5) @ deq.t())):
-        assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+             q8_reference(torch.nn.functional.rms_norm(x, (70,), norm, 1e-5), w))):
+        assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
     xs = torch.randn(9, 70)  # the multi-row path: each row as alone, bit for bit
     rows = kernel.matmul(xs, w.packed, w.scales, 40)
     for r in range(9):
@@ -154,15 +153,19 @@ def test_q8_groups_round_trip_within_half_a_step():
 @pytest.mark.parametrize("m", [1, 3, 9, 17])
 @pytest.mark.parametrize("nk", [(48, 64), (40, 70), (1000, 576)])
 def test_q8_kernel_matches_the_dequantized_matmul(m, nk, kernel):
-    """Activations go through int16 in groups of 32: relative error ~ 1e-5, far below bf16's."""
+    """Against the dequantized weights times the kernel's 8-bit activations in float64 (to
+    ~1e-6: the kernel's float32 sums), and within 8-bit activations' rounding of the float64
+    product of the unquantized ones (~2e-3 here: 0.4 % of a group's range a value at most)."""
     torch.manual_seed(4)
     n, k = nk
     w = Q8Weight.quantize(torch.randn(n, k))
     x = torch.randn(2, m, k) * torch.logspace(-2, 2, k)  # groups of very different scales
     out = q8_linear(x, w)
-    ref = x.double() @ w.dequantize(torch.float64).t()
     assert out.shape == (2, m, n) and out.dtype == torch.float32
-    assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    ref = q8_reference(x, w).view(2, m, n)
+    assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    exact = x.double() @ w.dequantize(torch.float64).t()
+    assert (out.double() - exact).abs().max() <= 1e-2 * exact.abs().max()
     assert torch.equal(q8_linear(x.bfloat16(), w), q8_linear(x.bfloat16().float(), w))
 
 
@@ -171,15 +174,14 @@ def test_q8_kernel_fuses_the_norm_and_swiglu(m, kernel):
     torch.manual_seed(5)
     w = Q8Weight.quantize(torch.randn(40, 70))
     x, norm = torch.randn(m, 70) * 3, torch.rand(70) + 0.5
-    deq = w.dequantize(torch.float64)
-    ref = torch.nn.functional.rms_norm(x.double(), (70,), norm.double(), 1e-5) @ deq.t()
+    ref = q8_reference(torch.nn.functional.rms_norm(x, (70,), norm, 1e-5), w)
     out = q8_linear(x, w, norm=norm, eps=1e-5)
-    assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
     gate_up = torch.randn(m, 140) * 2
-    gate, up = gate_up.double().chunk(2, dim=-1)
-    ref = (torch.nn.functional.silu(gate) * up) @ deq.t()
+    gate, up = gate_up.chunk(2, dim=-1)
+    ref = q8_reference(torch.nn.functional.silu(gate) * up, w)
     out = q8_linear(gate_up, w, swiglu=True)
-    assert out.shape == (m, 40) and (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    assert out.shape == (m, 40) and (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
 
 
 @pytest.mark.parametrize("m", [1, 6])
@@ -189,13 +191,12 @@ def test_q8_kernel_fuses_tanh_gelu_for_gemma(m, kernel):
     torch.manual_seed(6)
     w = Q8Weight.quantize(torch.randn(40, 70))
     gate_up = torch.randn(m, 140) * 3
-    gate, up = gate_up.double().chunk(2, dim=-1)
-    ref = (torch.nn.functional.gelu(gate, approximate="tanh") * up) @ w.dequantize(
-        torch.float64).t()
+    gate, up = gate_up.chunk(2, dim=-1)
+    ref = q8_reference(torch.nn.functional.gelu(gate, approximate="tanh") * up, w)
     out = torch.empty(m, 40)
     kernel.lib.q8_matmul(gate_up.data_ptr(), m, 70, w.packed.data_ptr(), w.scales.data_ptr(), 40,
                          out.data_ptr(), 1, 3, None, 0.0)
-    assert (out.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+    assert (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
 
 
 def test_embedding_rows_and_softcap_in_c_equal_torch(kernel):
@@ -234,6 +235,34 @@ def int8_groups(x: torch.Tensor) -> torch.Tensor:
     amax = xp.abs().amax(-1, keepdim=True)
     xq = torch.where(amax > 0, torch.round(xp * (127 / amax.clamp(min=1e-300))), 0.0)
     return (xq * amax / 127).view(m, g * 32)
+
+
+def uint8_groups(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] as the int8 kernel quantizes it (``tests/test_q8_activations.py`` checks the
+    codes bit for bit): 8 bits per group of 32 along K, asymmetric with an integer zero point,
+    the codes computed in float32 as the kernel does, returned dequantized in float64 (padded
+    with zeros to whole groups)."""
+    m, k = x.shape
+    g = -(-k // 32)
+    xp = torch.nn.functional.pad(x.float(), (0, g * 32 - k)).view(m, g, 32)
+    lo = xp.amin(-1, keepdim=True).clamp(max=0.0)
+    hi = xp.amax(-1, keepdim=True).clamp(min=0.0)
+    span = hi - lo
+    inv = torch.where(span > 0, torch.tensor(255.0) / span, torch.zeros_like(span))
+    zero = torch.round(-lo * inv)
+    q = (torch.round(xp * inv) + zero).clamp(0, 255)
+    scale = torch.where(span > 0, span / torch.tensor(255.0), torch.zeros_like(span))
+    return ((q - zero).double() * scale.double()).view(m, g * 32)
+
+
+def q8_reference(x: torch.Tensor, w: Q8Weight) -> torch.Tensor:
+    """What the int8 kernel computes, in float64: the dequantized weights times the 8-bit
+    activations of ``uint8_groups`` (so the kernel is checked to ~1e-6, not to the
+    activations' rounding). x is what the kernel quantizes (after any fused norm or SwiGLU,
+    computed here in float32 as the kernel does: a code can differ where the two land on
+    either side of a rounding boundary, one step of one group)."""
+    deq = torch.nn.functional.pad(w.dequantize(torch.float64), (0, -(-w.k // 32) * 32 - w.k))
+    return uint8_groups(x.reshape(-1, x.shape[-1])) @ deq.t()
 
 
 def q4_reference(x: torch.Tensor, w: Q4Weight) -> torch.Tensor:
@@ -447,7 +476,7 @@ def _experts_check(kernel: q8kernel.Q8Kernel, cls: type, linear) -> None:
         assert torch.equal(down[p], linear(one, b, swiglu=True)[0])
         g, u = (x[p // 3].double() @ a.dequantize(torch.float64).t()).chunk(2)
         ref = (torch.nn.functional.silu(g) * u) @ b.dequantize(torch.float64).t()
-        tol = 1e-4 if cls is Q8Weight else 3e-2  # int16 / int8 activations
+        tol = 3e-2  # 8-bit activations
         assert (down[p].double() - ref).abs().max() <= tol * ref.abs().max()
 
 
@@ -587,10 +616,11 @@ def test_quality_floor_on_the_default_model(default_ckpt, monkeypatch):
     """Measured on inference.quality.SAMPLE_TEXT (762 tokens) against the fp32 model.
 
     The issue's bar is >= 97 % top-1 agreement and <= 2 % perplexity for int8. chatui's
-    group-wise kernel measures 97.9 % / +0.32 %; torch's per-channel kernel with bf16
+    group-wise kernel measures 97.6 % / +0.80 % with its 8-bit activations (97.9 % / +0.36 %
+    with the int16 ones before issue 18's fifth pass); torch's per-channel kernel with bf16
     activations (the fallback where ours cannot build) only about 94.7 %. int4 (chatui's
     kernel: groups of 32 with fp16 scale and min, int8 activations, int8 output layer) measures
-    97.8 % / +0.21 %: this model's decoder was Q4_1, which int4 round-trips, so what it loses
+    97.4 % / +0.20 % (97.8 % before the int8 output layer's activations became 8-bit): this model's decoder was Q4_1, which int4 round-trips, so what it loses
     is the activations' int8 rounding (torch's int4 kernel, bf16 activations: 99.2 %).
     """
     from conftest import skip_unless_ci
