@@ -161,7 +161,8 @@ async def test_compare_four_settings_and_pick_continues_with_that_column():
         assert len(backend.requests[-1].settings) == 4
         [view] = compare_views(app)
         assert len(view.columns) == 4
-        assert all(r.finish_reason == "stop" for r in view.entry.replies)
+        reasons = [r.finish_reason for r in view.entry.replies]
+        assert reasons == ["stop"] * 4, (reasons, app.chat.generating)
         metas = [str(c.query_one(".column-meta").render()) for c in view.columns]
         assert ["deterministic" in m for m in metas] == [True, False, False, True]
         await send(pilot, app, "/pick 3")
