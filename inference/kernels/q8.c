@@ -38,7 +38,7 @@
  * on one core), and a batched step's matmuls ran near vpdpwssd's rate. Measured (30 layers
  * and the output layer of the default model's shapes, random weights from memory, 2 threads,
  * medians of 25-30 interleaved runs): 8 rows 9.4 -> 8.4 ms, 4 rows 8.0 -> 7.6, one row
- * unchanged (6.8, its weights' reading); 256 rows (a prefill) 161 -> 119 ms. The cost in
+ * unchanged (6.8, its weights' reading); 256 rows (a prefill's) 161 -> 119 ms. The cost in
  * top-1 agreement (97.9 -> 97.6 % on the default model) is in the README. */
 struct xq { float scale; int32_t zero; }; /* a group's scale and zero point */
 
