@@ -42,6 +42,20 @@
  * top-1 agreement (97.9 -> 97.6 % on the default model) is in the README. */
 struct xq { float scale; int32_t zero; }; /* a group's scale and zero point */
 
+/* How a group's codes are stored for the multiply-adds: with AVX-512 VNNI the codes q
+ * themselves (vpdpbusd's unsigned bytes, the zero point applied after, rows_avx512); elsewhere
+ * q - z as int16 (-255..255), so that vpmaddwd's int16 pairs (and the portable loop) give
+ * sum w (q - z) directly: the same integers, and the int16 kernels' speed (q as bytes there,
+ * widened and the weights' sums taken for the zero point in the loop, made AVX2's int8
+ * matmuls 6-28 % slower for 1-8 rows). */
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#define ACT_BYTES 1
+typedef uint8_t act_t;
+#else
+#define ACT_BYTES 0
+typedef int16_t act_t;
+#endif
+
 static inline struct xq quant_params(float lo, float hi) {
     struct xq p = {0.f, 0};
     if (hi > lo) {
@@ -55,7 +69,7 @@ static inline struct xq quant_params(float lo, float hi) {
 /* One whole group of 32 with SIMD, bit for bit the scalar loop below (the same float
  * operations; lrintf and vcvtps2dq both round to nearest even). Returns 0 where there is no
  * SIMD code. */
-static inline int quantize_group(const float *x, uint8_t *xq, struct xq *xp) {
+static inline int quantize_group(const float *x, act_t *xq, struct xq *xp) {
 #if defined(__AVX512F__)
     __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
     float lo = _mm512_reduce_min_ps(_mm512_min_ps(_mm512_min_ps(a, b), _mm512_setzero_ps()));
@@ -69,8 +83,13 @@ static inline int quantize_group(const float *x, uint8_t *xq, struct xq *xp) {
     __m512i qb = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(b, vi)), z);
     qa = _mm512_min_epi32(_mm512_max_epi32(qa, zero), top);
     qb = _mm512_min_epi32(_mm512_max_epi32(qb, zero), top);
+#if ACT_BYTES
     _mm_storeu_si128((__m128i *)xq, _mm512_cvtepi32_epi8(qa));
     _mm_storeu_si128((__m128i *)(xq + 16), _mm512_cvtepi32_epi8(qb));
+#else
+    _mm256_storeu_si256((__m256i *)xq, _mm512_cvtepi32_epi16(_mm512_sub_epi32(qa, z)));
+    _mm256_storeu_si256((__m256i *)(xq + 16), _mm512_cvtepi32_epi16(_mm512_sub_epi32(qb, z)));
+#endif
     return 1;
 #elif defined(__AVX2__)
     __m256 v[4], lo8 = _mm256_setzero_ps(), hi8 = _mm256_setzero_ps();
@@ -89,16 +108,16 @@ static inline int quantize_group(const float *x, uint8_t *xq, struct xq *xp) {
     struct xq p = quant_params(lo, hi);
     *xp = p;
     __m256 vi = _mm256_set1_ps(hi > lo ? 255.f / (hi - lo) : 0.f);
-    __m256i z = _mm256_set1_epi32(p.zero);
+    __m256i z = _mm256_set1_epi32(p.zero), zero = _mm256_setzero_si256(),
+            top = _mm256_set1_epi32(255);
     __m256i q[4];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         q[i] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi)), z);
-    /* signed saturation to int16 then unsigned to uint8 clamps to 0..255 */
-    __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
-    __m256i b = _mm256_packus_epi16(p01, p23);
-    /* lanes: q0[0:4] q1[0:4] q2[0:4] q3[0:4] | q0[4:8] q1[4:8] q2[4:8] q3[4:8] as dwords */
-    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)xq, b);
+        q[i] = _mm256_sub_epi32(_mm256_min_epi32(_mm256_max_epi32(q[i], zero), top), z);
+    }
+    for (int i = 0; i < 4; i += 2) /* (packs interleaves the halves; the permute orders them) */
+        _mm256_storeu_si256((__m256i *)(xq + 8 * i),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(q[i], q[i + 1]), 0xD8));
     return 1;
 #else
     (void)x, (void)xq, (void)xp;
@@ -106,8 +125,9 @@ static inline int quantize_group(const float *x, uint8_t *xq, struct xq *xp) {
 #endif
 }
 
-/* x [K] -> xq [G*32] uint8 and xp [G] (scale and zero point of each group of 32). */
-static void quantize_row(const float *x, int K, int G, uint8_t *xq, struct xq *xp) {
+/* x [K] -> xq [G*32] (the codes as act_t holds them) and xp [G] (scale and zero point of
+ * each group of 32). */
+static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp) {
     for (int g = 0; g < G; g++) {
         if ((g + 1) * GS <= K && quantize_group(x + g * GS, xq + g * GS, xp + g))
             continue;
@@ -125,29 +145,33 @@ static void quantize_row(const float *x, int K, int G, uint8_t *xq, struct xq *x
             int kk = g * GS + k;
             float v = kk < K ? x[kk] * inv : 0.f;
             long q = lrintf(v) + p.zero;
-            xq[g * GS + k] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+            q = q < 0 ? 0 : q > 255 ? 255 : q;
+            xq[g * GS + k] = (act_t)(ACT_BYTES ? q : q - p.zero);
         }
     }
 }
 
-static inline void block_generic(const uint8_t *xq, const struct xq *xp, int M, int G, const int8_t *wb,
-                          const uint16_t *sb, float *acc /* [M][16] */) {
+/* The portable loop (codes stored as q - z here: sum w (q - z) directly). */
+static inline void block_generic(const act_t *xq, const struct xq *xp, int M, int G,
+                                 const int8_t *wb, const uint16_t *sb, float *acc /* [M][16] */) {
     for (int m = 0; m < M; m++)
         for (int r = 0; r < RB; r++) acc[m * RB + r] = 0.f;
     for (int g = 0; g < G; g++) {
         const int8_t *wg = wb + (size_t)g * GS * RB;
-        int32_t ws[RB] = {0};
-        for (int t = 0; t < GS / 2; t++)
-            for (int r = 0; r < RB; r++) ws[r] += wg[t * 32 + 2 * r] + wg[t * 32 + 2 * r + 1];
         for (int m = 0; m < M; m++) {
-            const uint8_t *x = xq + (size_t)m * G * GS + g * GS;
+            const act_t *x = xq + (size_t)m * G * GS + g * GS;
             int32_t d[RB] = {0};
             for (int t = 0; t < GS / 2; t++)
                 for (int r = 0; r < RB; r++)
                     d[r] += wg[t * 32 + 2 * r] * x[2 * t] + wg[t * 32 + 2 * r + 1] * x[2 * t + 1];
             struct xq p = xp[(size_t)m * G + g];
+            if (ACT_BYTES) { /* (never built so: the AVX-512 VNNI path takes every block) */
+                for (int t = 0; t < GS / 2; t++)
+                    for (int r = 0; r < RB; r++)
+                        d[r] -= p.zero * (wg[t * 32 + 2 * r] + wg[t * 32 + 2 * r + 1]);
+            }
             for (int r = 0; r < RB; r++)
-                acc[m * RB + r] += (float)(d[r] - p.zero * ws[r]) * half_to_float(sb[g * RB + r]) * p.scale;
+                acc[m * RB + r] += (float)d[r] * half_to_float(sb[g * RB + r]) * p.scale;
         }
     }
 }
@@ -218,47 +242,35 @@ static void block_avx512(const uint8_t *xq, const struct xq *xp, int M, int G, c
 #elif defined(__AVX2__) && defined(__F16C__)
 /* R activation rows (R <= 4, a constant once inlined) against one group: each pair of weight
  * vectors is widened once for the R rows instead of once a row (the weights of a group do not
- * fit AVX2's 16 registers, so they are widened as they stream), and so are the weights' sums
- * for the zero points; the integer sums and float operations are rows_avx512's. */
+ * fit AVX2's 16 registers, so they are widened as they stream); a row's integer sums and float
+ * operations are those of the single-row case, and the integers are rows_avx512's. */
 static inline __attribute__((always_inline)) void rows_avx2(const int8_t *wg, __m256 sw0,
-                                                            __m256 sw1, const uint8_t *xq,
+                                                            __m256 sw1, const act_t *xq,
                                                             const struct xq *xp, int G, int g,
                                                             __m256 (*acc)[2], const int R) {
-    __m256i d0[4], d1[4], s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-    const __m256i one = _mm256_set1_epi16(1);
-    int16_t x16[4][GS] __attribute__((aligned(32)));
-    const int32_t *x[4];
+    __m256i d0[4], d1[4];
+    const int32_t *x[4]; /* each row's group as int16 pairs */
     for (int i = 0; i < R; i++) {
         d0[i] = d1[i] = _mm256_setzero_si256();
-        __m256i b = _mm256_loadu_si256((const __m256i *)(xq + (size_t)i * G * GS + g * GS));
-        _mm256_store_si256((__m256i *)x16[i], _mm256_cvtepu8_epi16(_mm256_castsi256_si128(b)));
-        _mm256_store_si256((__m256i *)(x16[i] + 16),
-                           _mm256_cvtepu8_epi16(_mm256_extracti128_si256(b, 1)));
-        x[i] = (const int32_t *)x16[i];
+        x[i] = (const int32_t *)(xq + (size_t)i * G * GS + g * GS);
     }
     for (int t = 0; t < 16; t++) {
         __m256i wt = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + t * 32)));
         __m256i wu = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wg + t * 32 + 16)));
-        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(wt, one));
-        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(wu, one));
         for (int i = 0; i < R; i++) {
             __m256i xb = _mm256_set1_epi32(x[i][t]);
             d0[i] = _mm256_add_epi32(d0[i], _mm256_madd_epi16(wt, xb));
             d1[i] = _mm256_add_epi32(d1[i], _mm256_madd_epi16(wu, xb));
         }
     }
-    __m256 sf0 = _mm256_cvtepi32_ps(s0), sf1 = _mm256_cvtepi32_ps(s1);
     for (int i = 0; i < R; i++) {
-        struct xq p = xp[(size_t)i * G + g];
-        __m256 z = _mm256_set1_ps((float)p.zero), sx = _mm256_set1_ps(p.scale);
-        __m256 e0 = _mm256_fnmadd_ps(sf0, z, _mm256_cvtepi32_ps(d0[i]));
-        __m256 e1 = _mm256_fnmadd_ps(sf1, z, _mm256_cvtepi32_ps(d1[i]));
-        acc[i][0] = _mm256_fmadd_ps(e0, _mm256_mul_ps(sw0, sx), acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(e1, _mm256_mul_ps(sw1, sx), acc[i][1]);
+        __m256 sx = _mm256_set1_ps(xp[(size_t)i * G + g].scale);
+        acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0[i]), _mm256_mul_ps(sw0, sx), acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1[i]), _mm256_mul_ps(sw1, sx), acc[i][1]);
     }
 }
 
-static void block_avx2(const uint8_t *xq, const struct xq *xp, int M, int G, const int8_t *wb,
+static void block_avx2(const act_t *xq, const struct xq *xp, int M, int G, const int8_t *wb,
                        const uint16_t *sb, float *out) {
     __m256 acc[MB][2];
     for (int m = 0; m < M; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
@@ -312,7 +324,7 @@ const char *q8_isa(void) {
 void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *sp, int N, float *y,
                int threads, int mode, const float *aux, float eps) {
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
-    uint8_t *xq = (uint8_t *)aligned_alloc(64, (((size_t)M * G * GS + 63) / 64) * 64);
+    act_t *xq = (act_t *)aligned_alloc(64, (((size_t)M * G * GS * sizeof(act_t) + 63) / 64) * 64);
     struct xq *xs = (struct xq *)malloc(sizeof(struct xq) * (size_t)M * G);
     size_t ldx = mode >= 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
@@ -336,7 +348,7 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
         float out[MB * RB];
         for (int m0 = 0; m0 < M; m0 += MB) {
             int mm = M - m0 < MB ? M - m0 : MB;
-            const uint8_t *bx = xq + (size_t)m0 * G * GS;
+            const act_t *bx = xq + (size_t)m0 * G * GS;
             const struct xq *bs = xs + (size_t)m0 * G;
             const int8_t *bw = wp + (size_t)b * G * GS * RB;
             const uint16_t *bsc = sp + (size_t)b * G * RB;
@@ -359,7 +371,7 @@ void q8_matmul_sel(int P, const float *x, int xdiv, int K, const int8_t *const *
                    const uint16_t *const *sp, const int64_t *sel, int N, float *y, int threads,
                    int mode) {
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
-    uint8_t *xq = (uint8_t *)aligned_alloc(64, (((size_t)P * G * GS + 63) / 64) * 64);
+    act_t *xq = (act_t *)aligned_alloc(64, (((size_t)P * G * GS * sizeof(act_t) + 63) / 64) * 64);
     struct xq *xs = (struct xq *)malloc(sizeof(struct xq) * (size_t)P * G);
     size_t ldx = mode >= 2 ? 2 * (size_t)K : (size_t)K;
     if (threads < 1) threads = 1;
