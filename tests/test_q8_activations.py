@@ -1,13 +1,11 @@
 """The int8 kernel's activation quantization (``q8.c``'s ``quantize_row``, SIMD for whole
-groups since issue 18) is bit for bit the scalar definition: per group of 32 (zeros past K),
-lo = min(0, min x), hi = max(0, max x), inv = 255 / (hi - lo), zero point z = round(-lo * inv),
-q = clamp(round(x * inv) + z, 0, 255), scale (hi - lo) / 255, rounded to nearest even; x is
-then scale * (q - z)."""
+groups since issue 18) is bit for bit the scalar definition, ``test_quant.uint8_codes``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from test_quant import uint8_codes
 
 from inference import q8kernel
 from inference.quant import Q8Weight
@@ -18,18 +16,10 @@ def _quantized_identity(x: torch.Tensor) -> torch.Tensor:
     row's one weight 127 at the fp16 scale of 1/127): the scalar quantization of x, multiplied
     out as the SIMD kernels do (the exact integer 127 (q - z), one rounding of it times
     scale x x's scale)."""
-    m, k = x.shape
-    g = -(-k // 32)
-    xp = torch.nn.functional.pad(x, (0, g * 32 - k)).view(m, g, 32)
-    lo = xp.amin(-1, keepdim=True).clamp(max=0.0)
-    hi = xp.amax(-1, keepdim=True).clamp(min=0.0)
-    span = hi - lo
-    inv = torch.where(span > 0, torch.tensor(255.0) / span, torch.zeros_like(span))
-    zero = torch.round(-lo * inv)  # half to even, as lrintf and vcvtps2dq
-    q = (torch.round(xp * inv) + zero).clamp(0, 255)
-    scale = torch.where(span > 0, span / torch.tensor(255.0), torch.zeros_like(span))
+    k = x.shape[1]
+    codes, scale = uint8_codes(x)
     sw = torch.tensor(1 / 127.0).to(torch.float16).float()
-    return (((q - zero) * 127) * (sw * scale)).view(m, g * 32)[:, :k]
+    return ((codes * 127) * (sw * scale)).view(x.shape[0], -1)[:, :k]
 
 
 def _check(kern: q8kernel.Q8Kernel) -> None:

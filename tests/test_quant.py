@@ -237,11 +237,12 @@ def int8_groups(x: torch.Tensor) -> torch.Tensor:
     return (xq * amax / 127).view(m, g * 32)
 
 
-def uint8_groups(x: torch.Tensor) -> torch.Tensor:
-    """x [M, K] as the int8 kernel quantizes it (``tests/test_q8_activations.py`` checks the
-    codes bit for bit): 8 bits per group of 32 along K, asymmetric with an integer zero point,
-    the codes computed in float32 as the kernel does, returned dequantized in float64 (padded
-    with zeros to whole groups)."""
+def uint8_codes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] as the int8 kernel quantizes it, in float32 as the kernel computes it: 8 bits
+    per group of 32 along K (zeros past K), lo = min(0, min x), hi = max(0, max x),
+    inv = 255 / (hi - lo), zero point z = round(-lo * inv), q = clamp(round(x * inv) + z, 0,
+    255), scale (hi - lo) / 255, rounded to nearest even (as lrintf and vcvtps2dq). Returns
+    q - z [M, G, 32] and scale [M, G, 1] (x is scale * (q - z)); an all-zero group has 0s."""
     m, k = x.shape
     g = -(-k // 32)
     xp = torch.nn.functional.pad(x.float(), (0, g * 32 - k)).view(m, g, 32)
@@ -252,7 +253,14 @@ def uint8_groups(x: torch.Tensor) -> torch.Tensor:
     zero = torch.round(-lo * inv)
     q = (torch.round(xp * inv) + zero).clamp(0, 255)
     scale = torch.where(span > 0, span / torch.tensor(255.0), torch.zeros_like(span))
-    return ((q - zero).double() * scale.double()).view(m, g * 32)
+    return q - zero, scale
+
+
+def uint8_groups(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] as the int8 kernel quantizes it (``uint8_codes``; ``tests/test_q8_activations.py``
+    checks the codes bit for bit), dequantized in float64, padded with zeros to whole groups."""
+    codes, scale = uint8_codes(x)
+    return (codes.double() * scale.double()).view(x.shape[0], -1)
 
 
 def q8_reference(x: torch.Tensor, w: Q8Weight) -> torch.Tensor:

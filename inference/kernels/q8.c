@@ -151,34 +151,9 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
     }
 }
 
-/* The portable loop (codes stored as q - z here: sum w (q - z) directly). */
-static inline void block_generic(const act_t *xq, const struct xq *xp, int M, int G,
-                                 const int8_t *wb, const uint16_t *sb, float *acc /* [M][16] */) {
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < RB; r++) acc[m * RB + r] = 0.f;
-    for (int g = 0; g < G; g++) {
-        const int8_t *wg = wb + (size_t)g * GS * RB;
-        for (int m = 0; m < M; m++) {
-            const act_t *x = xq + (size_t)m * G * GS + g * GS;
-            int32_t d[RB] = {0};
-            for (int t = 0; t < GS / 2; t++)
-                for (int r = 0; r < RB; r++)
-                    d[r] += wg[t * 32 + 2 * r] * x[2 * t] + wg[t * 32 + 2 * r + 1] * x[2 * t + 1];
-            struct xq p = xp[(size_t)m * G + g];
-            if (ACT_BYTES) { /* (never built so: the AVX-512 VNNI path takes every block) */
-                for (int t = 0; t < GS / 2; t++)
-                    for (int r = 0; r < RB; r++)
-                        d[r] -= p.zero * (wg[t * 32 + 2 * r] + wg[t * 32 + 2 * r + 1]);
-            }
-            for (int r = 0; r < RB; r++)
-                acc[m * RB + r] += (float)d[r] * half_to_float(sb[g * RB + r]) * p.scale;
-        }
-    }
-}
-
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 /* R activation rows (1 <= R <= 8, a constant once inlined) against one row block. The packed
- * layout holds a row's columns in pairs (for vpdpwssd); two pairs' 64 bytes become one
+ * layout holds a row's columns in pairs (for vpmaddwd); two pairs' 64 bytes become one
  * vector of each row's four columns 4u..4u+3 with one vpermw, shared by the R rows, and then
  * one vpdpbusd a row advances 16 rows by four columns. The weights' sums a group (for the zero
  * points) are one more vpdpbusd a vector against ones, also shared. The R rows' multiply-adds
@@ -295,6 +270,26 @@ static void block_avx2(const act_t *xq, const struct xq *xp, int M, int G, const
 }
 #define BLOCK block_avx2
 #else
+/* The portable loop (codes stored as q - z here: sum w (q - z) directly). */
+static inline void block_generic(const act_t *xq, const struct xq *xp, int M, int G,
+                                 const int8_t *wb, const uint16_t *sb, float *acc /* [M][16] */) {
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < RB; r++) acc[m * RB + r] = 0.f;
+    for (int g = 0; g < G; g++) {
+        const int8_t *wg = wb + (size_t)g * GS * RB;
+        for (int m = 0; m < M; m++) {
+            const act_t *x = xq + (size_t)m * G * GS + g * GS;
+            int32_t d[RB] = {0};
+            for (int t = 0; t < GS / 2; t++)
+                for (int r = 0; r < RB; r++)
+                    d[r] += wg[t * 32 + 2 * r] * x[2 * t] + wg[t * 32 + 2 * r + 1] * x[2 * t + 1];
+            float sx = xp[(size_t)m * G + g].scale;
+            for (int r = 0; r < RB; r++)
+                acc[m * RB + r] += (float)d[r] * half_to_float(sb[g * RB + r]) * sx;
+        }
+    }
+}
+
 #define BLOCK block_generic
 #endif
 
