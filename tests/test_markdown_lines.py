@@ -13,7 +13,7 @@ from textual.selection import Selection
 from textual.geometry import Offset
 from textual.widgets import Markdown
 
-from chatui.widgets.markdown_lines import STRIP_CACHE, LineStore, MarkdownLines, layout_markdown
+from chatui.widgets.markdown_lines import STORE_CACHE, STRIP_CACHE, LineStore, MarkdownLines, layout_markdown
 
 SAMPLE = """## Notes on the protocol (3)
 
@@ -167,7 +167,7 @@ async def _tracked_per_widget(text: str) -> float:
     async with app.run_test(size=(80, 24)) as pilot:
         scroll = app.query_one(VerticalScroll)
         for n in range(1, 41):
-            await scroll.mount(MarkdownLines(text))
+            await scroll.mount(MarkdownLines(f"{text}\n\nreply {n}"))  # (no shared layout)
             scroll.scroll_end(animate=False, immediate=True)
             await pilot.pause()
             if n in (10, 40):
@@ -201,6 +201,50 @@ def test_keeps_a_few_objects_per_widget_whatever_its_length():
     long = _tracked_per_widget_alone(10)
     assert short < 400, short
     assert long < short + 50, (short, long)  # not a line's worth more for 10 times the text
+
+
+async def test_a_text_mounted_again_is_not_laid_out_again(monkeypatch):
+    """A reply whose widget the conversation's window mounts anew (scrolled back to) reuses
+    its layout; another width or theme lays it out again; the shared layouts are bounded."""
+    from chatui.widgets import markdown_lines
+
+    calls = []
+    real = markdown_lines.layout_markdown
+
+    def counting(source, width, highlight=None):
+        calls.append((source, width))
+        return real(source, width, highlight)
+
+    monkeypatch.setattr(markdown_lines, "layout_markdown", counting)
+    app = Many()
+    text = SAMPLE + "\n\nmounted again"
+    async with app.run_test(size=(80, 24)) as pilot:
+        scroll = app.query_one(VerticalScroll)
+        first = MarkdownLines(text)
+        await scroll.mount(first)
+        await pilot.pause()
+        drawn = [first.render_line(y).text for y in range(first.size.height)]
+        width = first.size.width
+        laid_out = len(calls)
+        assert (text, width) in calls
+        await first.remove()
+        second = MarkdownLines(text)
+        await scroll.mount(second)
+        await pilot.pause()
+        assert second.size.width == width
+        assert len(calls) == laid_out  # the same lines, not laid out again
+        assert [second.render_line(y).text for y in range(second.size.height)] == drawn
+        scroll.styles.width = 60
+        await pilot.pause()
+        assert calls[-1] == (text, second.size.width) != (text, width)
+        laid_out = len(calls)
+        app.theme = "textual-light"
+        await pilot.pause()
+        assert len(calls) == laid_out + 1 and calls[-1] == (text, second.size.width)
+        for n in range(STORE_CACHE + 10):
+            second.update(f"text {n}")
+            second.lines(58)
+        assert len(MarkdownLines._stores) <= STORE_CACHE
 
 
 async def test_selection_copies_the_drawn_text_and_update_redraws():

@@ -60,6 +60,12 @@ DRAWN_WIDGETS = 8
 recently drawn others up to this count."""
 STRIP_CACHE = 128
 """Rendered lines kept for all :class:`MarkdownLines` together (a few screens' worth)."""
+STORE_CACHE = 256
+"""Laid-out replies (:class:`LineStore`, a few kB each) kept for all :class:`MarkdownLines`
+together, by text, width and style: a reply whose widgets the conversation's window mounts
+again (PageUp back over it, or the reply that just streamed at the bottom) is not laid out
+again. Issue 21, held PageUp over 60 replies (``benchmarks/bench_long.py``): laying out the
+Markdown of the replies each page brought in was ~11 % of a page's work."""
 
 BULLETS = ("• ", "▪ ", "‣ ", "⭑ ", "◦ ")
 """Bullets by list depth, as Textual's Markdown draws them."""
@@ -463,6 +469,8 @@ class MarkdownLines(Widget):
 
     _strips: ClassVar[LRUCache[tuple[int, int, int], Strip]] = LRUCache(STRIP_CACHE)
     """Rendered lines of every MarkdownLines, keyed by (widget, generation, line)."""
+    _stores: ClassVar[LRUCache[tuple[object, ...], LineStore]] = LRUCache(STORE_CACHE)
+    """Laid-out lines of every MarkdownLines, keyed by (text, width, style, theme)."""
     _serial: ClassVar[Iterable[int]] = itertools.count()
     _drawn: ClassVar[dict[int, weakref.ref[MarkdownLines]]] = {}
     """The widgets that drew lines, the most recent last (see :meth:`_drawn_now`)."""
@@ -567,22 +575,31 @@ class MarkdownLines(Widget):
                                        dark=app.current_theme.dark)
 
     def lines(self, width: int) -> LineStore:
-        """The rendered lines at ``width`` (built once per width, theme and base style)."""
+        """The rendered lines at ``width`` (laid out once per text, width, theme and base
+        style, and shared by every widget showing the same text: :data:`STORE_CACHE`)."""
         width = max(1, width)
+        app = self.app
         base = self.visual_style
-        key = (width, base, self.app.theme)
+        key = (width, base, app.theme, app.native_ansi_color)
         if self._store is None or key != self._key:
             self._generation += 1
-            rich_base = base.rich_style
-            laid_out = layout_markdown(self._source, width, self._highlight)
-            rendered = []
-            for line in laid_out:
-                runs = [(text, (base + style).rich_style if style is not None else rich_base)
-                        for text, style in line.render(Style.null(), "", self._parse_style)]
-                rendered.append(runs)
-            self._store = LineStore(width, rendered)
+            shared = (self._source, *key)
+            store = self._stores.get(shared)
+            if store is None:
+                store = self._stores[shared] = self._lay_out(width, base)
+            self._store = store
             self._key = key
         return self._store
+
+    def _lay_out(self, width: int, base: Style) -> LineStore:
+        rich_base = base.rich_style
+        laid_out = layout_markdown(self._source, width, self._highlight)
+        rendered = []
+        for line in laid_out:
+            runs = [(text, (base + style).rich_style if style is not None else rich_base)
+                    for text, style in line.render(Style.null(), "", self._parse_style)]
+            rendered.append(runs)
+        return LineStore(width, rendered)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
