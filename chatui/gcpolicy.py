@@ -25,15 +25,16 @@ What is left:
   imports made from every full pass: it lives as long as the process, so freezing it hides
   no garbage;
 - while the user scrolls the conversation, full passes wait too, and the one that came due
-  runs when the page has been drawn (the conversation's window calls :func:`scroll_settled`
-  once it has drawn the page and what is around it), not inside the next key's frame. PageUp
+  runs when the page has been drawn (the conversation's window calls :func:`page_drawn`
+  once it has drawn the page and what is around it, and the pass runs once no scroll has come
+  for :data:`SCROLL_QUIET_S`: a key held down repeats faster), not inside the next key's
+  frame. PageUp
   from the bottom to the top of 60 replies (``benchmarks/bench_long.py``, the loaded 2-core
   machine) met a full pass every ~8 pages, 150-330 ms each (walking ~80,000 live objects and
   collecting the ~25,000 that the widgets scrolled away left), and those were all of the
   pages over 30 ms. Nothing waits longer than :data:`SCROLL_SETTLE_S` after the last scroll
-  or :data:`SCROLL_MAX_YOUNG` young passes (a key held down: the window never settles), so
-  what scrolling leaves behind is collected: a scroll through 60 replies with no full pass
-  at all left 240,000 dead objects (35 MB) for one pass of ~0.9 s;
+  or :data:`SCROLL_MAX_YOUNG` young passes (a key held down through a very long chat), so
+  what scrolling leaves behind is collected;
 - :func:`release` collects the old conversation's widgets (reference cycles) at once after
   ``/clear`` or ``/load`` instead of at some later pass, when no reply streams.
 """
@@ -57,17 +58,30 @@ two full passes): more than any reply or scroll makes."""
 SCROLL_SETTLE_S = 2.0
 """Full passes wait at most this long after the last scroll of the conversation, if nothing
 called :func:`scroll_settled` before..."""
-SCROLL_MAX_YOUNG = 60
-"""...and no longer than this many generation-1 passes since the last full pass (Python's
-own schedule considers one every 10 and runs it when the objects that survived since the last
-one reach a quarter of the rest: PageUp met one every ~8 pages, ~10-15 young passes): then the
-due pass runs, wherever that falls."""
+SCROLL_QUIET_S = 0.15
+"""The window having drawn the page and what is around it (:func:`page_drawn`) settles the
+scrolling only once no scroll came for this long: a key held down repeats every 25-50 ms in a
+terminal, and a window that finished its work between two keys would otherwise let the due
+pass (~100 ms after 200 replies) run in front of the next key."""
+SCROLL_MAX_YOUNG = 400
+"""...and no longer than this many generation-1 passes since the last full pass: then the
+due pass runs, wherever that falls. Python's own schedule considers one every 10 and runs it
+when the objects that survived since the last one reach a quarter of the rest. PageUp held
+from the bottom to the top of 200 replies (``benchmarks/bench_long.py --held 33``, 262 pages)
+makes ~1.3 young passes a page: with a limit of 60 a full pass (47-70 ms, ~98,000 live
+objects) landed every ~45 pages, and those passes and the pages queued behind them were most
+of the pages over 30 ms. 400 covers ~300 pages of a held key; the pass that runs once it is
+released found the ~210,000 objects the whole scroll left (~1,000 per exchange scrolled
+past: its widgets) in 323 ms, and the scroll's peak RSS grew ~5 MB."""
 
 _saved: tuple[int, int, int] | None = None
 _scrolling = False
 _last_scroll = 0.0
 _settle: asyncio.TimerHandle | None = None
 _settle_loop: asyncio.AbstractEventLoop | None = None
+_drawn = False
+"""The window has drawn everything since the last scroll (then :data:`SCROLL_QUIET_S` of
+quiet settles the scrolling, else :data:`SCROLL_SETTLE_S`)."""
 
 
 def _hold() -> None:
@@ -111,12 +125,13 @@ def scrolled() -> None:
     """The user scrolled the conversation (called on every change of its offset): full passes
     wait until the scrolling has settled, when :func:`scroll_settled` runs the one that is
     due (needs a running event loop; without one nothing waits)."""
-    global _scrolling, _last_scroll, _settle, _settle_loop
+    global _scrolling, _last_scroll, _settle, _settle_loop, _drawn
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
     _last_scroll = time.monotonic()
+    _drawn = False
     if gc.get_count()[2] >= SCROLL_MAX_YOUNG:  # a very long scroll: the due pass may run
         if _scrolling:
             _scrolling = False
@@ -135,18 +150,40 @@ def scrolled() -> None:
 def _check_settled() -> None:
     global _settle
     _settle = None
-    left = _last_scroll + SCROLL_SETTLE_S - time.monotonic()
+    left = _last_scroll + (SCROLL_QUIET_S if _drawn else SCROLL_SETTLE_S) - time.monotonic()
     if _scrolling and left > 0.01:
         _settle = asyncio.get_running_loop().call_later(left, _check_settled)
         return
     scroll_settled()
 
 
+def page_drawn() -> bool:
+    """The conversation's window has drawn the page and what is around it: the due full
+    pass runs once no scroll has come for :data:`SCROLL_QUIET_S` (now, or on a timer; a key
+    held down never leaves that long between pages); whether it ran now."""
+    global _drawn, _settle, _settle_loop
+    if not _scrolling:
+        return False
+    _drawn = True
+    left = _last_scroll + SCROLL_QUIET_S - time.monotonic()
+    if left <= 0.01:
+        return scroll_settled()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return scroll_settled()
+    if _settle is not None:
+        _settle.cancel()
+    _settle = loop.call_later(left, _check_settled)
+    _settle_loop = loop
+    return False
+
+
 def scroll_settled(*, collect: bool = True) -> bool:
     """Scrolling has stopped: full passes run as Python schedules them again, and with
     ``collect`` the one that came due meanwhile runs now (unless a reply streams); whether it
-    ran. The conversation's window calls it each time it has drawn the page and what is
-    around it; the screen, without ``collect``, when it goes (nothing waits for a loop that
+    ran. :func:`page_drawn` calls it once the window has drawn and the scrolling has been
+    quiet; the screen, without ``collect``, when it goes (nothing waits for a loop that
     stopped)."""
     global _scrolling, _settle
     if _settle is not None:

@@ -185,7 +185,7 @@ class ChatScreen(Screen[None]):
         ~1,800 objects per reply alive and took 7.5 s to load)."""
         if self._window is None:
             self._window = LogWindow(self.log_view,
-                                     settled=lambda: gcpolicy.scroll_settled())
+                                     settled=lambda: gcpolicy.page_drawn())
         return self._window
 
     @property
