@@ -219,7 +219,7 @@ def gc_policy_off() -> Callable[[], None]:
     from chatui import gcpolicy
 
     names = ("stream_started", "stream_ended", "release", "freeze_imports", "scrolled",
-             "scroll_settled")
+             "scroll_settled", "page_drawn")
     saved = {n: getattr(gcpolicy, n) for n in names}
     for n in names:
         setattr(gcpolicy, n, lambda *args, **kwargs: 0)
@@ -380,6 +380,11 @@ async def run_session(replies: int, *, every: int = 10, delay_ms: float = 20.0,
                 while chat.window.busy:
                     await asyncio.sleep(0.001)
                 await pilot.pause()
+            # the key let go: the full pass that waited for the scrolling runs once it has
+            # been quiet (chatui.gcpolicy.SCROLL_QUIET_S), long before a person has typed
+            # the next command
+            while gcpolicy.scrolling():
+                await asyncio.sleep(0.01)
             with tempfile.TemporaryDirectory() as tmp:
                 # the autosave after the last reply, as the app makes it: a snapshot on the
                 # loop, then the writer's journal append on its thread (the document was

@@ -58,11 +58,13 @@ two full passes): more than any reply or scroll makes."""
 SCROLL_SETTLE_S = 2.0
 """Full passes wait at most this long after the last scroll of the conversation, if nothing
 called :func:`scroll_settled` before..."""
-SCROLL_QUIET_S = 0.15
+SCROLL_QUIET_S = 0.075
 """The window having drawn the page and what is around it (:func:`page_drawn`) settles the
-scrolling only once no scroll came for this long: a key held down repeats every 25-50 ms in a
-terminal, and a window that finished its work between two keys would otherwise let the due
-pass (~100 ms after 200 replies) run in front of the next key."""
+scrolling only once no scroll came for this long: a key held down repeats every 20-50 ms in a
+terminal (a repeat rate of 14 a second or more), and a window that finished its work between
+two keys would otherwise let the due pass (~100 ms after 200 replies) run in front of the next
+key. A key pressed once at a time comes 100 ms or more apart, and its window work takes about
+that long: the pass runs when it is done, as before."""
 SCROLL_MAX_YOUNG = 400
 """...and no longer than this many generation-1 passes since the last full pass: then the
 due pass runs, wherever that falls. Python's own schedule considers one every 10 and runs it
