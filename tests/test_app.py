@@ -529,8 +529,9 @@ async def test_markup_and_escapes_in_output_are_literal():
     app = make_app(lambda r, row: evil)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, evil)
-        user = app.chat.query_one(UserMessage).query_one(".user-text").render()
-        assert "[bold red]x[/]" in str(user) and "\x1b" not in str(user) and "␛" in str(user)
+        message = app.chat.query_one(UserMessage)
+        user = "".join(message.render_line(y).text for y in range(message.size.height))
+        assert "[bold red]x[/]" in user and "\x1b" not in user and "␛" in user
         md = replies(app)[0].markdown
         assert "\x1b" not in md.source and "[bold red]x[/]" in md.source
         await pilot.press("ctrl+t")

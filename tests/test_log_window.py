@@ -212,7 +212,8 @@ async def test_the_page_above_is_drawn_before_pageup_brings_it_in(monkeypatch, a
 async def test_paging_holds_full_collections_until_the_page_is_drawn():
     """PageUp holds the garbage collector's full passes (a page's frame once met one of
     60-330 ms): the one that is due runs once the window has drawn the page and what is
-    around it, and Python's thresholds are back then."""
+    around it and no other key came (gcpolicy.SCROLL_QUIET_S), and Python's thresholds are
+    back then."""
     import gc
 
     saved = gc.get_threshold()
@@ -251,6 +252,11 @@ async def _paging_holds(thresholds: tuple[int, int, int]) -> None:
         try:
             await pilot.press("pageup")
             while chat.window.busy:
+                await pilot.pause(0.01)
+            # and once no key has come for SCROLL_QUIET_S (a held key's pages run none)
+            for _ in range(100):
+                if not gcpolicy.scrolling():
+                    break
                 await pilot.pause(0.01)
         finally:
             gc.callbacks.remove(passes)

@@ -3,32 +3,100 @@ under a message with alternatives."""
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
-from textual.containers import Vertical
+from rich.segment import Segment
 from textual.content import Content
 from textual.events import Click
+from textual.geometry import Size
 from textual.message import Message
+from textual.selection import Selection
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Static
 
+from .selection import with_selection
 from .text import safe_text
 
 
-class UserMessage(Vertical):
-    """A message the user sent (shown literally: never parsed as markup)."""
+class UserMessage(Widget):
+    """A message the user sent (shown literally: never parsed as markup): a ``you`` header
+    line, then the text wrapped with a cell of padding on each side.
+
+    One widget drawn line by line (Textual's line API), where it was a container with two
+    Statics: every message that PageUp brings back into a long chat is mounted, laid out and,
+    once scrolled away, collected again, and two widgets fewer a message made that cheaper
+    (issue 21). It draws what the two Statics drew (``tests/test_items.py``)."""
+
+    COMPONENT_CLASSES = {"user-message--header"}
 
     DEFAULT_CSS = """
     UserMessage { height: auto; }
-    UserMessage > .user-header { color: $text-muted; height: 1; }
-    UserMessage > .user-text { padding: 0 1; }
+    UserMessage > .user-message--header { color: $text-muted; }
     """
+
+    HEADER = "you"
 
     def __init__(self, text: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.text = text
+        self._wrapped: tuple[int, list[Content]] | None = None
 
-    def compose(self) -> ComposeResult:
-        yield Static(Content("you"), classes="user-header")
-        yield Static(Content(safe_text(self.text)), classes="user-text")
+    def _lines(self, width: int) -> list[Content]:
+        """The text's lines wrapped at ``width`` cells less the padding."""
+        if self._wrapped is None or self._wrapped[0] != width:
+            self._wrapped = (width, Content(safe_text(self.text)).wrap(max(1, width - 2)))
+        return self._wrapped[1]
+
+    def line_text(self, y: int) -> str:
+        """Line ``y`` as drawn, in plain text (the padding included)."""
+        if y == 0:
+            return self.HEADER
+        lines = self._lines(self.size.width)
+        return f" {lines[y - 1].plain}" if 0 < y <= len(lines) else ""
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return container.width
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return 1 + len(self._lines(width))
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._wrapped = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.visual_style
+        blank = base.rich_style
+        if y == 0:
+            style = base + self.get_visual_style("user-message--header")
+            segments = [Segment(self.HEADER, style.rich_style)]
+        else:
+            lines = self._lines(width)
+            if not 0 < y <= len(lines):
+                return Strip.blank(width, blank)
+            # (the padding as separate segments, as a Static's: the same screen, segment
+            # for segment)
+            text = Strip(lines[y - 1].render_segments(base)).adjust_cell_length(
+                max(0, width - 2), blank)
+            segments = [Segment(" ", blank), *text, Segment(" ", blank)]
+        # offsets in the drawn lines, where the mouse's selection starts and ends
+        strip = Strip(segments).adjust_cell_length(width, blank).apply_offsets(0, y)
+        return with_selection(self, strip, y, self.line_text)
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        """The text under a mouse selection, as drawn (without the padding)."""
+        out: list[str] = []
+        for y in range(1 + len(self._lines(self.size.width))):
+            span = selection.get_span(y)
+            if span is None:
+                continue
+            text = self.line_text(y)
+            start, end = span
+            out.append((text[start:] if end == -1 else text[start:end]).strip())
+        return "\n".join(out), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()
 
 
 class Notice(Static):

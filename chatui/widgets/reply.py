@@ -359,12 +359,28 @@ class ReplyView(SettledSize, Vertical):
 
     @property
     def reasoning_block(self) -> ReasoningBlock:
-        """The reply's reasoning (made with the view, so it can be set before mounting)."""
+        """The reply's reasoning (made with the view, so it can be set before mounting;
+        mounted only while it has something to show: :meth:`_redraw_reasoning`)."""
         return self._reasoning
+
+    def _wants_reasoning(self) -> bool:
+        block = self._reasoning
+        return block.streaming or self.reply.finish_reason is None or block.has_reasoning
+
+    def _redraw_reasoning(self) -> None:
+        """Redraw the reasoning block, mounting it under the header first if it now has
+        something to show. A finished reply without reasoning has none mounted: one widget
+        fewer to mount, lay out and collect for every reply that PageUp brings back (issue
+        21)."""
+        block = self._reasoning
+        if block.parent is None and self.is_mounted and self._wants_reasoning():
+            self.mount(block, after=self.children[0])
+        block.redraw()
 
     def compose(self) -> ComposeResult:
         yield Static(Content(self.label), classes="reply-header")
-        yield self._reasoning
+        if self._wants_reasoning():
+            yield self._reasoning
         text = safe_text(self.reply.text)
         # a finished reply is drawn from its text (issue 21: a streaming Markdown keeps
         # ~12,000 objects alive per reply); one still streaming, or empty, streams
@@ -395,6 +411,7 @@ class ReplyView(SettledSize, Vertical):
         self._first_token_at = None
         self._streamed = 0
         self.reasoning_block.streaming = True
+        self._redraw_reasoning()
         if self._clock is None:
             self._clock = self.set_interval(FRAME_S, self._frame, name="reply-frame")
         self._set_step(self._growth_step())
@@ -418,7 +435,8 @@ class ReplyView(SettledSize, Vertical):
         old = self._markdown
         self._markdown = new
         mounted = self.mount(new, before=old) if old is not None and old.parent is self \
-            else self.mount(new, after=self.reasoning_block)
+            else self.mount(new, after=self._reasoning if self._reasoning.parent is self
+                            else self.children[0])
         if old is not None:
             old.remove()
         return mounted
@@ -462,7 +480,7 @@ class ReplyView(SettledSize, Vertical):
         statistics line when STATS_S is up)."""
         now = time.monotonic() + FRAME_S / 2  # due within half a frame: now
         if not self.token_mode:
-            self.reasoning_block.redraw()
+            self._redraw_reasoning()
         if self.token_mode:
             self.token_view.flush()
         elif self._pending and (force or now >= self._last_write + self._fence.interval()):
@@ -499,7 +517,7 @@ class ReplyView(SettledSize, Vertical):
                 self._stream = None
             self._streaming = False
             self.reasoning_block.streaming = False
-            self.reasoning_block.redraw()
+            self._redraw_reasoning()
             self.token_view.sync()
             self.token_view.tokens.compact()
             self._set_step(0)
@@ -526,7 +544,7 @@ class ReplyView(SettledSize, Vertical):
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
         self.token_view.set_tokens(self.reply.tokens)
-        self.reasoning_block.redraw()
+        self._redraw_reasoning()
         self.refresh_stats()
 
     # ---- stats ----
@@ -569,7 +587,7 @@ class ReplyView(SettledSize, Vertical):
     def watch_token_mode(self, on: bool) -> None:
         self.set_class(on, "-tokens")
         if not on:
-            self.reasoning_block.redraw()
+            self._redraw_reasoning()
         self.token_view.set_active(on)  # hidden, it keeps no units; shown, makes them lazily
         if not on and self._pending:
             self.call_later(self._write_pending)
