@@ -54,6 +54,7 @@ from ..messages import (
 from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
 from ..reporting import reported_callback, run_reported
 from ..state import ChatState, Job, model_label, speed_label, status_label
+from ..textual_compat.internals import paint_scroll_now
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
 from ..widgets.inspector import TokenInspector
@@ -595,6 +596,7 @@ class ChatScreen(Screen[None]):
         target = log_view.scroll_y + (page if event.down else -page)
         log_view.scroll_to(y=max(0, min(log_view.max_scroll_y, target)), animate=False,
                            immediate=True)
+        paint_scroll_now(self)  # the page now, not on the next frame (up to 17 ms later)
 
     # ---- sending ----
 

@@ -18,7 +18,9 @@ path: slower, never wrong.
   layout has given the scroll offset a meaning;
 - :func:`set_footer_key_enabled`: a footer key greyed out or not in place (``FooterKey.
   _disabled``, which its click reads, beside its public ``-disabled`` class), so that a binding
-  that is only enabled or disabled does not rebuild the footer (see ``chatui.widgets.footer``).
+  that is only enabled or disabled does not rebuild the footer (see ``chatui.widgets.footer``);
+- :func:`paint_scroll_now`: a page scrolled by a key drawn at once (``Screen._refresh_layout``)
+  instead of on the next frame of Textual's 60-a-second timer.
 """
 
 from __future__ import annotations
@@ -80,4 +82,20 @@ def set_footer_key_enabled(key: Widget, enabled: bool) -> bool:
         return False
     key._disabled = not enabled  # type: ignore[attr-defined]
     key.set_class(not enabled, "-disabled")
+    return True
+
+
+def paint_scroll_now(screen: Screen) -> bool:
+    """Draw ``screen`` where its widgets have just been scrolled to, now, rather than on its
+    next frame (``Screen._refresh_layout(scroll=True)``, what the frame timer runs); whether
+    it did. Textual paints on a 60-a-second grid once the scroll's messages have reached the
+    screen: a page scrolled by a key waited 0-17 ms for it, and a key held down (a page every
+    33 ms) more when that frame fell behind the window's work. Nothing is drawn while the app
+    batches updates (a half-mounted window), off the gate, or off the current screen."""
+    if not ENABLED or not screen.is_current or screen.app._batch_count:
+        return False
+    refresh = getattr(screen, "_refresh_layout", None)
+    if refresh is None:
+        return False
+    refresh(scroll=True)
     return True
