@@ -292,3 +292,28 @@ async def test_a_conversation_shorter_than_the_screen_starts_at_its_top():
         head, tail = last.widgets[0], last.widgets[-1]
         assert last.measured[width] == (tail.virtual_region.bottom + tail.styles.margin.bottom
                                         - head.virtual_region.y + head.styles.margin.top)
+
+
+async def test_a_paged_conversation_is_painted_by_the_key_not_the_next_frame():
+    """Issue 21: Textual paints on a 60-a-second grid, so a page waited 0-17 ms for its frame
+    (more when a held key's frame fell behind the window's work). The page is written while
+    the key is handled (``textual_compat.paint_scroll_now``), showing the page above."""
+    from chatui.messages import PageConversation
+    from chatui.textual_compat.testing import paint_times, render_screen
+
+    async with opened(PAGED) as (app, pilot, _):
+        chat = app.chat
+        while chat.window.busy:
+            await pilot.pause(0.01)
+        await pilot.pause(0.05)
+        paints = paint_times(app)
+        before = chat.log_view.scroll_y
+        chat._page_conversation(PageConversation(down=False))  # no await: no frame ran
+        assert chat.log_view.scroll_y < before
+        assert len(paints) == 1
+        shown = "\n".join(strip.text for strip in render_screen(app))
+        assert shown == "\n".join(strip.text for strip in render_screen(app, fresh=True))
+        # while the window batches its mounts nothing half-mounted is written
+        with app.batch_update():
+            chat._page_conversation(PageConversation(down=False))
+            assert len(paints) == 1

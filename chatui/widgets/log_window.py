@@ -38,9 +38,13 @@ log = logging.getLogger(__name__)
 
 SCREENS_AROUND = 1.0
 """Items within this many viewport heights above and below the viewport get widgets..."""
-SCREENS_KEPT = 3.0
-"""...and keep them until they are this far away (so scrolling back and forth does not
-rebuild them)."""
+SCREENS_KEPT = 1.5
+"""...and keep them until they are this far away (so scrolling back and forth by a page does
+not rebuild them). Every layout of the log walks every widget it has: with 3 screens kept a
+window held ~7 screens of items, and PageUp held down over 200 replies (``benchmarks/
+bench_long.py --held 33``) drew its slowest pages behind layouts of 20-25 ms; with 1.5, p95
+10.6-11.8 ms and max 24-28 ms against 12.4-23.6 and 28.5-40.5 (two runs each). Scrolled back,
+a reply is mounted again from its kept layout (``MarkdownLines``' shared store)."""
 SCREENS_AHEAD = 1.0
 """Lines of the widgets within this many viewport heights above and below the viewport are
 drawn into Textual's line cache ahead of need, once the window is up to date: the page
