@@ -317,3 +317,41 @@ async def test_a_paged_conversation_is_painted_by_the_key_not_the_next_frame():
         with app.batch_update():
             chat._page_conversation(PageConversation(down=False))
             assert len(paints) == 1
+
+
+async def test_a_finished_exchange_mounts_few_widgets_and_makes_the_rest_when_asked():
+    """Issue 21: every exchange PageUp brings back is mounted, laid out and collected again;
+    one shown as text is the user's message (one widget) and the reply's view with its
+    header, text, finish marker and statistics line: no token view and no reasoning block
+    until something shows them. Token mode makes the token view, with every token."""
+    from chatui.widgets.items import UserMessage
+    from chatui.widgets.token_view import TokenView
+    from inference.types import Token
+
+    conv = long_conversation(PAGED)
+    for entry in conv.entries:
+        if entry.reply is not None:
+            words = entry.reply.text.split(" ")
+            entry.reply.tokens.extend(
+                Token(i, i, (" " if i else "") + w, -0.5, 1.0) for i, w in enumerate(words))
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        chat = app.chat
+        await chat.show_conversation(conv)
+        await shown(pilot, app)
+        views = list(chat.query(ReplyView))
+        assert views
+        for view in views:
+            assert [type(w).__name__ for w in view.children] == [
+                "Static", "MarkdownLines", "Static", "Static"]
+        assert not list(chat.query(TokenView))
+        assert all(not message.children for message in chat.query(UserMessage))
+        await pilot.press("ctrl+t")  # token mode
+        await shown(pilot, app)
+        views = list(chat.query(ReplyView))
+        assert views
+        for view in views:
+            tokens = view.query_one(TokenView)
+            assert tokens is view.token_view and tokens.display and tokens.size.height > 0
+            assert "".join(u.text for u in tokens.units) == view.reply.text

@@ -339,6 +339,8 @@ class ReplyView(SettledSize, Vertical):
         self.type_into: Callable[[str, bool], None] | None = None
         """Where text typed in the token view goes (set by the screen before mounting)."""
         self._reasoning = ReasoningBlock(reply, stable_timings=stable_timings)
+        self._token_view: TokenView | None = None
+        """The token view once made (see :attr:`token_view`)."""
         self.forks: frozenset[int] = frozenset()
         """Token positions where another branch of the conversation leaves this reply (set
         by the screen before mounting; the token view underlines them)."""
@@ -355,7 +357,26 @@ class ReplyView(SettledSize, Vertical):
 
     @property
     def token_view(self) -> TokenView:
-        return self.query_one(TokenView)
+        """The reply's token view. A finished reply shown as text has none until something
+        asks for it (token mode, the inspector, a fork's cursor): then it is made and mounted
+        here. Issue 21: every reply that PageUp brings back into a long chat is mounted, laid
+        out and collected again once scrolled away, and a token view it never shows was one
+        of its seven widgets."""
+        view = self._token_view
+        if view is None:
+            view = self._new_token_view()
+            if self.is_mounted:
+                self.mount(view, before=self.query_one(".reply-finish"))
+        return view
+
+    def _new_token_view(self) -> TokenView:
+        view = TokenView(self.reply.tokens, raw=self.raw)
+        view.active = self.token_mode
+        view.owner_id = self.id or ""
+        view.type_into = self.type_into
+        view.forks = self.forks
+        self._token_view = view
+        return view
 
     @property
     def reasoning_block(self) -> ReasoningBlock:
@@ -387,17 +408,16 @@ class ReplyView(SettledSize, Vertical):
         self._markdown = (MarkdownLines(text) if self.reply.finish_reason is not None
                           else ReplyMarkdown(text, open_links=False))
         yield self._markdown
-        view = TokenView(self.reply.tokens, raw=self.raw)
-        view.active = self.token_mode
-        view.owner_id = self.id or ""
-        view.type_into = self.type_into
-        view.forks = self.forks
-        yield view
+        if self._token_view is not None:
+            yield self._token_view
+        elif self.token_mode or self.reply.finish_reason is None:  # shown, or streams
+            yield self._new_token_view()
         yield Static(classes="reply-finish")
         yield Static(classes="reply-stats")
 
     def on_mount(self) -> None:
-        self.token_view.sync()
+        if self._token_view is not None:
+            self._token_view.sync()
         self.refresh_stats()
 
     # ---- streaming ----
@@ -412,6 +432,7 @@ class ReplyView(SettledSize, Vertical):
         self._streamed = 0
         self.reasoning_block.streaming = True
         self._redraw_reasoning()
+        self.token_view.set_active(self.token_mode)  # the stream's tokens go there (made now)
         if self._clock is None:
             self._clock = self.set_interval(FRAME_S, self._frame, name="reply-frame")
         self._set_step(self._growth_step())
@@ -428,7 +449,8 @@ class ReplyView(SettledSize, Vertical):
     def _set_step(self, step: int) -> None:
         if isinstance(self._markdown, ReplyMarkdown):
             self._markdown.set_step(step)
-        self.token_view.set_step(step)
+        if self._token_view is not None:
+            self._token_view.set_step(step)
 
     def _swap_markdown(self, new: ReplyMarkdown | MarkdownLines) -> AwaitMount:
         """Show the text with ``new`` instead of the widget that shows it now."""
@@ -518,8 +540,9 @@ class ReplyView(SettledSize, Vertical):
             self._streaming = False
             self.reasoning_block.streaming = False
             self._redraw_reasoning()
-            self.token_view.sync()
-            self.token_view.tokens.compact()
+            view = self.token_view
+            view.sync()
+            view.tokens.compact()
             self._set_step(0)
             await self._swap_markdown(MarkdownLines(safe_text(self.reply.text)))
             self.token_view.flush()
@@ -543,7 +566,8 @@ class ReplyView(SettledSize, Vertical):
         self._stats = RunningStats()
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
-        self.token_view.set_tokens(self.reply.tokens)
+        if self._token_view is not None:  # (one made later reads the reply's tokens)
+            self._token_view.set_tokens(self.reply.tokens)
         self._redraw_reasoning()
         self.refresh_stats()
 
@@ -588,9 +612,11 @@ class ReplyView(SettledSize, Vertical):
         self.set_class(on, "-tokens")
         if not on:
             self._redraw_reasoning()
-        self.token_view.set_active(on)  # hidden, it keeps no units; shown, makes them lazily
+        if on or self._token_view is not None:
+            self.token_view.set_active(on)  # hidden, it keeps no units; shown, makes them
         if not on and self._pending:
             self.call_later(self._write_pending)
 
     def watch_raw(self, on: bool) -> None:
-        self.token_view.reset(raw=on)
+        if self._token_view is not None:  # (one made later reads ``raw``)
+            self._token_view.reset(raw=on)
