@@ -186,23 +186,32 @@ async def test_full_passes_wait_while_the_user_scrolls_and_the_due_one_runs_when
     assert not gcpolicy.scrolling() and gc.get_threshold() == thresholds
 
 
+def _old_garbage_while_scrolling():
+    """A cycle that became old and then died while the user scrolls, with enough young
+    passes since that Python wants a full one; a weak reference to it."""
+    import weakref
+
+    due = gc.get_threshold()[2]  # (read before the scroll defers full passes)
+    cycle = _Cycle()
+    alive = weakref.ref(cycle)
+    gc.collect(1)
+    gcpolicy.scrolled()
+    del cycle
+    for _ in range(due):
+        gc.collect(1)
+    return alive
+
+
 async def test_a_page_drawn_between_the_keys_of_a_held_key_runs_no_full_pass(monkeypatch):
     """Issue 21: a key held down repeats every 25-50 ms; the window drew each page and what is
     around it before the next key came, and the pass that was due (~100 ms after 200 replies)
     must not run there. The window's "drawn" settles the scrolling only once no scroll came for
     SCROLL_QUIET_S (then it runs at once, or on a timer)."""
     import asyncio
-    import weakref
 
     monkeypatch.setattr(gcpolicy, "SCROLL_QUIET_S", 0.2)
     thresholds = gc.get_threshold()
-    cycle = _Cycle()
-    alive = weakref.ref(cycle)
-    gc.collect(1)
-    gcpolicy.scrolled()
-    del cycle
-    for _ in range(thresholds[2]):
-        gc.collect(1)
+    alive = _old_garbage_while_scrolling()
     for _ in range(5):  # keys every 30 ms, each page drawn before the next
         assert not gcpolicy.page_drawn()
         assert gcpolicy.scrolling() and alive() is not None
@@ -217,13 +226,7 @@ async def test_a_page_drawn_between_the_keys_of_a_held_key_runs_no_full_pass(mon
     assert alive() is None  # the due pass ran once the scrolling was quiet
 
     # drawn after the quiet time: the pass runs at once
-    cycle = _Cycle()
-    alive = weakref.ref(cycle)
-    gc.collect(1)
-    gcpolicy.scrolled()
-    del cycle
-    for _ in range(thresholds[2]):
-        gc.collect(1)
+    alive = _old_garbage_while_scrolling()
     await asyncio.sleep(0.25)
     assert gcpolicy.page_drawn() and alive() is None and not gcpolicy.scrolling()
 

@@ -13,7 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from .selection import with_selection
+from .selection import selected_text, with_selection
 from .text import safe_text
 
 
@@ -85,15 +85,8 @@ class UserMessage(Widget):
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
         """The text under a mouse selection, as drawn (without the padding)."""
-        out: list[str] = []
-        for y in range(1 + len(self._lines(self.size.width))):
-            span = selection.get_span(y)
-            if span is None:
-                continue
-            text = self.line_text(y)
-            start, end = span
-            out.append((text[start:] if end == -1 else text[start:end]).strip())
-        return "\n".join(out), "\n"
+        return selected_text(selection, 1 + len(self._lines(self.size.width)), self.line_text,
+                             str.strip)
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()

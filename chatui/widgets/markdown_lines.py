@@ -53,7 +53,7 @@ from textual.widget import Widget
 from textual.widgets.markdown import MarkdownFence
 
 from ..textual_compat.internals import visible_regions
-from .selection import with_selection
+from .selection import selected_text, with_selection
 
 DRAWN_WIDGETS = 8
 """Widgets that keep Textual's cache of their drawn lines: those on screen, and the most
@@ -628,15 +628,7 @@ class MarkdownLines(Widget):
         store = self._store
         if store is None:
             return None
-        out: list[str] = []
-        for y in range(len(store)):
-            span = selection.get_span(y)
-            if span is None:
-                continue
-            text = store.line_text(y)
-            start, end = span
-            out.append((text[start:] if end == -1 else text[start:end]).rstrip())
-        return "\n".join(out), "\n"
+        return selected_text(selection, len(store), store.line_text)
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from textual.selection import Selection
+
 from rich.cells import cell_len
 from textual.strip import Strip
 from textual.widget import Widget
@@ -26,3 +28,18 @@ def with_selection(widget: Widget, strip: Strip, y: int, line_text: Callable[[in
         [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
     style = widget.screen.get_component_rich_style("screen--selection")
     return Strip.join([head, mid.apply_style(style), tail])
+
+
+def selected_text(selection: Selection, lines: int, line_text: Callable[[int], str],
+                  trim: Callable[[str], str] = str.rstrip) -> tuple[str, str]:
+    """The text under ``selection`` over ``lines`` drawn lines (``line_text(y)`` their plain
+    text), one line per drawn line, each ``trim``-med: a line-API widget's ``get_selection``."""
+    out: list[str] = []
+    for y in range(lines):
+        span = selection.get_span(y)
+        if span is None:
+            continue
+        text = line_text(y)
+        start, end = span
+        out.append(trim(text[start:] if end == -1 else text[start:end]))
+    return "\n".join(out), "\n"
