@@ -262,3 +262,17 @@ async def test_selection_copies_the_drawn_text_and_update_redraws():
         assert new.size.height != height
         assert "three" in new.lines(new.size.width).text
 
+
+
+async def test_a_mouse_drag_selects_what_is_under_it():
+    """The drawn lines carry the offsets Textual reads where a drag starts and ends: without
+    them a drag over part of a finished reply selected all of it."""
+    app = Both("Some **bold** text here.\n\n- an item\n- another item\n")
+    async with app.run_test(size=(WIDTH, 40)) as pilot:
+        await pilot.pause(0.1)
+        new = app.query_one("#new", MarkdownLines)
+        await pilot.mouse_down(new, offset=(2, 0))  # (the padding is the first cell)
+        await pilot.hover(new, offset=(6, 2))
+        await pilot.mouse_up(new, offset=(6, 2))
+        await pilot.pause(0.05)
+        assert app.screen.get_selected_text() == "ome bold text here.\n\n• an i"  # (inclusive)

@@ -617,7 +617,9 @@ class MarkdownLines(Widget):
         if strip is None:
             rich_base = self.visual_style.rich_style
             segments = store.segments(y)
-            strip = Strip(segments).adjust_cell_length(width, rich_base)
+            # with the offsets Textual reads where a mouse selection starts and ends (without
+            # them a drag over part of a reply selected all of it)
+            strip = Strip(segments).adjust_cell_length(width, rich_base).apply_offsets(0, y)
             self._strips[cache_key] = strip
         return with_selection(self, strip, y, store.line_text)
 
