@@ -127,7 +127,7 @@ def scrolled() -> None:
     """The user scrolled the conversation (called on every change of its offset): full passes
     wait until the scrolling has settled, when :func:`scroll_settled` runs the one that is
     due (needs a running event loop; without one nothing waits)."""
-    global _scrolling, _last_scroll, _settle, _settle_loop, _drawn
+    global _scrolling, _last_scroll, _drawn
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -139,22 +139,34 @@ def scrolled() -> None:
             _scrolling = False
             _release()
         return
-    if _settle is not None and (_settle.cancelled() or _settle_loop is not loop):
-        _settle.cancel()  # (one left by an app whose loop has ended)
-        _settle = None
-    if _settle is None:
-        _settle = loop.call_later(SCROLL_SETTLE_S, _check_settled)
-        _settle_loop = loop
+    # (a timer left by an app whose loop has ended is replaced; a live one re-checks)
+    if _settle is None or _settle.cancelled() or _settle_loop is not loop:
+        _arm(loop, SCROLL_SETTLE_S)
     _scrolling = True
     _hold()
+
+
+def _arm(loop: asyncio.AbstractEventLoop, delay: float) -> None:
+    """Check whether the scrolling has settled in ``delay`` seconds (the one timer)."""
+    global _settle, _settle_loop
+    if _settle is not None:
+        _settle.cancel()
+    _settle = loop.call_later(delay, _check_settled)
+    _settle_loop = loop
+
+
+def _quiet_left() -> float:
+    """Seconds until the scrolling counts as settled: :data:`SCROLL_QUIET_S` after the last
+    scroll once the window has drawn it, :data:`SCROLL_SETTLE_S` otherwise."""
+    return _last_scroll + (SCROLL_QUIET_S if _drawn else SCROLL_SETTLE_S) - time.monotonic()
 
 
 def _check_settled() -> None:
     global _settle
     _settle = None
-    left = _last_scroll + (SCROLL_QUIET_S if _drawn else SCROLL_SETTLE_S) - time.monotonic()
+    left = _quiet_left()
     if _scrolling and left > 0.01:
-        _settle = asyncio.get_running_loop().call_later(left, _check_settled)
+        _arm(asyncio.get_running_loop(), left)
         return
     scroll_settled()
 
@@ -163,21 +175,14 @@ def page_drawn() -> bool:
     """The conversation's window has drawn the page and what is around it: the due full
     pass runs once no scroll has come for :data:`SCROLL_QUIET_S` (now, or on a timer; a key
     held down never leaves that long between pages); whether it ran now."""
-    global _drawn, _settle, _settle_loop
+    global _drawn
     if not _scrolling:
         return False
     _drawn = True
-    left = _last_scroll + SCROLL_QUIET_S - time.monotonic()
+    left = _quiet_left()
     if left <= 0.01:
         return scroll_settled()
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return scroll_settled()
-    if _settle is not None:
-        _settle.cancel()
-    _settle = loop.call_later(left, _check_settled)
-    _settle_loop = loop
+    _arm(asyncio.get_running_loop(), left)  # (a scroll was recorded on this loop)
     return False
 
 
