@@ -8,6 +8,7 @@ one batch against the same rows as N single-row requests, top-5 logprobs on, EOS
 
     nice .venv/bin/python benchmarks/bench_batch.py [--rounds 3] [--new-tokens 64]
         [--prompt-tokens 128] [--threads N] [--json out.json]
+        [--ckpt PATH] [--device cuda] [--dtype auto]
 
 Prints, per benchmark and N, the median and best over the rounds of the speedup (aggregate
 tokens/s batched / sequential, prefill included), of the batched aggregate decode tokens/s and
@@ -49,6 +50,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cpu-clock", action="store_true")
+    ap.add_argument("--ckpt", help="a checkpoint (default: the default model)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--dtype", default=None,
+                    help="float32 on a CPU by default, the engine's choice (auto) elsewhere")
     ap.add_argument("--only", choices=("compare", "fan-out"),
                     help="one benchmark (compare alone also runs on code from before fan-out)")
     args = ap.parse_args()
@@ -61,7 +66,8 @@ def main() -> None:
     # would time a few steps with half of them at the first reply)
     os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
     load0 = os.getloadavg()
-    ckpt = load_checkpoint(None, device="cpu", dtype="float32")
+    dtype = args.dtype or ("float32" if args.device == "cpu" else "auto")
+    ckpt = load_checkpoint(args.ckpt, device=args.device, dtype=dtype)
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
     # The chat UI keeps full collector passes out of streaming replies (chatui/gcpolicy.py);
     # here one ran inside a timed run now and then: 184 ms (the ~365,000 objects the model
@@ -81,7 +87,9 @@ def main() -> None:
                 f"N={row.n} {row.speedup:.2f}x" for row in result.rows), flush=True)
     load1 = os.getloadavg()
     clock = "CPU time" if args.cpu_clock else "wall clock"
-    print(f"\nmodel {ckpt.name}, {backend.info.quantization}, {torch.get_num_threads()} threads "
+    where = (torch.cuda.get_device_name(ckpt.device) if ckpt.device.type == "cuda"
+             else f"{torch.get_num_threads()} threads")
+    print(f"\nmodel {ckpt.name}, {backend.info.dtype} {backend.info.quantization}, {where} "
           f"({clock}), "
           f"{args.rounds} rounds, {args.new_tokens} new tokens, top-5 logprobs; load average "
           f"{load0[0]:.1f} before, {load1[0]:.1f} after")

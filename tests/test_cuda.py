@@ -34,6 +34,7 @@ from inference.settings import SamplingParams
 from inference.types import GenerationRequest, Message, TokenBatch
 
 from test_architectures import CASES, CHUNKS, DECIDED, NEW, PROMPT, Case, checkpoint, vocab
+from test_decode_step import Pair
 
 pytestmark = pytest.mark.cuda
 
@@ -279,3 +280,28 @@ def test_the_engine_on_the_gpu_as_a_user_runs_it(name: str, tokenizer: Any, mode
             assert {a.id for a in t.top} == set(lp.topk(5).indices.tolist())
     two = run((greedy, SamplingParams(temperature=0, max_new_tokens=24)))
     assert [t.id for t in two[0]] == ids and [t.id for t in two[1]] == ids
+
+
+def test_captured_steps_take_new_caches_of_their_shape(tokenizer: Any, models_dir: Path,
+                                                      device: torch.device) -> None:
+    """Each CUDA graph is bound to the cache tensors it was captured with; a new cache of its
+    shape (each comparison, fan-out, reset) is copied into them instead of a new capture, and
+    the conversation that held them gets the newcomer's tensors with its own keys and values:
+    caches interleaved through the graphs decode what the eager forward does on their own."""
+    ckpt = on_device(case("llama3-untied"), tokenizer, models_dir, device, "float32")
+    fast = FastRunner(ckpt.model).fast
+    step = DecodeStep(fast, compile=False, graphs=device.type == "cuda")
+    chat = Pair(fast, 1, 40, atol=FP32_ATOL)
+    chat.decode(step, 3)
+    other = Pair(fast, 2, 60, atol=FP32_ATOL)
+    other.decode(step, 2)
+    chat.decode(step, 2)
+    compare = Pair(fast, 3, 50, rows=3, atol=FP32_ATOL)
+    compare.decode(step, 3)
+    again = Pair(fast, 4, 30, rows=3, atol=FP32_ATOL)
+    again.decode(step, 2)
+    compare.decode(step, 2)
+    chat.decode(step, 2)
+    other.decode(step, 2)
+    if step.graphs:
+        assert step.captures == 2

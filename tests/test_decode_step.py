@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from inference.decode_graph import DecodeStep, use_compile
+from inference.decode_graph import DecodeStep, _Graph, use_compile
 from inference.engine import LocalBackend
 from inference.fast_llama import FastRunner
 from inference.settings import SamplingParams
@@ -143,3 +143,131 @@ def test_pipelined_loop_on_a_left_padded_batch(tiny_ckpt):
     a = list(plain.generate_batch(reqs, threading.Event()))
     b = list(piped.generate_batch(reqs, threading.Event()))
     assert summary(a) == summary(b) and len(summary(a)[1]) == 3
+
+
+class ReplayedGraph(_Graph):
+    """A CUDA graph's contract on the CPU: at capture it is bound to the cache tensors it was
+    given, and every replay runs the step on those tensors whatever cache the caller holds."""
+
+    def __init__(self, fn, ks, vs, ids, pos, cos, sin) -> None:
+        self.fn, self.ks, self.vs, self.cos, self.sin = fn, list(ks), list(vs), cos, sin
+        self.ids = ids.clone()
+
+    def __call__(self, ids, pos):
+        self.ids.copy_(ids)
+        return self.fn(self.ks, self.vs, self.ids, torch.full((1,), pos), self.cos, self.sin)
+
+
+def graph_step(fast) -> DecodeStep:
+    step = DecodeStep(fast, compile=False, graphs=True)
+    step._graph_cls = ReplayedGraph
+    return step
+
+
+class Pair:
+    """One conversation's cache through the graph step and its reference through the eager
+    forward; ``decode`` checks every step's logits against the reference's."""
+
+    def __init__(self, fast, seed: int, length: int, rows: int = 1, atol: float = 1e-5) -> None:
+        torch.manual_seed(seed)
+        prompt = torch.randint(3, 1000, (1, length), device=fast.device)
+        self.fast, self.ref, self.got = fast, fast.new_cache(), fast.new_cache()
+        self.atol = atol
+        fast.forward(self.ref, prompt)
+        fast.forward(self.got, prompt)
+        if rows > 1:
+            self.ref.batch_repeat_interleave(rows)
+            self.got.batch_repeat_interleave(rows)
+        self.ids = torch.randint(3, 1000, (rows, 1), device=fast.device)
+
+    def decode(self, step: DecodeStep, n: int) -> None:
+        for _ in range(n):
+            want = self.fast.forward(self.ref, self.ids)
+            got = step(self.got, self.ids)
+            assert torch.allclose(got, want, atol=self.atol), (got - want).abs().max()
+            self.ids = want.argmax(-1, keepdim=True)
+
+
+def test_a_graph_takes_new_caches_of_its_shape_without_capturing_again(tiny_ckpt):
+    """Every comparison, fan-out and reset makes a new cache; a kept graph of its shape takes
+    it in (copied into the graph's tensors) instead of capturing the step again, and the
+    conversation whose cache held those tensors keeps its keys and values: each cache,
+    interleaved with the others, decodes what the eager forward does on a cache of its own."""
+    fast = FastRunner(tiny_ckpt.model).fast
+    step = graph_step(fast)
+    chat = Pair(fast, 1, 40)
+    chat.decode(step, 3)
+    assert step.captures == 1
+    other = Pair(fast, 2, 60)  # a reply after a reset: a new one-row cache, same capacity
+    other.decode(step, 2)
+    chat.decode(step, 2)  # the chat's cache came back through the other's tensors
+    other.decode(step, 2)
+    compare = Pair(fast, 3, 50, rows=3)
+    compare.decode(step, 3)
+    again = Pair(fast, 4, 30, rows=3)  # the next comparison: moved in too
+    again.decode(step, 2)
+    compare.decode(step, 2)
+    chat.decode(step, 2)
+    assert step.captures == 2  # one graph a shape: (1 row, 256 positions) and (3 rows, 256)
+
+
+def test_graphs_beyond_the_memory_budget_are_let_go(tiny_ckpt, monkeypatch):
+    """Graphs other than the newest keep at most KEPT_GRAPH_BYTES of cache tensors (or the
+    newest's bytes); a shape let go is captured again when it returns, and decodes right."""
+    import inference.decode_graph as dg
+
+    fast = FastRunner(tiny_ckpt.model).fast
+    step = graph_step(fast)
+    monkeypatch.setattr(dg, "KEPT_GRAPH_BYTES", 0)
+    one = Pair(fast, 1, 20)
+    one.decode(step, 2)
+    two = Pair(fast, 2, 20, rows=2)
+    two.decode(step, 2)  # (2, 256) is twice (1, 256): that one may stay
+    four = Pair(fast, 3, 20, rows=4)
+    four.decode(step, 2)  # (4, 256): 4 units, the other two 3: both stay
+    eight = Pair(fast, 4, 20, rows=8)
+    eight.decode(step, 2)  # 8 units against 7: still all kept
+    assert len(step._graphs) == 4 and step.captures == 4
+    big = Pair(fast, 5, 300)  # (1, 512): 2 units, the others 15, least recently used first
+    big.decode(step, 2)
+    assert list(step._graphs) == [(1, 512)]
+    one.decode(step, 2)  # its shape is captured again, on its own cache's tensors
+    assert list(step._graphs) == [(1, 256)] and step.captures == 6
+    big.decode(step, 2)
+
+
+def test_warm_up_leaves_graphs_the_first_reply_moves_into(tiny_ckpt):
+    """The load's warm-up compiles and captures on scratch caches (one row and two, across a
+    capacity block); the first reply and the first two-row comparison capture nothing."""
+    fast = FastRunner(tiny_ckpt.model).fast
+    step = graph_step(fast)
+    step.warm_up()
+    n = step.captures
+    assert {(1, 256), (1, 512), (2, 256), (2, 512)} <= set(step._graphs)
+    Pair(fast, 1, 30).decode(step, 3)
+    Pair(fast, 2, 300, rows=2).decode(step, 3)
+    assert step.captures == n
+
+
+def test_the_engine_with_graphs_gives_what_the_step_without_them_gives(tiny_ckpt):
+    """The engine as it runs on a GPU (the step bound to captured caches, pipelined) over a
+    chat, comparisons whose rows end at different steps (the batch shrinks: new caches), and
+    the chat again (its cache reused across turns while other caches took its graph): every
+    event is the plain step's, and each shape is captured once."""
+    plain, graphed = (LocalBackend.from_checkpoint(tiny_ckpt) for _ in range(2))
+    plain.runner.decode = DecodeStep(plain.runner.fast, compile=False, graphs=False)
+    graphed.runner.decode = step = graph_step(graphed.runner.fast)
+    plain.pipeline = graphed.pipeline = True
+    g = SamplingParams(temperature=0, max_new_tokens=12)
+    rows = (SamplingParams(temperature=0, max_new_tokens=5),
+            SamplingParams(temperature=0.9, seed=3, max_new_tokens=14, repetition_penalty=1.2),
+            SamplingParams(temperature=1.0, seed=4, top_p=0.9, max_new_tokens=9))
+    msgs = MSGS
+    for turn in range(3):
+        a, b = events(plain, g, messages=msgs), events(graphed, g, messages=msgs)
+        assert summary(a) == summary(b)
+        assert summary(events(plain, *rows, messages=msgs)) == summary(
+            events(graphed, *rows, messages=msgs))
+        text = next(e.text for e in b if isinstance(e, RowDone))
+        msgs = msgs + (Message("assistant", text), Message("user", f"And {turn}?"))
+    assert step.captures == 3  # one row, three rows, two rows (the first comparison row ends)
