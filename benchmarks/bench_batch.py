@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from inference import bench  # noqa: E402
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
+from inference.runner import describe  # noqa: E402
 
 
 def main() -> None:
@@ -67,8 +68,10 @@ def main() -> None:
     os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
     load0 = os.getloadavg()
     dtype = args.dtype or ("float32" if args.device == "cpu" else "auto")
+    t0 = time.perf_counter()
     ckpt = load_checkpoint(args.ckpt, device=args.device, dtype=dtype)
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
+    print(f"loaded in {time.perf_counter() - t0:.1f} s ({describe(backend.runner)})", flush=True)
     # The chat UI keeps full collector passes out of streaming replies (chatui/gcpolicy.py);
     # here one ran inside a timed run now and then: 184 ms (the ~365,000 objects the model
     # and tokenizer leave alive), 3 ms a step of a 64-step 8-row run, in one run and not in
