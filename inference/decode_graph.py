@@ -164,6 +164,9 @@ class DecodeStep:
     @torch.inference_mode()
     def __call__(self, cache: StaticKVCache, ids: torch.Tensor) -> torch.Tensor:
         B = ids.shape[0]
+        # the step is guarded on its inputs' strides and dispatch keys: a column of a sampled
+        # batch (strides (25, 1) for one row) recompiled it inside the first reply
+        ids = ids.clone(memory_format=torch.contiguous_format)
         pos = cache.length
         cache.reserve(pos + 1, B)
         cos, sin = self._tables(cache.capacity)
@@ -220,14 +223,18 @@ class DecodeStep:
             del self._graphs[old]
             self._owners.pop(old, None)
 
-    def warm_up(self, batches: tuple[int, ...] | None = None) -> None:
-        """Compile (and capture) on scratch caches, so the first reply does not wait, each
-        batch size across a capacity block (the dynamic capacity). With CUDA graphs, a batch
-        of two too (the dynamic batch size the others share), so neither does the first
-        comparison or fan-out (it compiled for 4-6 s inside the first one on an H100); a
-        compiled CPU step (``--compile on``, 40-65 s a compile) keeps to one. The graphs stay:
-        the first cache of their shape moves into them."""
-        for batch in batches or ((2, 1) if self.graphs else (1,)):
+    def warm_up(self, batches: tuple[int, ...] = (1,)) -> None:
+        """Compile (and capture) on scratch caches across a capacity block, so the first reply
+        does not wait, not even where it outgrows the first block (one compile: the capacity
+        is dynamic). The graphs stay: the first cache of their shape moves into them.
+
+        Several rows compile apart from one (torch specializes a size of 1; on a CPU, 2-4
+        rows and 5 or more also apart, by inductor's kernel choice): the first comparison or
+        fan-out of a session compiles before it starts (4-6 s on an H100 with the inductor
+        cache on disk filled, measured in ``chatui bench --compare`` before the warm-up runs
+        of each size). Compiling them at load instead made a cold load 87 s instead of about
+        50 on an H100, and every load pays for it, most never comparing."""
+        for batch in batches:
             cache = self.fast.new_cache(batch)
             cache.length = CACHE_BLOCK - 2
             ids = torch.zeros(batch, 1, dtype=torch.long, device=self.device)

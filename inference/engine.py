@@ -138,7 +138,10 @@ class LocalBackend:
         fixed = fixed_threads()
         if fixed is not None and fixed != torch.get_num_threads():
             torch.set_num_threads(fixed)  # CHATUI_THREADS (torch reads OMP_NUM_THREADS itself)
-        if self.device.type == "cpu" and fixed is None:
+        # a compiled step (--compile on) is guarded on the thread count: each count the tuner
+        # tried would compile it again (25 s a time for the default model)
+        compiled = getattr(getattr(self.runner, "decode", None), "compiled", False)
+        if self.device.type == "cpu" and fixed is None and not compiled:
             self.threads = ThreadTuner(torch.get_num_threads(), torch.set_num_threads)
         self.pipeline: bool | None = None
         """Queue each decode step before the host handles the previous token: None = on CUDA
