@@ -8,7 +8,12 @@ one batch against the same rows as N single-row requests, top-5 logprobs on, EOS
 
     nice .venv/bin/python benchmarks/bench_batch.py [--rounds 3] [--new-tokens 64]
         [--prompt-tokens 128] [--threads N] [--json out.json]
-        [--ckpt PATH] [--device cuda] [--dtype auto]
+        [--ckpt PATH | --random-weights [--tokenizer DIR]] [--device cuda] [--dtype auto]
+
+``--random-weights`` decodes a random-weight model of the default model's exact shape
+(``benchmarks/shapes.py``'s ``smollm2-135m``) with its tokenizer (or ``--tokenizer DIR``'s),
+saved in a temporary folder: speed does not depend on the values, and it runs where the
+default model's package is not installed (the GPU figures in the README were measured so).
 
 Prints, per benchmark and N, the median and best over the rounds of the speedup (aggregate
 tokens/s batched / sequential, prefill included), of the batched aggregate decode tokens/s and
@@ -23,11 +28,14 @@ thread's CPU time measures the work (memory and cache are still shared).
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,6 +51,24 @@ from inference.engine import LocalBackend  # noqa: E402
 from inference.runner import describe  # noqa: E402
 
 
+def random_checkpoint(out: Path, tokenizer_dir: Path | None) -> Path:
+    """The default model's shape with random weights (bf16, normal init of transformers) and
+    a tokenizer, saved as a checkpoint folder in ``out``."""
+    from transformers import AutoTokenizer, GenerationConfig, LlamaForCausalLM
+
+    from benchmarks.shapes import SHAPES
+    from inference.checkpoint import default_model_path
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir or default_model_path())
+    cfg = next(s for s in SHAPES if s.name == "smollm2-135m").config()
+    cfg.bos_token_id, cfg.eos_token_id = tok.bos_token_id, tok.eos_token_id
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    GenerationConfig(eos_token_id=tok.eos_token_id).save_pretrained(out)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -52,6 +78,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--cpu-clock", action="store_true")
     ap.add_argument("--ckpt", help="a checkpoint (default: the default model)")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="a random-weight model of the default model's shape")
+    ap.add_argument("--tokenizer", type=Path, help="with --random-weights (default: the "
+                                                   "default model's)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--dtype", default=None,
                     help="float32 on a CPU by default, the engine's choice (auto) elsewhere")
@@ -68,6 +98,10 @@ def main() -> None:
     os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
     load0 = os.getloadavg()
     dtype = args.dtype or ("float32" if args.device == "cpu" else "auto")
+    if args.random_weights:
+        tmp = Path(tempfile.mkdtemp(prefix="chatui-batch-"))
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        args.ckpt = str(random_checkpoint(tmp, args.tokenizer))
     t0 = time.perf_counter()
     ckpt = load_checkpoint(args.ckpt, device=args.device, dtype=dtype)
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
