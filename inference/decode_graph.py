@@ -62,14 +62,25 @@ def use_compile(mode: str, device: torch.device) -> bool:
     return True
 
 
+def _plain(ids: torch.Tensor) -> torch.Tensor:
+    """A copy of the step's token ids with plain strides: the compiled step is guarded on its
+    inputs' strides, and a column of a sampled batch (strides (25, 1) for one row) recompiled
+    it inside the first reply. A replayed graph copies the ids into its buffer instead."""
+    return ids.clone(memory_format=torch.contiguous_format)
+
+
 class _Graph:
-    """One captured replay of the step for one set of cache tensors and batch size."""
+    """One captured replay of the step for one set of cache tensors and batch size. ``ids``
+    becomes its input buffer (the caller passes a copy of its own)."""
+
+    owner: weakref.ref[StaticKVCache] | None = None
+    """The cache that holds the graph's tensors now (it may have been dropped since)."""
 
     def __init__(self, fn: Callable[..., torch.Tensor], ks: list[torch.Tensor],
                  vs: list[torch.Tensor], ids: torch.Tensor, pos: int, cos: torch.Tensor,
                  sin: torch.Tensor) -> None:
         self.ks, self.vs, self.cos, self.sin = list(ks), list(vs), cos, sin
-        self.ids = ids.clone()
+        self.ids = ids
         self.pos = torch.full((1,), pos, dtype=torch.long, device=ids.device)
         # Warm-up on a side stream (compiles on first use, allocates workspaces). It runs the
         # real step at the real position, so what it writes into the cache is what the replay
@@ -119,8 +130,6 @@ class DecodeStep:
         self.compiled = compile
         self._graphs: OrderedDict[tuple[int, int], _Graph] = OrderedDict()
         """Kept graphs by (batch size, cache capacity), least recently used first."""
-        self._owners: dict[tuple[int, int], weakref.ref[StaticKVCache]] = {}
-        """The cache that holds each graph's tensors now (it may have been dropped since)."""
         self._graph_cls: Callable[..., _Graph] = _Graph
         self.captures = 0
         """Steps captured so far (each a few tens of milliseconds on a GPU)."""
@@ -145,7 +154,6 @@ class DecodeStep:
             n = -(-capacity // ROPE_BLOCK) * ROPE_BLOCK
             self._cos, self._sin = self.fast.rope_tables(n)
             self._graphs.clear()  # captured with the old tables
-            self._owners.clear()
         return self._cos, self._sin
 
     def _mark(self, cache: StaticKVCache, ids: torch.Tensor, cos: torch.Tensor) -> None:
@@ -164,13 +172,11 @@ class DecodeStep:
     @torch.inference_mode()
     def __call__(self, cache: StaticKVCache, ids: torch.Tensor) -> torch.Tensor:
         B = ids.shape[0]
-        # the step is guarded on its inputs' strides and dispatch keys: a column of a sampled
-        # batch (strides (25, 1) for one row) recompiled it inside the first reply
-        ids = ids.clone(memory_format=torch.contiguous_format)
         pos = cache.length
         cache.reserve(pos + 1, B)
         cos, sin = self._tables(cache.capacity)
         if not self.graphs:
+            ids = _plain(ids)
             self._mark(cache, ids, cos)
             p = torch.full((1,), pos, dtype=torch.long, device=self.device)
             out = self._fn(cache.k, cache.v, ids, p, cos, sin)
@@ -179,29 +185,29 @@ class DecodeStep:
         key = (B, cache.capacity)
         g = self._graphs.get(key)
         if g is not None and not g.fits(cache.k, cache.v, cos):
-            self._move_in(key, g, cache)
+            self._move_in(g, cache)
         if g is None:
-            self._mark(cache, ids, cos)
-            g = self._graph_cls(self._fn, cache.k, cache.v, ids, pos, cos, sin)
+            buf = _plain(ids)
+            self._mark(cache, buf, cos)
+            g = self._graph_cls(self._fn, cache.k, cache.v, buf, pos, cos, sin)
             self.captures += 1
+            g.owner = weakref.ref(cache)
             self._graphs[key] = g
-            self._owners[key] = weakref.ref(cache)
             self._evict(key)
         self._graphs.move_to_end(key)
         out = g(ids, pos)
         cache.length = pos + 1
         return out
 
-    def _move_in(self, key: tuple[int, int], g: _Graph, cache: StaticKVCache) -> None:
+    def _move_in(self, g: _Graph, cache: StaticKVCache) -> None:
         """Make ``cache`` use the graph's tensors (same shapes: the key says so), its keys and
         values copied in. A cache still holding them (the conversation's, say, when a
         comparison comes) gets the newcomer's tensors with its own contents: nothing a live
         cache holds is lost, and no two caches share a tensor."""
         mine = [*g.ks, *g.vs]
         theirs = [*cache.k, *cache.v]
-        ref = self._owners.get(key)
-        owner = ref() if ref is not None else None
-        if owner is not None and owner is not cache and owner.k[0] is g.ks[0]:
+        owner = g.owner() if g.owner is not None else None
+        if owner is not None and owner.k[0] is g.ks[0]:
             for a, b in zip(mine, theirs):
                 held = a.clone()
                 a.copy_(b)
@@ -211,7 +217,7 @@ class DecodeStep:
             for a, b in zip(mine, theirs):
                 a.copy_(b)
         cache.k, cache.v = list(g.ks), list(g.vs)
-        self._owners[key] = weakref.ref(cache)
+        g.owner = weakref.ref(cache)
 
     def _evict(self, newest: tuple[int, int]) -> None:
         """The other graphs keep at most ``KEPT_GRAPH_BYTES`` of cache tensors, or as many as
@@ -221,12 +227,12 @@ class DecodeStep:
         while sum(g.nbytes for k, g in self._graphs.items() if k != newest) > budget:
             old = next(k for k in self._graphs if k != newest)
             del self._graphs[old]
-            self._owners.pop(old, None)
 
-    def warm_up(self, batches: tuple[int, ...] = (1,)) -> None:
-        """Compile (and capture) on scratch caches across a capacity block, so the first reply
-        does not wait, not even where it outgrows the first block (one compile: the capacity
-        is dynamic). The graphs stay: the first cache of their shape moves into them.
+    def warm_up(self) -> None:
+        """Compile (and capture) on a scratch cache of one row across a capacity block, so the
+        first reply does not wait, not even where it outgrows the first block (one compile:
+        the capacity is dynamic). The graphs stay: the first cache of their shape moves into
+        them.
 
         Several rows compile apart from one (torch specializes a size of 1; on a CPU, 2-4
         rows and 5 or more also apart, by inductor's kernel choice): the first comparison or
@@ -234,12 +240,11 @@ class DecodeStep:
         cache on disk filled, measured in ``chatui bench --compare`` before the warm-up runs
         of each size). Compiling them at load instead made a cold load 87 s instead of about
         50 on an H100, and every load pays for it, most never comparing."""
-        for batch in batches:
-            cache = self.fast.new_cache(batch)
-            cache.length = CACHE_BLOCK - 2
-            ids = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
-            for _ in range(3):
-                self(cache, ids)
+        cache = self.fast.new_cache(1)
+        cache.length = CACHE_BLOCK - 2
+        ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        for _ in range(3):
+            self(cache, ids)
 
     def describe(self) -> str:
         parts = ["compiled" if self.compiled else "eager"]
