@@ -45,6 +45,18 @@ from .types import (
 log = logging.getLogger(__name__)
 
 
+def _repeated(cache: Any, n: int, room: int) -> Any:
+    """A copy of ``cache`` with each row n times, for rows that may grow to ``room``
+    positions: the fast runner's cache makes it in one allocation of that size
+    (``StaticKVCache.repeated``), transformers' by a deep copy and its repeat."""
+    repeated = getattr(cache, "repeated", None)
+    if repeated is not None:
+        return repeated(n, room)
+    out = copy.deepcopy(cache)
+    out.batch_repeat_interleave(n)
+    return out
+
+
 def _with_text(tok: Token, text: str) -> Token:
     return dataclasses.replace(tok, text=text)
 
@@ -412,8 +424,8 @@ class LocalBackend:
         if n == 1:
             cache, shared = self._cache, True
         else:
-            cache, shared = copy.deepcopy(self._cache), False
-            cache.batch_repeat_interleave(n)
+            room = min(limit, len(ids) + max(s.max_new_tokens for s in settings))
+            cache, shared = _repeated(self._cache, n, room), False
             logits = logits.expand(n, -1)
         try:
             yield from self._decode(cache, logits, [ids] * n, settings, request.top_logprobs,

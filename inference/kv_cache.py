@@ -91,6 +91,34 @@ class StaticKVCache:
             self.shared = self.length
         self._replace(lambda t: self._moved(t, rows, cap, rep))
 
+    @torch.inference_mode()
+    def repeated(self, n: int, room: int = 0) -> StaticKVCache:
+        """A new cache whose rows are each of this one's n times (``copy.deepcopy`` then
+        ``batch_repeat_interleave(n)``, this cache untouched), with capacity for ``room``
+        positions. A comparison or a fan-out knows how long its rows may grow: one allocation
+        of that size replaces a copy of the conversation's cache, its repeat, and the copies
+        that grow the capacity while decoding. At 8 rows of the default model (138-token
+        prompt, 128 new tokens) those were 75-120 ms of a 1.3 s request, most of it zeroing
+        and faulting in fresh memory twice (the repeat's and the growth's)."""
+        new = object.__new__(StaticKVCache)
+        new.length = self.length
+        new.shared = self.length if self.batch == 1 else self.shared
+        cap = max(self.capacity, -(-max(room, self.length) // CACHE_BLOCK) * CACHE_BLOCK)
+        rows = self.batch * n
+
+        def rep(t: torch.Tensor) -> torch.Tensor:
+            _, kv, _, d = t.shape
+            out = torch.zeros((rows, kv, cap, d), dtype=t.dtype, device=t.device)
+            # each source row copied into its n rows in one broadcast copy (no repeated
+            # intermediate)
+            out.view(self.batch, n, kv, cap, d)[:, :, :, : self.length] = (
+                t[:, None, :, : self.length])
+            return out
+
+        new.k = [rep(t) for t in self.k]
+        new.v = [rep(t) for t in self.v]
+        return new
+
     def batch_select_indices(self, idx: torch.Tensor) -> None:
         """Keep only the rows in idx (finished rows leave the batch)."""
         sel = lambda t: t.index_select(0, idx.to(t.device))  # noqa: E731

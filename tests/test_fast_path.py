@@ -14,7 +14,7 @@ from conftest import skip_unless_ci
 from inference import q8kernel
 from inference.engine import LocalBackend
 from inference.fast_llama import FastLlama, FastRunner, unsupported_reason
-from inference.kv_cache import StaticKVCache
+from inference.kv_cache import CACHE_BLOCK, StaticKVCache
 from inference.quant import Int4Weight, Int8Weight, Q4Weight, Q8Weight
 from inference.runner import HFRunner, RunnerError, build_runner
 from inference.settings import SamplingParams
@@ -381,6 +381,35 @@ def test_c_attention_reads_shared_positions_once_with_the_same_result(masked, H,
     kc[1:, :, :shared], vc[1:, :, :shared] = float("nan"), float("nan")
     assert torch.equal(attend(kc, vc, shared), own)
     assert attend(kc, vc, 0)[1:].isnan().all()
+
+
+def test_repeated_cache_is_the_copy_and_repeat_with_room_to_grow(tiny_ckpt):
+    """``StaticKVCache.repeated(n, room)`` (what a comparison's or fan-out's rows start from)
+    holds what ``copy.deepcopy`` and ``batch_repeat_interleave(n)`` give, with capacity for
+    ``room`` positions from the start (no growing copy while decoding), and leaves the
+    conversation's cache as it was; rows made from several rows repeat each in turn."""
+    fast = FastRunner(tiny_ckpt.model, quantize="int8")
+    cache = fast.new_cache()
+    fast.forward(cache, torch.randint(3, 1000, (1, 40)))
+    before = copy.deepcopy(cache)
+    ref = copy.deepcopy(cache)
+    ref.batch_repeat_interleave(3)
+    got = cache.repeated(3, room=40 + 300)
+    assert got.capacity >= 340 and got.capacity % CACHE_BLOCK == 0 and got.batch == 3
+    assert (got.length, got.shared) == (ref.length, ref.shared) == (40, 40)
+    for a, b, c, d in zip(got.k + got.v, ref.k + ref.v, cache.k + cache.v, before.k + before.v):
+        assert torch.equal(a[:, :, :40], b[:, :, :40]) and not a[:, :, 40:].any()
+        assert torch.equal(c, d)  # the source untouched
+    capacity = got.capacity
+    steps = torch.tensor([[7], [8], [9]])
+    for _ in range(3):
+        assert torch.equal(fast.forward(got, steps), fast.forward(ref, steps))
+    assert got.capacity == capacity
+    # several rows: row i becomes rows i*n .. i*n + n - 1; nothing is shared across them
+    two = ref.repeated(2, room=0)
+    assert two.batch == 6 and two.shared == ref.shared and two.capacity == ref.capacity
+    for a, b in zip(two.k, ref.k):
+        assert torch.equal(a[:, :, :ref.length], b.repeat_interleave(2, 0)[:, :, :ref.length])
 
 
 def test_repeated_rows_share_their_prefill_and_decode_as_single_rows(tiny_ckpt):
