@@ -175,7 +175,7 @@ class FastLlama:
 
     def __init__(self, model: Any, *, dtype: torch.dtype, quantize: str = "none",
                  int8_weights: dict[str, Any] | None = None,
-                 residual_dtype: torch.dtype | None = None) -> None:
+                 residual_dtype: torch.dtype | None = None, half_kv: bool = True) -> None:
         cfg, stack = decoder(model)
         self.device = model_device(model)
         full = _full_weights(model)
@@ -327,6 +327,14 @@ class FastLlama:
                             and self.sdpa_scale is None)
         """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
         CPU where the kernels build, for attention without soft-capping or its own scale."""
+        self.kv_dtype = (torch.float16 if half_kv and self.c_attention and self.q8
+                         and quantize in ("int8", "int4") else dtype)
+        """The KV cache's dtype: fp16 where the C attention kernel decodes int8 or int4 weights
+        (their rounding is ~100x the cache's; ``half_kv`` False keeps the matmul dtype, for the
+        compiled step, which attends in torch), else the matmul dtype. Half the cache's memory,
+        and half its reading: a batched step reads every row's own keys and values, which at 8
+        rows of the default model were 24 MB a step in fp32, more than the L3 keeps beside the
+        weights streaming through; README, issue 18's seventh pass, for what it measured."""
 
     def _experts(self, i: int, mlp: Any, weight: Callable[..., Weight],
                  full: Callable[[torch.Tensor], rows.Weight]) -> MoE:
@@ -380,7 +388,7 @@ class FastLlama:
         return total
 
     def new_cache(self, batch: int = 1) -> StaticKVCache:
-        return StaticKVCache(len(self.layers), self.n_kv, self.head_dim, dtype=self.dtype,
+        return StaticKVCache(len(self.layers), self.n_kv, self.head_dim, dtype=self.kv_dtype,
                              device=self.device, batch=batch)
 
     # ---- pieces of a layer ----
@@ -503,13 +511,16 @@ class FastLlama:
             a, b = qk[..., 0], qk[..., 1]
             qk = torch.stack([a * cr - b * sr, a * sr + b * cr], dim=-1).view(B, H + KV, D)
             q = qk[:, :H].to(self.dtype).view(B, KV, G, D)
-            ks[i].index_copy_(2, pos, qk[:, H:].to(self.dtype).view(B, KV, 1, D))
-            vs[i].index_copy_(2, pos, qkv[:, nqk:].to(self.dtype).view(B, KV, 1, D))
+            ks[i].index_copy_(2, pos, qk[:, H:].to(ks[i].dtype).view(B, KV, 1, D))
+            vs[i].index_copy_(2, pos, qkv[:, nqk:].to(vs[i].dtype).view(B, KV, 1, D))
+            # (the cache itself unless it is fp16 under fp32 matmuls: FastRunner keeps a
+            # compiled step's cache in the matmul dtype, ``kv_dtype``)
+            keys, values = ks[i].to(self.dtype), vs[i].to(self.dtype)
             if self.arch.attn_softcap is not None:
-                o = softcap_attention(q, ks[i], vs[i], masks[L.window],
+                o = softcap_attention(q, keys, values, masks[L.window],
                                       self.sdpa_scale or D ** -0.5, self.arch.attn_softcap)
             else:
-                o = F.scaled_dot_product_attention(q, ks[i], vs[i], attn_mask=masks[L.window],
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=masks[L.window],
                                                    scale=self.sdpa_scale)
             x = self._after_attention(x, o.reshape(B, 1, H * D), L)
         return self._logits(x[:, -1])  # [B, V]
@@ -575,7 +586,7 @@ class FastLlama:
             kc[:, :, start:end] = qk[:, :, H:].transpose(1, 2)
             vc[:, :, start:end] = qkv[..., nqk:].view(B, T, KV, D).transpose(1, 2)
             lo, mask, causal = mask_for(L.window)
-            keys, values = kc[:, :, lo:end], vc[:, :, lo:end]
+            keys, values = kc[:, :, lo:end].to(self.dtype), vc[:, :, lo:end].to(self.dtype)
             if T == 1:  # the G query heads of a KV head act as G query rows: no K/V copies
                 q = qk[:, :, :H].to(self.dtype).view(B, KV, G, D)
                 if softcap is not None:
@@ -735,14 +746,15 @@ class FastRunner:
         if dtype is None:  # torch's int8 and int4 kernels want bf16 activations, chatui's fp32
             bf16 = quantize in ("int8", "int4") and not q8_available(self.device)
             dtype = torch.bfloat16 if bf16 and model_dtype == torch.float32 else model_dtype
+        compiled = use_compile(compile, self.device)
         self.fast = FastLlama(model, dtype=dtype, quantize=quantize, int8_weights=int8_weights,
-                              residual_dtype=residual_dtype)
+                              residual_dtype=residual_dtype, half_kv=not compiled)
         self.dtype = dtype
         self.int8_path: Any = None
         """Where the int8 weights are cached on disk (None when not quantized)."""
         self.decode: DecodeStep | None = None
         """The compiled (and on CUDA graph-captured) one-token step, when in use."""
-        if use_compile(compile, self.device) and not self.fast.has_experts:
+        if compiled and not self.fast.has_experts:
             # experts are chosen per token: no fixed-shape step (they decode eagerly)
             self.decode = DecodeStep(self.fast, compile=True, cache_dir=compile_dir)
 

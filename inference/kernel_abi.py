@@ -65,9 +65,9 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "q4_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
     "q4_matmul_sel": (None, [_i, _p, _i, _i, _p, _p, _p, _i, _p, _i, _i]),
     "q6_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
-    "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _i, _p, _i]),
+    "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _i, _p, _i, _i]),
     "decode_layers": (None, [_p, _i, _i, _i, ctypes.POINTER(Layer), _p, _p, _i, _i, _i, _i, _i,
-                             _i, _p, _p, _p, _p, _i, _f, _i]),
+                             _i, _p, _p, _p, _p, _i, _f, _i, _i]),
     "f32_max_rows": (_i, []),
     "f32_matvec": (None, [_p, _i, _i, _p, _i, _p, _i]),
     "q8_rows": (None, [_p, _i, _i, _p, _p, _f, _p]),
@@ -210,17 +210,20 @@ def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
                     cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
                     n_heads: int, shared: int = 0) -> None:
     """``attn_decode``'s (and ``decode_layers``' attention) arguments: qkv [B, (H + 2KV) * D]
-    fp32; every cache [B, KV, C, D] fp32 with ``write`` < C; positions [B] int64 inside the
-    RoPE tables cos, sin [P, D/2] fp32; mask [B, write + 1] uint8; ``shared`` (the positions
-    every row holds alike) in 0..write."""
+    fp32; every cache [B, KV, C, D], all fp32 or all fp16, with ``write`` < C; positions [B]
+    int64 inside the RoPE tables cos, sin [P, D/2] fp32; mask [B, write + 1] uint8; ``shared``
+    (the positions every row holds alike) in 0..write."""
     if not k_caches or len(k_caches) != len(v_caches):
         raise KernelArgumentError("need one key and one value cache per layer")
     shape = tuple(k_caches[0].shape)
     if len(shape) != 4:
         raise KernelArgumentError(f"a cache must be [B, KV, C, D], got {shape}")
     b, kv, c, d = shape
+    kv_dtype = k_caches[0].dtype
+    if kv_dtype not in (torch.float32, torch.float16):
+        raise KernelArgumentError(f"a cache must be fp32 or fp16, got {kv_dtype}")
     for i, t in enumerate((*k_caches, *v_caches)):
-        _tensor(f"cache {i}", t, torch.float32)
+        _tensor(f"cache {i}", t, kv_dtype)
         if tuple(t.shape) != shape:
             raise KernelArgumentError(f"cache {i} is {tuple(t.shape)}, cache 0 is {shape}")
     if n_heads <= 0 or n_heads % kv or d % 2:

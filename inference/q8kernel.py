@@ -213,8 +213,8 @@ class Q8Kernel:
                   write: int, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   mask: torch.Tensor | None, n_heads: int, shared: int = 0) -> torch.Tensor:
         """One new token per row (``attn.c``): RoPE, the cache write at ``write`` and attention
-        over positions 0..write. qkv: [B, (H + 2KV) * D] fp32; caches [B, KV, C, D] fp32
-        contiguous (written in place); positions: [B] int64 (RoPE); cos, sin: [P, D/2] fp32;
+        over positions 0..write. qkv: [B, (H + 2KV) * D] fp32; caches [B, KV, C, D] fp32 or
+        fp16, contiguous (written in place); positions: [B] int64 (RoPE); cos, sin: [P, D/2] fp32;
         mask: [B, write + 1] uint8 or None; positions 0..shared-1 are alike in every row
         (``StaticKVCache.shared``) and read once. Returns [B, H * D] fp32."""
         if self.debug:
@@ -225,7 +225,7 @@ class Q8Kernel:
         self.lib.attn_decode(qkv.data_ptr(), b, n_heads, kv, d, k_cache.data_ptr(),
                              v_cache.data_ptr(), c, write, positions.data_ptr(), cos.data_ptr(),
                              sin.data_ptr(), None if mask is None else mask.data_ptr(), shared,
-                             out.data_ptr(), self._threads())
+                             out.data_ptr(), self._threads(), int(k_cache.dtype == torch.float16))
         return out
 
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
@@ -248,7 +248,7 @@ class Q8Kernel:
         self.lib.decode_layers(x.data_ptr(), b, hidden, n, layers, kc, vc, n_heads, kv, d, inter,
                                c, write, positions.data_ptr(), cs, sn,
                                None if mask is None else mask.data_ptr(), shared, eps,
-                               self._threads())
+                               self._threads(), int(k_caches[0].dtype == torch.float16))
 
 
 def _omp_runtimes() -> set[str]:

@@ -66,6 +66,44 @@ def test_the_kernel_builds_on_an_x86_machine_with_a_compiler(x86_gcc):
     assert kernel is not None and kernel.isa in q8kernel.FAST_ISAS and kernel.openmp
 
 
+@pytest.mark.parametrize("march", ["native", "haswell", "x86-64"])
+def test_the_fp16_cache_stores_what_torch_rounds_to(march, tmp_path, x86_gcc, kernel):
+    """``attn.c``'s fp16 cache (int8 and int4 decoding): every build stores a new value as
+    torch's float16 rounding does (nearest even; subnormals, overflow to inf, 65504 kept), the
+    portable build in software and the others with F16C, so a cache written by one CPU reads
+    the same on another; and attention over the fp16 cache equals attention over its values in
+    fp32."""
+    if march == "native":
+        kern = kernel
+    else:
+        path = tmp_path / f"kernels-{march}.so"
+        q8kernel.compile_library(x86_gcc, path, openmp=True, march=march)
+        kern = q8kernel.open_library(path, openmp=True)
+    H, KV, D, C, w = 2, 1, 16, 8, 5
+    torch.manual_seed(3)
+    special = torch.tensor([0.0, -0.0, 1e-8, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -25,
+                            2.0 ** -14 * 1.0009765625, 65504.0, 65519.0, 65520.0, 1e6, -1e6,
+                            1 / 3, -2.5, 1.00048828125, 1.00146484375])
+    qkv = torch.randn(1, (H + 2 * KV) * D)
+    qkv[0, (H + KV) * D:] = special  # the value row is stored as given (no RoPE)
+    kc = torch.randn(1, KV, C, D).half()
+    vc = torch.randn(1, KV, C, D).half()
+    pos = torch.tensor([w])
+    cos, sin = torch.ones(C, D // 2), torch.zeros(C, D // 2)  # RoPE of angle 0: keys as given
+    out = kern.attention(qkv, kc, vc, w, pos, cos, sin, None, H)
+    assert torch.equal(vc[0, 0, w].view(torch.int16), special.half().view(torch.int16))
+    assert torch.equal(kc[0, 0, w].view(torch.int16),
+                       qkv[0, H * D:(H + 1) * D].half().view(torch.int16))
+    # the fp32 cache of the same values (the new key and value as the fp16 cache holds them):
+    # the same arithmetic (up to the order the compiler sums in), inf where values overflowed
+    q16 = qkv.clone()
+    q16[0, H * D:] = qkv[0, H * D:].half().float()
+    ref = kern.attention(q16, kc.float(), vc.float(), w, pos, cos, sin, None, H)
+    finite = torch.isfinite(ref)
+    assert torch.equal(finite, torch.isfinite(out)) and not finite.all()
+    assert torch.allclose(out[finite], ref[finite], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("march", ["haswell", "x86-64"])
 def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86_gcc):
     """The AVX2 code (an older or smaller CPU) and the portable C code, built here for those

@@ -227,6 +227,28 @@ async def test_closing_an_isolated_worker_stops_a_running_reply():
     assert time.perf_counter() - t0 < 5
 
 
+async def test_the_isolated_worker_freezes_the_loaded_heap():
+    """The engine's process moves what the load left alive out of the collector's view
+    (``process_host.settle_heap``), so a reply's events do not make it walk the model's objects
+    again and again; the UI's process (the thread host here) is left alone."""
+    import gc
+
+    w = InferenceWorker(ScriptedFactory(), isolate=True)
+    await w.load().collect()
+    assert await w.call(_frozen) > 1000
+    await w.aclose()
+    before = gc.get_freeze_count()
+    t = InferenceWorker(ScriptedFactory(), isolate=False)
+    await t.load().collect()
+    assert gc.get_freeze_count() == before
+    await t.aclose()
+
+
+def _frozen(backend):
+    import gc
+    return gc.get_freeze_count()
+
+
 def _pid(backend):
     import os
     return os.getpid()

@@ -82,17 +82,18 @@ void q6_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
                int threads, int mode, const float *aux, float eps);
 
 /* attn.c: one new token per row: RoPE, the cache write at w and attention over 0..w; positions
- * 0..shared-1 are equal in every row and read from row 0. */
-void attn_decode(const float *qkv, int B, int H, int KV, int D, float *kc, float *vc, int C,
-                 int w, const int64_t *pos, const float *cos_t, const float *sin_t,
-                 const uint8_t *mask, int shared, float *out, int threads);
+ * 0..shared-1 are equal in every row and read from row 0. The cache holds fp32 or, with
+ * kv_half, IEEE fp16 (uint16_t) values. */
+void attn_decode(const float *qkv, int B, int H, int KV, int D, void *kc, void *vc, int C, int w,
+                 const int64_t *pos, const float *cos_t, const float *sin_t, const uint8_t *mask,
+                 int shared, float *out, int threads, int kv_half);
 
 /* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. cos_t,
  * sin_t: one RoPE table of each kind, indexed by layer_t.rope. */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
-                   float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
+                   void *const *kc, void *const *vc, int H, int KV, int D, int inter, int C,
                    int w, const int64_t *pos, const float *const *cos_t, const float *const *sin_t,
-                   const uint8_t *mask, int shared, float eps, int threads);
+                   const uint8_t *mask, int shared, float eps, int threads, int kv_half);
 
 /* f32.c: y [M, N] = x [M, K] W^T for fp32, M <= f32_max_rows(). */
 int f32_max_rows(void);

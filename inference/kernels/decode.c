@@ -147,10 +147,10 @@ static const uint8_t *window_mask(const uint8_t *mask, int B, int w, int window,
  * thread's CPU time per step went 69.7 -> 59.7 ms with this call (bench_moe_step.py --shape
  * gemma3-1b --quantize int8, A/B in one process, load 5.5; README, "decode.c and Gemma"). */
 void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *layers,
-                   float *const *kc, float *const *vc, int H, int KV, int D, int inter, int C,
+                   void *const *kc, void *const *vc, int H, int KV, int D, int inter, int C,
                    int w, const int64_t *pos, const float *const *cos_t,
                    const float *const *sin_t, const uint8_t *mask, int shared, float eps,
-                   int threads) {
+                   int threads, int kv_half) {
     int nqkv = (H + 2 * KV) * D;
     size_t E = 0, PK = 0, PI = 0; /* the largest mixture's experts, rows and rows x inter */
     for (int i = 0; i < n_layers; i++)
@@ -181,7 +181,7 @@ void decode_layers(float *x, int B, int hidden, int n_layers, const layer_t *lay
         if (L->q_norm) qk_norm(qkv, B, H, KV, D, nqkv, L->q_norm, L->k_norm, eps);
         attn_decode(qkv, B, H, KV, D, kc[i], vc[i], C, w, pos, cos_t[L->rope],
                     sin_t[L->rope], window_mask(mask, B, w, L->window, wmask), shared, o,
-                    threads);
+                    threads, kv_half);
         qmm(L, o, B, H * D, L->wo, L->so, hidden, t, threads, 0, NULL, 0.f);
         add_bias(t, L->bo, B, hidden);
         post_norm(t, B, hidden, L->post_attn, eps);

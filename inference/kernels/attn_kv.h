@@ -1,0 +1,333 @@
+/* The cache-type-dependent part of attn.c, included there once per KV cache element type:
+ * KV_T (float, or uint16_t holding IEEE fp16), KV_FN(name) (the instance's name for a function),
+ * KV_LOAD16(p) (16 elements from p as an __m512, AVX-512 builds), KV_GET(p) (one element as a
+ * float) and KV_PUT(p, v) (store float v, rounded to nearest even). Every function here does
+ * its arithmetic in fp32 as before; only the cache's loads and stores differ. */
+#if defined(__AVX512F__)
+
+/* Eight keys' scores: eight dot products of D = 16 T, their horizontal sums reduced together
+ * (one horizontal sum a key, as before, was most of this loop's time: 0.43 ms a row and step
+ * at 8 rows of the default model). Every key's sum takes the same tree, whichever of the eight
+ * slots it is in, so a score does not depend on where a call's keys begin (the shared prefix
+ * splits a chunk in two calls). */
+static inline __attribute__((always_inline)) void KV_FN(scores8)(const __m512 *qv,
+                                                                 const KV_T *k, float *out,
+                                                                 const int T) {
+    __m512 a[8];
+    for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm512_fmadd_ps(qv[t], KV_LOAD16(k + 16 * (j * T + t)), a[j]);
+    __m256 r[8];
+    for (int j = 0; j < 8; j++)
+        r[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j]), 1)));
+    __m256 h0 = _mm256_hadd_ps(r[0], r[1]), h1 = _mm256_hadd_ps(r[2], r[3]);
+    __m256 h2 = _mm256_hadd_ps(r[4], r[5]), h3 = _mm256_hadd_ps(r[6], r[7]);
+    __m256 u0 = _mm256_hadd_ps(h0, h1), u1 = _mm256_hadd_ps(h2, h3);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                        _mm256_permute2f128_ps(u0, u1, 0x31)));
+}
+
+/* pg[i] = q . K[i] for n keys, D = 16 T; the last n % 8 keys through a zero-padded copy. */
+static inline __attribute__((always_inline)) void KV_FN(scores_t)(const float *q, const KV_T *K,
+                                                                  int n, float *pg, const int T) {
+    __m512 qv[8];
+    for (int t = 0; t < T; t++) qv[t] = _mm512_loadu_ps(q + 16 * t);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) KV_FN(scores8)(qv, K + (size_t)i * 16 * T, pg + i, T);
+    if (i < n) {
+        KV_T pad[8 * 128];
+        float out[8];
+        int rest = n - i;
+        memcpy(pad, K + (size_t)i * 16 * T, sizeof(KV_T) * 16 * T * rest);
+        memset(pad + 16 * T * rest, 0, sizeof(KV_T) * 16 * T * (8 - rest));
+        KV_FN(scores8)(qv, pad, out, T);
+        memcpy(pg + i, out, sizeof(float) * rest);
+    }
+}
+
+/* scores_t for the G queries of one KV head (query g's scores at pg + ldp g): each block of
+ * eight keys is loaded from the cache once and scored against every query while it is in
+ * L1 (one query's pass over a 256-key chunk, 64 KB, read it back from L2 for the next query:
+ * the loop waited on L2 at one cache line a multiply-add). Every score is scores8's, so the
+ * same bits as scores_t query by query. The keys KEYS_AHEAD ahead are fetched, and the values
+ * of the keys being scored (V, at the same first key) into L2 for the weighted sum after: a
+ * profile of 8 rows had most of chunk_attend's time on the first loads of each key and value
+ * row (a row's own 64 keys are 16 KB, too short a stream for the hardware's prefetcher to
+ * get ahead). Decode steps at 4 / 8 rows (as q8.c's AHEAD measures them): 5.45 / 6.83 ->
+ * 5.26 / 6.50 ms; with q8.c's non-temporal weights 4.69 / 5.92 -> 4.55 / 5.58 ms. */
+static inline __attribute__((always_inline)) void KV_FN(scores_g)(const float *q, int G,
+                                                                  const KV_T *K, int n, float *pg,
+                                                                  int ldp, const int T,
+                                                                  const KV_T *V) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int l = 0; l < 8 * 16 * T; l += 64 / (int)sizeof(KV_T)) {
+            _mm_prefetch((const char *)(K + (size_t)(i + KEYS_AHEAD) * 16 * T + l), _MM_HINT_T0);
+            _mm_prefetch((const char *)(V + (size_t)i * 16 * T + l), _MM_HINT_T1);
+        }
+        for (int g = 0; g < G; g++) {
+            __m512 qv[8];
+            for (int t = 0; t < T; t++) qv[t] = _mm512_loadu_ps(q + (size_t)g * 16 * T + 16 * t);
+            KV_FN(scores8)(qv, K + (size_t)i * 16 * T, pg + (size_t)g * ldp + i, T);
+        }
+    }
+    if (i < n)
+        for (int g = 0; g < G; g++)
+            KV_FN(scores_t)(q + (size_t)g * 16 * T, K + (size_t)i * 16 * T, n - i,
+                            pg + (size_t)g * ldp + i, T);
+}
+
+/* o = sum_i pg[i] V[i] over n keys (added to o's values with `more`), D = 16 T, the output in
+ * registers: two calls over [0, a) and [a, n) make the same fused multiply-adds as one. */
+static inline __attribute__((always_inline)) void KV_FN(weighted_sum_t)(const float *pg,
+                                                                        const KV_T *V, int n,
+                                                                        float *o, int more,
+                                                                        const int T) {
+    __m512 acc[8];
+    for (int t = 0; t < T; t++) acc[t] = more ? _mm512_loadu_ps(o + 16 * t) : _mm512_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        __m512 p = _mm512_set1_ps(pg[i]);
+        const KV_T *v = V + (size_t)i * 16 * T;
+        for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(p, KV_LOAD16(v + 16 * t), acc[t]);
+    }
+    for (int t = 0; t < T; t++) _mm512_storeu_ps(o + 16 * t, acc[t]);
+}
+
+/* weighted_sum_t for Q queries at once (rows pg + CHUNK q, outputs o + 16 T q): each value row
+ * is loaded once for the Q queries, and their 4Q (T = 4) accumulators are independent chains
+ * instead of one query's 4 waiting on each other's latency; every query's fused multiply-adds
+ * are those of weighted_sum_t, in the same order. */
+static inline __attribute__((always_inline)) void KV_FN(weighted_sum_q)(const float *pg, int ldp,
+                                                                        const KV_T *V, int n,
+                                                                        float *o, int more,
+                                                                        const int T, const int Q) {
+    __m512 acc[4][4];
+    for (int q = 0; q < Q; q++)
+        for (int t = 0; t < T; t++)
+            acc[q][t] = more ? _mm512_loadu_ps(o + 16 * T * q + 16 * t) : _mm512_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        const KV_T *v = V + (size_t)i * 16 * T;
+        for (int t = 0; t < T; t++) {
+            __m512 vt = KV_LOAD16(v + 16 * t);
+            for (int q = 0; q < Q; q++)
+                acc[q][t] = _mm512_fmadd_ps(_mm512_set1_ps(pg[(size_t)q * ldp + i]), vt, acc[q][t]);
+        }
+    }
+    for (int q = 0; q < Q; q++)
+        for (int t = 0; t < T; t++) _mm512_storeu_ps(o + 16 * T * q + 16 * t, acc[q][t]);
+}
+#endif
+
+/* pg[i] = q . K[i] for n keys (K at the first key). */
+static void KV_FN(scores)(const float *q, const KV_T *K, int n, int D, float *pg) {
+#if defined(__AVX512F__)
+    if (D == 64) { KV_FN(scores_t)(q, K, n, pg, 4); return; }
+    if (D == 128) { KV_FN(scores_t)(q, K, n, pg, 8); return; }
+#endif
+    for (int i = 0; i < n; i++) {
+        const KV_T *kr = K + (size_t)i * D;
+        float a = 0.f;
+        #pragma omp simd reduction(+ : a)
+        for (int d = 0; d < D; d++) a += q[d] * KV_GET(kr + d);
+        pg[i] = a;
+    }
+}
+
+/* o = sum_i pg[i] V[i] for n keys (V at the first key), added to o with `more`. */
+static void KV_FN(weighted_sum)(const float *pg, const KV_T *V, int n, int D, float *o,
+                                int more) {
+#if defined(__AVX512F__)
+    if (D == 64) { KV_FN(weighted_sum_t)(pg, V, n, o, more, 4); return; }
+    if (D == 128) { KV_FN(weighted_sum_t)(pg, V, n, o, more, 8); return; }
+#endif
+    if (!more)
+        for (int d = 0; d < D; d++) o[d] = 0.f;
+    for (int i = 0; i < n; i++) {
+        float pk = pg[i];
+        const KV_T *vr = V + (size_t)i * D;
+        #pragma omp simd
+        for (int d = 0; d < D; d++) o[d] += pk * KV_GET(vr + d);
+    }
+}
+
+/* Attention of the G query heads sharing one KV head over keys [k0, k1): unnormalized output
+ * acc[g][D], running max mx[g] and sum sm[g] (combined across chunks by the caller). Keys
+ * below `shared` are read from Ks, Vs (row 0's), the others from K, V (the row's own): the
+ * same values, so the same arithmetic in the same order. */
+static void KV_FN(chunk_attend)(const float *q /* [G][D] scaled, rotated */, int G, int D,
+                                const KV_T *Ks, const KV_T *Vs, int shared, const KV_T *K,
+                                const KV_T *V, int k0, int k1, const uint8_t *m, int w,
+                                float *acc, float *mx, float *sm, float *p /* [G][CHUNK] */) {
+    int n = k1 - k0;
+    int n0 = shared - k0 < 0 ? 0 : shared - k0 > n ? n : shared - k0;
+    int together = 0; /* the G queries' scores computed key block by key block */
+#if defined(__AVX512F__)
+    if (D == 64 || D == 128) {
+        int T = D / 16;
+        if (n0) {
+            if (T == 4) KV_FN(scores_g)(q, G, Ks + (size_t)k0 * D, n0, p, CHUNK, 4, Vs + (size_t)k0 * D);
+            else KV_FN(scores_g)(q, G, Ks + (size_t)k0 * D, n0, p, CHUNK, 8, Vs + (size_t)k0 * D);
+        }
+        if (n0 < n) {
+            const KV_T *Ko = K + (size_t)(k0 + n0) * D;
+            const KV_T *Vo = V + (size_t)(k0 + n0) * D;
+            if (T == 4) KV_FN(scores_g)(q, G, Ko, n - n0, p + n0, CHUNK, 4, Vo);
+            else KV_FN(scores_g)(q, G, Ko, n - n0, p + n0, CHUNK, 8, Vo);
+        }
+        together = 1;
+    }
+#endif
+    for (int g = 0; g < G; g++) {
+        float *pg = p + (size_t)g * CHUNK;
+        const float *qg = q + (size_t)g * D;
+        float best = -INFINITY;
+        if (n0 && !together) KV_FN(scores)(qg, Ks + (size_t)k0 * D, n0, D, pg);
+        if (n0 < n && !together) KV_FN(scores)(qg, K + (size_t)(k0 + n0) * D, n - n0, D, pg + n0);
+        if (m)
+            for (int i = 0; i < n; i++)
+                if (!m[k0 + i] && k0 + i != w) pg[i] = -INFINITY;
+        int i0 = 0;
+#if defined(__AVX512F__)
+        if (n >= 16) { /* the maximum is exact in any order */
+            __m512 vm = _mm512_set1_ps(-INFINITY);
+            for (; i0 + 16 <= n; i0 += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(pg + i0));
+            best = _mm512_reduce_max_ps(vm);
+        }
+#endif
+        for (int i = i0; i < n; i++) best = pg[i] > best ? pg[i] : best;
+        float sum = 0.f;
+        if (best == -INFINITY) {
+            for (int i = 0; i < n; i++) pg[i] = 0.f;
+        } else {
+            /* the exponentials in SIMD lanes (fast_exp16 / fast_exp8: fast_exp's bits; gcc
+             * left this loop scalar, 40% of this function at 8 rows) */
+            int i = 0;
+#if defined(__AVX512F__)
+            __m512 vb = _mm512_set1_ps(best), ninf = _mm512_set1_ps(-INFINITY);
+            for (; i + 16 <= n; i += 16) {
+                __m512 v = _mm512_loadu_ps(pg + i);
+                __mmask16 live = _mm512_cmp_ps_mask(v, ninf, _CMP_NEQ_UQ);
+                _mm512_storeu_ps(pg + i,
+                                 _mm512_maskz_mov_ps(live, fast_exp16(_mm512_sub_ps(v, vb))));
+            }
+#elif defined(__AVX2__) && defined(__FMA__)
+            __m256 vb = _mm256_set1_ps(best), ninf = _mm256_set1_ps(-INFINITY);
+            for (; i + 8 <= n; i += 8) {
+                __m256 v = _mm256_loadu_ps(pg + i);
+                __m256 live = _mm256_cmp_ps(v, ninf, _CMP_NEQ_UQ);
+                _mm256_storeu_ps(pg + i, _mm256_and_ps(live, fast_exp8(_mm256_sub_ps(v, vb))));
+            }
+#endif
+            for (; i < n; i++) pg[i] = pg[i] == -INFINITY ? 0.f : fast_exp(pg[i] - best);
+            sum = sum_keys(pg, n);
+        }
+        mx[g] = best;
+        sm[g] = sum;
+    }
+    int g = 0;
+#if defined(__AVX512F__)
+    if (D == 64) /* the queries' weighted sums four at a time (see weighted_sum_q) */
+        while (G - g >= 2) {
+            int Q = G - g >= 4 ? 4 : G - g;
+            float *o = acc + (size_t)g * D;
+            const float *pq = p + (size_t)g * CHUNK;
+            for (int part = 0; part < 2; part++) {
+                int a = part ? n0 : 0, len = part ? n - n0 : n0;
+                const KV_T *Vp = (part ? V : Vs) + (size_t)(k0 + a) * D;
+                if (!len) continue;
+                int more = part && n0 > 0;
+                if (Q == 4) KV_FN(weighted_sum_q)(pq + a, CHUNK, Vp, len, o, more, 4, 4);
+                else if (Q == 3) KV_FN(weighted_sum_q)(pq + a, CHUNK, Vp, len, o, more, 4, 3);
+                else KV_FN(weighted_sum_q)(pq + a, CHUNK, Vp, len, o, more, 4, 2);
+            }
+            g += Q;
+        }
+#endif
+    for (; g < G; g++) {
+        float *pg = p + (size_t)g * CHUNK;
+        float *o = acc + (size_t)g * D;
+        if (n0) KV_FN(weighted_sum)(pg, Vs + (size_t)k0 * D, n0, D, o, 0);
+        if (n0 < n) KV_FN(weighted_sum)(pg + n0, V + (size_t)(k0 + n0) * D, n - n0, D, o, n0 > 0);
+    }
+}
+
+static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *kc, KV_T *vc,
+                          int C, int w, const int64_t *pos, const float *cos_t,
+                          const float *sin_t, const uint8_t *mask, int shared, float *out,
+                          int threads) {
+    int G = H / KV, half = D / 2, S = w + 1;
+    shared = shared < 0 ? 0 : shared > w ? w : shared;
+    size_t row = (size_t)(H + 2 * KV) * D;
+    float scale = 1.0f / sqrtf((float)D);
+    /* new keys and values into the cache (keys rotated); queries rotated and scaled */
+    float *qs = (float *)malloc(sizeof(float) * (size_t)B * H * D);
+    float *kr = (float *)malloc(sizeof(float) * (size_t)D); /* a new key, rotated in fp32 */
+    for (int b = 0; b < B; b++) {
+        const float *c = cos_t + (size_t)pos[b] * half, *s = sin_t + (size_t)pos[b] * half;
+        for (int j = 0; j < KV; j++) {
+            KV_T *kd = kc + (((size_t)b * KV + j) * C + w) * D;
+            KV_T *vd = vc + (((size_t)b * KV + j) * C + w) * D;
+            const float *ks = qkv + b * row + (size_t)(H + j) * D;
+            const float *vs = qkv + b * row + (size_t)(H + KV + j) * D;
+            for (int d = 0; d < D; d++) { kr[d] = ks[d]; KV_PUT(vd + d, vs[d]); }
+            rope(kr, c, s, half);
+            for (int d = 0; d < D; d++) KV_PUT(kd + d, kr[d]);
+        }
+        for (int h = 0; h < H; h++) {
+            float *qd = qs + ((size_t)b * H + h) * D;
+            const float *src = qkv + b * row + (size_t)h * D;
+            for (int d = 0; d < D; d++) qd[d] = src[d] * scale;
+            rope(qd, c, s, half);
+        }
+    }
+    int nc = (S + CHUNK - 1) / CHUNK, tasks = B * KV * nc;
+    size_t per = (size_t)G * (D + 2);
+    float *part = (float *)malloc(sizeof(float) * per * tasks);
+    if (threads < 1) threads = 1;
+    #pragma omp parallel num_threads(threads) if (tasks > 1)
+    {
+    float *scratch = (float *)malloc(sizeof(float) * (size_t)G * CHUNK);
+    #pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < tasks; t++) {
+        /* rows vary fastest: the B tasks of one chunk run back to back, its shared part hot */
+        int b = t % B, c = (t / B) % nc, j = t / (B * nc);
+        int k0 = c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
+        float *pt = part + per * (((size_t)b * KV + j) * nc + c);
+        size_t own = ((size_t)b * KV + j) * C * D, first = (size_t)j * C * D;
+        KV_FN(chunk_attend)(qs + ((size_t)b * H + (size_t)j * G) * D, G, D, kc + first,
+                            vc + first,
+                     shared, kc + own, vc + own, k0, k1, mask ? mask + (size_t)b * S : NULL, w,
+                     pt, pt + (size_t)G * D, pt + (size_t)G * D + G, scratch);
+    }
+    free(scratch);
+    }
+    /* combine the chunks of each (row, KV head) */
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < KV; j++)
+            for (int g = 0; g < G; g++) {
+                float M = -INFINITY;
+                for (int c = 0; c < nc; c++) {
+                    float *pt = part + per * (((size_t)b * KV + j) * nc + c);
+                    float m = pt[(size_t)G * D + g];
+                    M = m > M ? m : M;
+                }
+                float *o = out + (size_t)b * H * D + (size_t)(j * G + g) * D;
+                for (int d = 0; d < D; d++) o[d] = 0.f;
+                float total = 0.f;
+                for (int c = 0; c < nc; c++) {
+                    float *pt = part + per * (((size_t)b * KV + j) * nc + c);
+                    float m = pt[(size_t)G * D + g];
+                    if (m == -INFINITY) continue;
+                    float f = fast_exp(m - M);
+                    total += f * pt[(size_t)G * D + G + g];
+                    for (int d = 0; d < D; d++) o[d] += f * pt[(size_t)g * D + d];
+                }
+                float inv = 1.0f / total;
+                for (int d = 0; d < D; d++) o[d] *= inv;
+            }
+    free(part);
+    free(qs);
+    free(kr);
+}
