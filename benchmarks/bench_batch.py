@@ -49,7 +49,6 @@ from inference import bench  # noqa: E402
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
 from inference.runner import describe  # noqa: E402
-from inference.worker.process_host import settle_heap  # noqa: E402
 
 
 def random_checkpoint(out: Path, tokenizer_dir: Path | None) -> Path:
@@ -107,8 +106,8 @@ def main() -> None:
     ckpt = load_checkpoint(args.ckpt, device=args.device, dtype=dtype)
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
     print(f"loaded in {time.perf_counter() - t0:.1f} s ({describe(backend.runner)})", flush=True)
-    settle_heap()  # as the engine's process does after its load (no full collections mid-run)
-    # The chat UI keeps full collector passes out of streaming replies (chatui/gcpolicy.py);
+    # The chat UI keeps full collector passes out of streaming replies (chatui/gcpolicy.py),
+    # and the engine's process freezes what its load left (process_host.settle_heap);
     # here one ran inside a timed run now and then: 184 ms (the ~365,000 objects the model
     # and tokenizer leave alive), 3 ms a step of a 64-step 8-row run, in one run and not in
     # the other. Frozen, a pass walks only what the runs make.

@@ -28,18 +28,22 @@ class RowSampling:
     repetition_penalty: torch.Tensor  # [B] float; 1 = off
     greedy: torch.Tensor  # [B] bool
     generators: list[torch.Generator]
+    """One CPU generator a row, whatever the device: a sampled row draws one number a step
+    from it (``_uniforms``), on the host, so a seed gives the same draws on a GPU as here."""
     any_sampled: bool
     any_top_k: bool
     any_top_p: bool
     any_min_p: bool
     any_penalty: bool
+    greedy_rows: tuple[bool, ...] = ()
+    """``greedy`` on the host (reading the tensor on a GPU would wait for the device)."""
 
     @classmethod
     def build(cls, settings: Sequence[SamplingParams], device: torch.device) -> RowSampling:
         temps = [s.temperature for s in settings]
         gens = []
         for s in settings:
-            g = torch.Generator(device=device)
+            g = torch.Generator()
             if s.seed is None:
                 g.seed()
             else:
@@ -59,6 +63,7 @@ class RowSampling:
             any_top_p=any(s.top_p < 1 and not s.greedy for s in settings),
             any_min_p=any(s.min_p > 0 and not s.greedy for s in settings),
             any_penalty=any(s.repetition_penalty != 1 for s in settings),
+            greedy_rows=tuple(greedy),
         )
 
     def select(self, rows: torch.Tensor, keep: list[int]) -> RowSampling:
@@ -69,6 +74,7 @@ class RowSampling:
             greedy=self.greedy[rows], generators=[self.generators[i] for i in keep],
             any_sampled=self.any_sampled, any_top_k=self.any_top_k, any_top_p=self.any_top_p,
             any_min_p=self.any_min_p, any_penalty=self.any_penalty,
+            greedy_rows=tuple(self.greedy_rows[i] for i in keep),
         )
 
 
@@ -228,7 +234,7 @@ def _uniforms(rows: RowSampling) -> torch.Tensor:
     for a greedy row, which draws none), for ``sample_rows`` and the fused sampler alike."""
     return torch.cat([torch.zeros(1, dtype=torch.float64) if greedy
                       else torch.rand(1, generator=g, dtype=torch.float64)
-                      for greedy, g in zip(rows.greedy.tolist(), rows.generators)])
+                      for greedy, g in zip(rows.greedy_rows, rows.generators)])
 
 
 def sample_rows(processed: torch.Tensor, rows: RowSampling,
@@ -237,37 +243,27 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
     row's randomness comes from its own generator, so a seeded row does not depend on the
     other rows. Returns ids [B] (long). ``probs``: softmax(processed) when the caller has it.
 
-    On a CPU a sampled row takes one uniform number from its generator and the first token
-    whose cumulative probability (float64, in vocabulary order) passes it: exact sampling at
-    one pass over the row (0.08 ms for 49,152 tokens, one row, 2 threads). It was the
-    exponential race below, whose 49,152 exponential draws cost 0.99 ms a row and a step:
-    an eighth of the default model's decode step under the default settings (temperature
-    0.7, no top-p). Tokens the filters removed have probability 0 and are never passed. On
-    other devices, the exponential race (argmax of p / Exp(1) noise, as gpt-fast does): no
-    host synchronisation.
+    A sampled row takes one uniform number from its generator (on the host, ``_uniforms``) and
+    the first token whose cumulative probability (float64, in vocabulary order) passes it:
+    exact sampling at one pass over the row (0.08 ms for 49,152 tokens, one row, 2 threads).
+    It was the exponential race (argmax of p / Exp(1) noise, gpt-fast's), whose 49,152
+    exponential draws cost 0.99 ms a row and a step on this CPU, and on a GPU one draw call a
+    row from its own device generator: at 8 rows, 8 calls and launches of a step's ~40
+    (issue 18's seventh pass); here every row draws in the same few launches on any device,
+    and a seed gives the same reply on a GPU as on the CPU (up to the probabilities'
+    rounding). Tokens the filters removed have probability 0 and are never passed.
     """
     greedy_ids = processed.argmax(dim=-1)
-    if not rows.any_sampled:
-        return greedy_ids
+    if not rows.any_sampled or all(rows.greedy_rows):
+        return greedy_ids  # (the sampled rows may have finished; greedy ones remain)
     if probs is None:
         probs = processed.softmax(dim=-1)
-    if processed.device.type == "cpu":
-        sampled = greedy_ids.clone()
-        drawn = [b for b, greedy in enumerate(rows.greedy.tolist()) if not greedy]
-        if not drawn:  # the sampled rows have finished; greedy ones remain
-            return sampled
-        mine = probs if len(drawn) == len(sampled) else probs[drawn]
-        cum = mine.cumsum(dim=-1, dtype=torch.float64)  # [R, V], each term widened first
-        u = _uniforms(rows)[drawn]
-        total = cum[:, -1]
-        # below the total even where u * total rounds up to it: a token of probability > 0
-        point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-        sampled[drawn] = torch.searchsorted(cum, point[:, None], right=True)[:, 0]
-        return sampled
-    noise = torch.empty_like(probs)
-    for b, g in enumerate(rows.generators):
-        noise[b].exponential_(1.0, generator=g)
-    sampled = (probs / noise).argmax(dim=-1)
+    cum = probs.cumsum(dim=-1, dtype=torch.float64)  # [B, V], each term widened first
+    u = _uniforms(rows).to(probs.device, non_blocking=True)  # 0 for a greedy row
+    total = cum[:, -1]
+    # below the total even where u * total rounds up to it: a token of probability > 0
+    point = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    sampled = torch.searchsorted(cum, point[:, None], right=True)[:, 0]
     return torch.where(rows.greedy, greedy_ids, sampled)
 
 

@@ -308,3 +308,22 @@ def test_captured_steps_take_new_caches_of_their_shape(tokenizer: Any, models_di
     other.decode(step, 2)
     if step.graphs:
         assert step.captures == 2
+
+
+def test_a_seed_draws_the_same_tokens_on_the_gpu_as_on_the_cpu(device: torch.device) -> None:
+    """A sampled row draws from its own CPU generator on any device (``sample_rows``: one
+    number a row and step, then the cumulative probabilities on the device), so a comparison
+    seeded on a GPU gives the tokens the same seeds give on the CPU; greedy rows keep their
+    argmax."""
+    from inference.sampling import RowSampling, process_logits, sample_rows
+
+    settings = [SamplingParams(temperature=t, top_p=p, seed=s)
+                for t, p, s in ((0.7, 0.95, 1), (0, 1.0, None), (1.2, 1.0, 3), (1.0, 0.9, 4))]
+    torch.manual_seed(5)
+    on = {d: RowSampling.build(settings, d) for d in (torch.device("cpu"), device)}
+    for _ in range(40):
+        logits = torch.randn(4, 1000) * 3
+        got = {d: sample_rows(process_logits(logits.to(d), None, rows), rows).cpu()
+               for d, rows in on.items()}
+        assert torch.equal(got[torch.device("cpu")], got[device])
+        assert got[device][1] == logits[1].argmax()
