@@ -288,4 +288,6 @@ def describe(runner: Any) -> str:
              f"{isa} kernels), " if fast.quantize == "int4" else
              f"int8 weights (int8 in groups of 32, chatui's {isa} kernel), ")
     step = runner.decode.describe() if runner.decode is not None else "eager"
-    return f"fast runner ({q}{name} matmuls and KV cache, {res} residual; {step} decode step)"
+    kv = str(fast.kv_dtype).replace("torch.", "")
+    cache = "matmuls and KV cache" if kv == name else f"matmuls, {kv} KV cache"
+    return f"fast runner ({q}{name} {cache}, {res} residual; {step} decode step)"

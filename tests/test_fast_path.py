@@ -436,3 +436,20 @@ def test_repeated_rows_share_their_prefill_and_decode_as_single_rows(tiny_ckpt):
             assert torch.equal(out[r], single[0]), (quantize, r)
         branch.crop(30)
         assert branch.shared == 30
+
+
+def test_the_kv_cache_is_fp16_where_the_c_kernel_decodes_quantized_weights(tiny_ckpt):
+    """int8 and int4 decoding keep keys and values in fp16 (half the cache's memory and
+    reading; ``FastLlama.kv_dtype``); unquantized stays exact (fp32), and so does a compiled
+    step's cache, which attends in torch; ``chatui bench`` names the cache's dtype."""
+    from inference.runner import describe
+
+    for quantize in ("int8", "int4"):
+        r = FastRunner(tiny_ckpt.model, quantize=quantize)
+        assert r.new_cache().k[0].dtype == torch.float16
+        assert "float32 matmuls, float16 KV cache" in describe(r)
+    exact = FastRunner(tiny_ckpt.model)
+    assert exact.new_cache().k[0].dtype == torch.float32
+    assert "float32 matmuls and KV cache" in describe(exact)
+    compiled = FastRunner(tiny_ckpt.model, quantize="int8", compile="on")
+    assert compiled.new_cache().k[0].dtype == torch.float32
