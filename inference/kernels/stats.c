@@ -612,20 +612,41 @@ static void sample_row(const float *raw, const float *pre, int V, float T, int64
     }
 }
 
+/* A row's expected cost, for the order rows are handed out in: a greedy row is two passes;
+ * a sampled row's top-p nucleus, the costly part, widens with its temperature. */
+static float row_cost(float temperature, float top_p, int greedy) {
+    if (greedy) return -1.f;
+    return top_p < 1.f ? temperature : 0.f;
+}
+
 void sample_f32(const float *raw, const float *pre, int B, int V, const float *temperature,
                 const int64_t *top_k, const float *top_p, const float *min_p,
                 const uint8_t *greedy, const double *u, int k, float *out, int ld,
                 int threads) {
     if (threads < 1) threads = 1;
+    /* Rows one at a time as threads ask, the costliest first: a row's cost depends on its
+     * nucleus (of a comparison's rows, one at temperature 1.2 sorts thousands of candidates,
+     * 264 us a step, one at 0.4 a few, 85 us). In fixed halves, or in row order when the
+     * costly row comes last, one thread waited on the other: 4 rows (temperatures 0.7, 1.0,
+     * 0.4, 1.2) took 362 us a step, where their work on two threads is about 290. */
+    int order[64];
+    int n = B < 64 ? B : 64;
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        float c = row_cost(temperature[i], top_p[i], greedy[i]);
+        for (; j > 0 && row_cost(temperature[order[j - 1]], top_p[order[j - 1]],
+                                 greedy[order[j - 1]]) < c; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
     #pragma omp parallel num_threads(threads) if (B > 1 && threads > 1)
     {
         struct sample_scratch *s = thread_scratch(V);
-        /* rows one at a time as threads ask: a row's cost depends on its nucleus (a
-         * comparison's temperature 1.2 column sorts thousands of candidates, its 0.4 column a
-         * few), so fixed halves left one thread waiting on the other */
         #pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
+        for (int i = 0; i < B; i++) {
+            int b = i < n ? order[i] : i;
             sample_row(raw + (size_t)b * V, pre + (size_t)b * V, V, temperature[b], top_k[b],
                        top_p[b], min_p[b], greedy[b], u[b], k, s, out + (size_t)b * ld);
+        }
     }
 }
