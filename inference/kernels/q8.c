@@ -345,7 +345,9 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
      * others take over its share instead of waiting for it at the end of the matmul. Several
      * rows are prepared (norm or SwiGLU, then quantized) by the same team first, a barrier
      * between: rows 2-4 were prepared by one thread while the other waited (about 0.6 us a row
-     * and matmul, 121 matmuls a step), and rows 5-8 by a team of their own. The default model's
+     * and matmul, 121 matmuls a step), and rows 5-8 by a team of their own; one barrier
+     * between the two loops and none after the second but the team's end (each barrier costs
+     * a scheduler tick when another program has a thread's core). The default model's
      * 30 layers of matmuls (a harness timing them from memory, 2 threads, medians of 10
      * interleaved rounds): 1 / 2 / 4 / 8 rows 3.15 / 3.15 / 3.41 / 3.99 -> 3.06 / 3.12 / 3.30 /
      * 3.84 ms. */
@@ -362,7 +364,7 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
             }
             free(row);
         }
-        #pragma omp for schedule(dynamic, chunk)
+        #pragma omp for schedule(dynamic, chunk) nowait /* (the team's end waits for all) */
         for (int b = 0; b < NB; b++) {
             float out[MB * RB];
             for (int m0 = 0; m0 < M; m0 += MB) {
