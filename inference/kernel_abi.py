@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 

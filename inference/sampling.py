@@ -27,6 +27,8 @@ class RowSampling:
     min_p: torch.Tensor  # [B] float; 0 = off
     repetition_penalty: torch.Tensor  # [B] float; 1 = off
     greedy: torch.Tensor  # [B] bool
+    greedy_rows: tuple[bool, ...]
+    """``greedy`` on the host (reading the tensor on a GPU would wait for the device)."""
     generators: list[torch.Generator]
     """One CPU generator a row, whatever the device: a sampled row draws one number a step
     from it (``_uniforms``), on the host, so a seed gives the same draws on a GPU as here."""
@@ -35,8 +37,6 @@ class RowSampling:
     any_top_p: bool
     any_min_p: bool
     any_penalty: bool
-    greedy_rows: tuple[bool, ...] = ()
-    """``greedy`` on the host (reading the tensor on a GPU would wait for the device)."""
 
     @classmethod
     def build(cls, settings: Sequence[SamplingParams], device: torch.device) -> RowSampling:
@@ -57,13 +57,13 @@ class RowSampling:
             min_p=torch.tensor([s.min_p for s in settings], device=device),
             repetition_penalty=torch.tensor([s.repetition_penalty for s in settings], device=device),
             greedy=torch.tensor(greedy, device=device),
+            greedy_rows=tuple(greedy),
             generators=gens,
             any_sampled=not all(greedy),
             any_top_k=any(s.top_k > 0 and not s.greedy for s in settings),
             any_top_p=any(s.top_p < 1 and not s.greedy for s in settings),
             any_min_p=any(s.min_p > 0 and not s.greedy for s in settings),
             any_penalty=any(s.repetition_penalty != 1 for s in settings),
-            greedy_rows=tuple(greedy),
         )
 
     def select(self, rows: torch.Tensor, keep: list[int]) -> RowSampling:
@@ -71,10 +71,10 @@ class RowSampling:
         return RowSampling(
             temperature=self.temperature[rows], top_k=self.top_k[rows], top_p=self.top_p[rows],
             min_p=self.min_p[rows], repetition_penalty=self.repetition_penalty[rows],
-            greedy=self.greedy[rows], generators=[self.generators[i] for i in keep],
+            greedy=self.greedy[rows], greedy_rows=tuple(self.greedy_rows[i] for i in keep),
+            generators=[self.generators[i] for i in keep],
             any_sampled=self.any_sampled, any_top_k=self.any_top_k, any_top_p=self.any_top_p,
             any_min_p=self.any_min_p, any_penalty=self.any_penalty,
-            greedy_rows=tuple(self.greedy_rows[i] for i in keep),
         )
 
 
@@ -254,8 +254,8 @@ def sample_rows(processed: torch.Tensor, rows: RowSampling,
     rounding). Tokens the filters removed have probability 0 and are never passed.
     """
     greedy_ids = processed.argmax(dim=-1)
-    if not rows.any_sampled or all(rows.greedy_rows):
-        return greedy_ids  # (the sampled rows may have finished; greedy ones remain)
+    if all(rows.greedy_rows):  # (also where the sampled rows have finished)
+        return greedy_ids
     if probs is None:
         probs = processed.softmax(dim=-1)
     cum = probs.cumsum(dim=-1, dtype=torch.float64)  # [B, V], each term widened first

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 10
+#define CHATUI_KERNELS_ABI 11
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
