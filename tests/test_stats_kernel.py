@@ -4,6 +4,8 @@ version it replaces, on this CPU's build and on the AVX2 and portable builds."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -225,6 +227,28 @@ def test_the_fused_nucleus_breaks_ties_by_id_and_the_draw_takes_kept_tokens(kern
                     [SamplingParams(temperature=1.0, top_p=p, seed=1)], torch.device("cpu")), 3)
                 assert int(ids[0]) == first
                 monkeypatch.undo()
+
+
+@pytest.mark.parametrize("tail_mass", [0.04, 0.0501, 0.06, 0.3])
+def test_the_fused_nucleus_through_a_long_tail_of_small_tokens(tail_mass, kernel, monkeypatch):
+    """One likely token and 49,151 small ones holding tail_mass of the probability: at top-p
+    0.95 the nucleus is the one token while the tail holds less than 5%, else it reaches into
+    the tail (thousands of tokens, all near the kernel's bound below which it drops tokens
+    unranked): the same nucleus sizes, cut codes and draws as the torch chain."""
+    vocab = 49152
+    g = torch.Generator().manual_seed(int(tail_mass * 1e4))
+    tail = math.log(tail_mass / (1 - tail_mass) / (vocab - 1))
+    logits = torch.full((2, vocab), tail) + 0.05 * torch.randn(2, vocab, generator=g)
+    logits[:, 7] = 0.0
+    settings = [SamplingParams(temperature=1.0, top_p=0.95, seed=s) for s in (1, 2)]
+    ids, got = decode_step_outputs(logits, None, RowSampling.build(settings,
+                                                                   torch.device("cpu")), 5)
+    ref_ids, ref = _torch_step(logits, None, settings, 5, monkeypatch)
+    assert torch.equal(ids, ref_ids)
+    exact = [0, *range(3, 8), 14, *range(20, 25)]
+    assert torch.equal(got[:, exact], ref[:, exact])
+    kept = int(got[0, 14])
+    assert kept == 1 if tail_mass < 0.05 else kept > 1000 * (tail_mass > 0.051)
 
 
 def test_the_fused_draw_follows_the_kept_distribution(kernel):
