@@ -29,9 +29,11 @@ class IncrementalDetokenizer:
         skip_special_tokens: leave control tokens out of the text.
     """
 
-    def __init__(self, tokenizer: Any, *, skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer: Any, *, skip_special_tokens: bool = True,
+                 singles: dict[int, str] | None = None) -> None:
         self._tok = tokenizer
         self._skip = skip_special_tokens
+        self._singles = {} if singles is None else singles
         self.ids: list[int] = []
         self._prefix = 0
         self._read = 0
@@ -42,6 +44,18 @@ class IncrementalDetokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=self._skip,
                                 clean_up_tokenization_spaces=False)
 
+    def _decode_window(self, ids: list[int]) -> str:
+        """``_decode`` of a window; a one-token window (the previous token, at most steps) from
+        ``singles``, the decodes of one token a caller shares between its detokenizers of one
+        tokenizer and ``skip_special_tokens``: a step's two decodes were half of the engine's
+        work a row and step (8 rows of a comparison: 0.3 ms of Python a step)."""
+        if len(ids) != 1:
+            return self._decode(ids)
+        text = self._singles.get(ids[0])
+        if text is None:
+            text = self._singles[ids[0]] = self._decode(ids)
+        return text
+
     @property
     def pending(self) -> bool:
         """True while the last tokens spell an incomplete glyph."""
@@ -51,7 +65,7 @@ class IncrementalDetokenizer:
         """Add a token; return the text it completes ("" while a glyph is incomplete)."""
         index = len(self.ids)
         self.ids.append(token_id)
-        before = self._decode(self.ids[self._prefix:self._read])
+        before = self._decode_window(self.ids[self._prefix:self._read])
         after = self._decode(self.ids[self._prefix:])
         if after.endswith(REPLACEMENT):
             if self._pending_from is None:

@@ -27,6 +27,30 @@ def test_stream_equals_decode_without_replacement_chars(tok, text):
     assert all("\ufffd" not in p.text for p in pieces)
 
 
+def test_detokenizers_sharing_one_token_decodes_stream_the_same_text(tok):
+    """The engine's detokenizers share their one-token decodes (``singles``): every text
+    streams as it does alone, and a token's window of one is decoded once for all of them."""
+    calls = []
+
+    class Counting:
+        def decode(self, ids, **kw):
+            calls.append(len(ids))
+            return tok.decode(ids, **kw)
+
+    def stream_all(singles):
+        del calls[:]
+        for text in TEXTS:
+            ids = tok.encode(text, add_special_tokens=False)
+            d = IncrementalDetokenizer(Counting(), singles=singles)
+            assert "".join(d.step(i).text for i in ids) + d.flush() == text
+        return len(calls)
+
+    alone = stream_all(None)  # (each detokenizer its own singles)
+    shared: dict[int, str] = {}
+    first, again = stream_all(shared), stream_all(shared)
+    assert first <= alone and again < first and len(shared) > 10
+
+
 def test_multi_token_glyph_credits_its_tokens(tok):
     ids = tok.encode("a😀", add_special_tokens=False)
     d = IncrementalDetokenizer(tok)

@@ -293,3 +293,20 @@ def test_a_prompt_of_several_chunks_reports_its_progress_and_decodes_the_same(ti
     assert [t.id for t in a] == [t.id for t in b]
     for x, y in zip(a, b):
         assert x.logprob == pytest.approx(y.logprob, abs=1e-4)
+
+
+def test_a_placed_token_is_the_token_with_its_text_and_glyph_start():
+    """engine._placed, the per-token shortcut for dataclasses.replace: every field kept (a
+    field added to Token and not to _placed fails here)."""
+    import dataclasses
+
+    from inference.engine import _placed
+    from inference.types import Alternative, SamplerCut, Token
+
+    values = {"index": 3, "id": 7, "text": "", "logprob": -0.5, "entropy": 1.5,
+              "top": (Alternative(7, "a", -0.5),), "special": True, "glyph_start": None,
+              "raw": "<a>", "channel": "reasoning",
+              "sampler": SamplerCut(0.5, 3, (0.5,), ("kept",))}
+    assert {f.name for f in dataclasses.fields(Token)} == set(values)
+    tok = Token(**values)
+    assert _placed(tok, "text", 1) == dataclasses.replace(tok, text="text", glyph_start=1)
