@@ -267,6 +267,26 @@ static uint32_t kth_key(const uint32_t *keys, int n, int k, int *h /* [4096] */)
     return (prefix << 8) | (uint32_t)kth_bin(h, 256, k, &above);
 }
 
+/* Stable LSD radix sort of (keys, idx) [n] by the low `bits` bits of keys (a multiple of 8),
+ * 8 bits a pass, through keys2 and idx2; returns the array (idx or idx2) that holds the order
+ * (its keys in the matching keys array). */
+static int32_t *radix_sort(uint32_t *keys, int32_t *idx, uint32_t *keys2, int32_t *idx2, int n,
+                           int bits) {
+    for (int shift = 0; shift < bits; shift += 8) {
+        int cnt[257] = {0};
+        for (int i = 0; i < n; i++) cnt[((keys[i] >> shift) & 0xff) + 1]++;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (int i = 0; i < n; i++) {
+            int p = cnt[(keys[i] >> shift) & 0xff]++;
+            keys2[p] = keys[i];
+            idx2[p] = idx[i];
+        }
+        uint32_t *tk = keys; keys = keys2; keys2 = tk;
+        int32_t *ti = idx; idx = idx2; idx2 = ti;
+    }
+    return idx;
+}
+
 static void topk_many_row(const float *x, int V, int k, float *vals, int64_t *ids,
                           uint32_t *keys /* [V] */, int32_t *idx /* [V] */,
                           uint32_t *keys2 /* [V] */, int32_t *idx2 /* [V] */, int *h) {
@@ -290,19 +310,7 @@ static void topk_many_row(const float *x, int V, int k, float *vals, int64_t *id
             keys[n] = ~order_key(x[i]); /* ascending ~key = descending value */
             idx[n++] = i;
         }
-    /* stable LSD radix sort of (keys, idx) by keys, 8 bits a pass */
-    for (int shift = 0; shift < 32; shift += 8) {
-        int cnt[257] = {0};
-        for (int i = 0; i < n; i++) cnt[((keys[i] >> shift) & 0xff) + 1]++;
-        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
-        for (int i = 0; i < n; i++) {
-            int p = cnt[(keys[i] >> shift) & 0xff]++;
-            keys2[p] = keys[i];
-            idx2[p] = idx[i];
-        }
-        uint32_t *tk = keys; keys = keys2; keys2 = tk;
-        int32_t *ti = idx; idx = idx2; idx2 = ti;
-    }
+    idx = radix_sort(keys, idx, keys2, idx2, n, 32);
     for (int j = 0; j < k && j < n; j++) {
         ids[j] = idx[j];
         vals[j] = x[idx[j]];
@@ -491,29 +499,15 @@ static inline int mass_bin(float v) {
     return b < NBIN - 1 ? (int)b : NBIN - 1;
 }
 
-/* Stable sort of (keys, idx) [n] by keys ascending, the keys equal in bits 24-31; returns
- * the array (idx or idx2) that holds the order. */
+/* Stable sort of (keys, idx) [n] by keys ascending, the keys equal in bits 24-31 (one mass
+ * bin's); returns the array (idx or idx2) that holds the order. */
 static int32_t *sort_low24(uint32_t *keys, int32_t *idx, uint32_t *keys2, int32_t *idx2, int n) {
-    if (n <= 32) {
-        for (int i = 1; i < n; i++)
-            for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
-                uint32_t tk = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = tk;
-                int32_t ti = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = ti;
-            }
-        return idx;
-    }
-    for (int shift = 0; shift < 24; shift += 8) {
-        int cnt[257] = {0};
-        for (int i = 0; i < n; i++) cnt[((keys[i] >> shift) & 0xff) + 1]++;
-        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
-        for (int i = 0; i < n; i++) {
-            int p = cnt[(keys[i] >> shift) & 0xff]++;
-            keys2[p] = keys[i];
-            idx2[p] = idx[i];
+    if (n > 32) return radix_sort(keys, idx, keys2, idx2, n, 24);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
+            uint32_t tk = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = tk;
+            int32_t ti = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = ti;
         }
-        uint32_t *tk = keys; keys = keys2; keys2 = tk;
-        int32_t *ti = idx; idx = idx2; idx2 = ti;
-    }
     return idx;
 }
 
