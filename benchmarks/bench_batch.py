@@ -107,7 +107,7 @@ def main() -> None:
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
     print(f"loaded in {time.perf_counter() - t0:.1f} s ({describe(backend.runner)})", flush=True)
     # The chat UI keeps full collector passes out of streaming replies (chatui/gcpolicy.py),
-    # and the engine's process freezes what its load left (process_host.settle_heap);
+    # and the engine's process freezes what its load left (inference/worker/heap.py);
     # here one ran inside a timed run now and then: 184 ms (the ~365,000 objects the model
     # and tokenizer leave alive), 3 ms a step of a 64-step 8-row run, in one run and not in
     # the other. Frozen, a pass walks only what the runs make.

@@ -61,7 +61,8 @@ async def load(opts: BackendOptions, *, quiet: bool = False) -> InferenceWorker:
         factory = make_factory(opts)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    worker = InferenceWorker(factory, isolate=False)  # headless: no UI to keep away from
+    # headless: no UI to keep away from, and the process is the engine's
+    worker = InferenceWorker(factory, isolate=False, settle_heap=True)
     shown = False
     async for group in worker.load():
         for ev in group:

@@ -84,14 +84,18 @@ class InferenceWorker:
         factory: builds the backend (the model loads there), given a progress callback.
         isolate: run it in a child process. None asks the factory (``factory.isolate``).
         log_file: in isolated mode, where the child's output and logs go (never the terminal).
+        settle_heap: in this process (not isolated), which is then the engine's own (a headless
+            command, never the chat UI's): settle the heap after the load, as the isolated
+            worker's process does (``heap.settle_heap``).
     """
 
     def __init__(self, factory: BackendFactory, *, isolate: bool | None = None,
-                 log_file: str | os.PathLike[str] | None = None) -> None:
+                 log_file: str | os.PathLike[str] | None = None,
+                 settle_heap: bool = False) -> None:
         if isolate is None:
             isolate = bool(getattr(factory, "isolate", False))
         self._host: ThreadHost | ProcessHost = (
-            ProcessHost(factory, log_file) if isolate else ThreadHost(factory))
+            ProcessHost(factory, log_file) if isolate else ThreadHost(factory, settle=settle_heap))
         self._info: ModelInfo | None = None
 
     @property

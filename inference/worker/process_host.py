@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import itertools
 import logging
 import multiprocessing as mp
@@ -23,6 +22,7 @@ from ..backend import Backend, BackendFactory
 from ..types import Failed, TokenBatch
 from .channel import Channel, future_setter
 from .executor import Executor, WorkerError, describe_error
+from .heap import settle_heap
 
 log = logging.getLogger("inference.worker")
 
@@ -239,20 +239,6 @@ class _Sender:
             except (OSError, ValueError):
                 return
             last = time.monotonic()
-
-
-def settle_heap() -> None:
-    """Once the model is loaded: a full collection, then everything alive (the model's modules
-    and tensors' Python objects, the tokenizer, the libraries) frozen out of the collector's
-    view, as the process keeps it to the end. Without it, the objects a reply's events leave
-    alive (tokens, alternatives) made the collector's oldest generation due every few hundred
-    tokens, and each such collection walked every object of the process: 170 ms, in the middle
-    of an 8-column comparison of the default model (a 1.1 s request), a stall in the stream and
-    15% of what ``chatui bench --compare`` measured when it fell in a batched run. Frozen, the
-    collections of that request took 3 ms in all. Objects frozen are still freed when their
-    last reference goes (only reference cycles among them wait for the process to end)."""
-    gc.collect()
-    gc.freeze()
 
 
 def _child_main(factory: BackendFactory, conn: Any, log_file: str | None) -> None:

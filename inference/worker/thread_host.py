@@ -10,13 +10,17 @@ from typing import Any, Callable
 from ..backend import Backend, BackendFactory
 from .channel import Channel, future_setter
 from .executor import Executor, WorkerError
+from .heap import settle_heap
 
 
 class ThreadHost:
-    """Runs the executor on one daemon thread of this process."""
+    """Runs the executor on one daemon thread of this process; with ``settle``, the process
+    is the engine's (a headless command): its heap is settled after the load
+    (``heap.settle_heap``)."""
 
-    def __init__(self, factory: BackendFactory) -> None:
+    def __init__(self, factory: BackendFactory, *, settle: bool = False) -> None:
         self._executor = Executor(factory)
+        self._settle = settle
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="chatui-inference", daemon=True)
         self._started = False
@@ -47,6 +51,8 @@ class ThreadHost:
         def job() -> None:
             try:
                 ex.run(kind, args, cancel, channel.put)
+                if kind == "load" and self._settle and ex.backend is not None:
+                    settle_heap()
             finally:
                 channel.put(None)
 
