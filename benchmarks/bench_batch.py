@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import gc
 import json
 import os
 import shutil
@@ -49,6 +48,7 @@ from inference import bench  # noqa: E402
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
 from inference.runner import describe  # noqa: E402
+from inference.worker.heap import settle_heap  # noqa: E402
 
 
 def random_checkpoint(out: Path, tokenizer_dir: Path | None) -> Path:
@@ -106,13 +106,11 @@ def main() -> None:
     ckpt = load_checkpoint(args.ckpt, device=args.device, dtype=dtype)
     backend = LocalBackend.from_checkpoint(ckpt, quantize="auto", precision="auto")
     print(f"loaded in {time.perf_counter() - t0:.1f} s ({describe(backend.runner)})", flush=True)
-    # The chat UI keeps full collector passes out of streaming replies (chatui/gcpolicy.py),
-    # and the engine's process freezes what its load left (inference/worker/heap.py);
-    # here one ran inside a timed run now and then: 184 ms (the ~365,000 objects the model
-    # and tokenizer leave alive), 3 ms a step of a 64-step 8-row run, in one run and not in
-    # the other. Frozen, a pass walks only what the runs make.
-    gc.collect()
-    gc.freeze()
+    # As the engine's process (and a headless command's) does after its load; unsettled, a
+    # full collection ran inside a timed run now and then: 184 ms (the ~365,000 objects the
+    # model and tokenizer leave alive), 3 ms a step of a 64-step 8-row run, in one run and
+    # not in the other. Settled, a pass walks only what the runs make.
+    settle_heap()
     names = [args.only] if args.only else ["compare", "fan-out"]
     runs: dict[str, list] = {name: [] for name in names}
     for r in range(args.rounds):

@@ -364,7 +364,7 @@ struct sample_scratch {
     uint32_t *keys;  /* [2V] */
     int32_t *idx;    /* [2V] */
     int *h;          /* [4096] */
-    float *cv;       /* [V] candidates' values */
+    float *cv;       /* [V + 16] candidates' values (top-k's), or the nucleus's survivors' */
     int64_t *cid;    /* [V] candidates' ids */
     double *sums;    /* [V / CHUNK + 1] the draw's chunk sums */
     int32_t *surv;   /* [V + 16] the nucleus's survivors (their values in cv) */
