@@ -567,7 +567,7 @@ class LocalBackend:
                 started = time.perf_counter()
                 out = self.runner.forward(cache, ids[:, None], attention_mask=mask,
                                           position_ids=positions)
-                tuner.after_step(time.perf_counter() - started)
+                tuner.after_step(time.perf_counter() - started, ids.shape[0])
             if positions is not None:
                 positions = positions + 1
             return out

@@ -53,7 +53,13 @@ class ThreadTuner:
     loses, so a machine whose load does not change pays for a comparison ever more rarely
     (each costs at most :attr:`probe` + 1 steps with the slower count, two when it is
     clearly slower); and sooner when the steps' time moves by :attr:`jump` from what the
-    last comparison measured (another program started or ended).
+    last comparison measured (another program started or ended). A step's time depends on
+    its rows (a comparison's 8 rows take 1.6x one row's time on this 2-core machine), so
+    steps are compared only with steps of as many rows: the load watch keeps a reference
+    time for each row count, and a comparison whose rows change starts again. (Watching one
+    reference for all, a comparison of 8 rows after a reply of one read as a load that
+    came: 4 and 8 rows paid a comparison's 5 one-thread steps at most replies, each 1.5-2x a
+    two-thread step, about 3 % of their time in ``chatui bench --compare``.)
     """
 
     most: int
@@ -87,8 +93,12 @@ class ThreadTuner:
     _times: dict[int, list[float]] = field(init=False, default_factory=dict)
     _since: int = field(init=False, default=0)
     _down: bool = field(init=False, default=True)
-    _reference: float | None = field(init=False, default=None)
+    _references: dict[int, float] = field(init=False, default_factory=dict)
+    """A step's time by its rows, with the current count (what the load watch compares to)."""
     _recent: list[float] = field(init=False, default_factory=list)
+    _recent_rows: int = field(init=False, default=0)
+    _rows: int = field(init=False, default=0)
+    """The rows of the steps the comparison under way times."""
 
     def __post_init__(self) -> None:
         self.most = max(1, self.most)
@@ -123,10 +133,10 @@ class ThreadTuner:
                 self._since = self.interval  # compare at the next reply
             self.set_threads(self.current)
 
-    def _start_comparison(self) -> None:
+    def _start_comparison(self, rows: int = 0) -> None:
         self._other = self._candidate()
         self._times = {self.current: [], self._other: []}
-        self._phase, self._left = "warm", self.warmup
+        self._phase, self._left, self._rows = "warm", self.warmup, rows
 
     def before_step(self) -> None:
         """Set the count for the step about to run."""
@@ -136,14 +146,20 @@ class ThreadTuner:
             self._start_comparison()
         self.set_threads(self._other if self._phase == "other" else self.current)
 
-    def after_step(self, seconds: float) -> None:
-        """The step just run took ``seconds`` (wall clock: what the user waits)."""
+    def after_step(self, seconds: float, rows: int = 1) -> None:
+        """The step just run, of ``rows`` rows, took ``seconds`` (wall clock: what the user
+        waits)."""
         if not self.enabled:
             return
         if self._phase == "idle":
             self._since += 1
-            self._watch(seconds)
+            self._watch(seconds, rows)
             return
+        if rows != self._rows:
+            if self._rows:  # rows ended mid-comparison: time like steps again
+                self._start_comparison(rows)
+                return
+            self._rows = rows
         if self._phase == "warm":
             self._left -= 1
             if self._left <= 0:
@@ -165,18 +181,23 @@ class ThreadTuner:
             return
         self._decide()
 
-    def _watch(self, seconds: float) -> None:
+    def _watch(self, seconds: float, rows: int) -> None:
         """Compare again at once when the steps' time moved (the machine's load changed)."""
-        if self._reference is None:
-            return
         recent = self._recent
+        if rows != self._recent_rows:
+            recent.clear()
+            self._recent_rows = rows
         recent.append(seconds)
         if len(recent) < 2 * self.probe:
             return
         now = statistics.median(recent)
         recent.clear()
-        slower = now > self.jump * self._reference and self.current > 1
-        faster = now * self.jump < self._reference and self.current < self.most
+        reference = self._references.get(rows)
+        if reference is None:  # the first steps of this many rows since the count was set
+            self._references[rows] = now
+            return
+        slower = now > self.jump * reference and self.current > 1
+        faster = now * self.jump < reference and self.current < self.most
         if slower:  # fewer threads may help: soon (each step with too many costs most)
             self.interval = min(self.interval, self.every)
             self._down = True
@@ -191,11 +212,11 @@ class ThreadTuner:
         if theirs < self.margin * mine:
             self._down = self._other < self.current  # go on the way that won
             self.current = self._other
-            self._reference = theirs
+            self._references = {self._rows: theirs}  # (other rows' were of the old count)
             self.interval = self.every
         else:
             self._down = self._other > self.current  # try the other way next time
-            self._reference = mine
+            self._references[self._rows] = mine
             self.interval = min(self.longest, max(self.every, 2 * self.interval))
         self.set_threads(self.current)
         self._phase = "idle"

@@ -26,15 +26,16 @@ class Machine:
         self.applied.append(n)
 
 
-def run(tuner: ThreadTuner, machine: Machine, steps: int) -> list[int]:
-    """One reply of ``steps`` decode steps; the count each step ran with."""
+def run(tuner: ThreadTuner, machine: Machine, steps: int, rows: int = 1) -> list[int]:
+    """One reply of ``steps`` decode steps of ``rows`` rows (``machine.times`` holds one
+    row's step times; more rows take longer); the count each step ran with."""
     used = []
     tuner.begin()
     for _ in range(steps):
         tuner.before_step()
         n = machine.applied[-1] if machine.applied else tuner.most
         used.append(n)
-        tuner.after_step(machine.times[n])
+        tuner.after_step(machine.times[n] * (1 + 0.1 * (rows - 1) * n), rows)
     tuner.end()
     return used
 
@@ -87,6 +88,37 @@ def test_a_load_that_does_not_change_is_compared_ever_more_rarely():
         used += run(tuner, machine, 100)
     assert tuner.current == 1
     assert used.count(2) < 0.01 * len(used)  # the comparisons' slow steps
+
+
+def test_more_rows_are_not_read_as_more_load():
+    """Steps of 8 rows take longer than steps of one (here 2.4x with two threads): replies
+    of one row, then of 8, 4 and one in turn compare nothing until the interval is up, while a
+    load that comes during 8-row replies is still seen at once."""
+    machine = Machine({2: 0.004, 1: 0.0052})
+    tuner = ThreadTuner(2, machine.set)
+    for _ in range(2):  # a comparison in each (the second after `every` steps), 2 kept
+        assert run(tuner, machine, 75).count(1) == tuner.probe + 1
+    assert tuner.current == 2 and tuner.interval == 2 * tuner.every
+    for rows in (8, 1, 8, 4, 8, 1):  # 60 steps: the interval is not up
+        assert run(tuner, machine, 10, rows) == [2] * 10
+    machine.times = {2: 0.080, 1: 0.012}  # busy now
+    used = run(tuner, machine, 60, rows=8)
+    assert tuner.current == 1 and used[-1] == 1
+
+
+def test_rows_that_end_in_a_comparison_start_it_again():
+    """Steps of fewer rows (some rows ended) are not timed against steps of more."""
+    machine = Machine({2: 0.007, 1: 0.0105})
+    tuner = ThreadTuner(2, machine.set)
+    tuner.begin()
+    for rows in (8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4):
+        tuner.before_step()
+        n = machine.applied[-1] if machine.applied else 2
+        tuner.after_step(machine.times[n] * rows, rows)
+    assert set(tuner._times) == {1, 2} and len(tuner._times[2]) + len(tuner._times[1]) >= 5
+    assert tuner._rows == 4  # every timed step is one of 4 rows
+    tuner.end()
+    assert tuner.current == 2
 
 
 def test_many_cores_halve_step_by_step():
