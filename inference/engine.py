@@ -45,13 +45,19 @@ from .types import (
 log = logging.getLogger(__name__)
 
 
-def _repeated(cache: Any, n: int, room: int) -> Any:
+POOL_BYTES = 512 << 20
+"""The largest batched cache whose memory is kept for later comparisons (8 rows of the
+default model with room for 512 positions: 94 MB)."""
+
+
+def _repeated(cache: Any, n: int, room: int, pool: Any) -> Any:
     """A copy of ``cache`` with each row n times, for rows that may grow to ``room``
-    positions: the fast runner's cache makes it in one allocation of that size
-    (``StaticKVCache.repeated``), transformers' by a deep copy and its repeat."""
+    positions: the fast runner's cache makes it in one allocation of that size, or in the
+    memory of ``pool`` (``StaticKVCache.repeated``), transformers' by a deep copy and its
+    repeat."""
     repeated = getattr(cache, "repeated", None)
     if repeated is not None:
-        return repeated(n, room)
+        return repeated(n, room, pool)
     out = copy.deepcopy(cache)
     out.batch_repeat_interleave(n)
     return out
@@ -153,6 +159,11 @@ class LocalBackend:
         self._singles: dict[int, str] = {}  # the detokenizers' one-token decodes
         self._cache: Any = None
         self._cache_ids: list[int] = []
+        self._pool: Any = None
+        """The memory of an earlier comparison's or fan-out's cache, which later ones of as
+        many rows or fewer decode in (``StaticKVCache.repeated``; a CPU's pages are faulted
+        in once, a GPU's allocator keeps its own); up to POOL_BYTES, kept across ``reset``
+        (it holds no conversation)."""
         self.threads: ThreadTuner | None = None
         """Chooses each CPU decode step's thread count from the steps' times (None: fixed by
         ``CHATUI_THREADS``/``OMP_NUM_THREADS``, or not a CPU); see :mod:`inference.threads`."""
@@ -434,7 +445,11 @@ class LocalBackend:
             cache, shared = self._cache, True
         else:
             room = min(limit, len(ids) + max(s.max_new_tokens for s in settings))
-            cache, shared = _repeated(self._cache, n, room), False
+            cache, shared = _repeated(self._cache, n, room, self._pool), False
+            holds = getattr(cache, "holds_memory_of", None)
+            if (self.device.type == "cpu" and holds is not None and not holds(self._pool)
+                    and cache.nbytes <= POOL_BYTES):
+                self._pool = cache.memory()  # (the one it replaces was too small)
             logits = logits.expand(n, -1)
         try:
             yield from self._decode(cache, logits, [ids] * n, settings, request.top_logprobs,

@@ -92,32 +92,64 @@ class StaticKVCache:
         self._replace(lambda t: self._moved(t, rows, cap, rep))
 
     @torch.inference_mode()
-    def repeated(self, n: int, room: int = 0) -> StaticKVCache:
+    def repeated(self, n: int, room: int = 0, pool: StaticKVCache | None = None
+                 ) -> StaticKVCache:
         """A new cache whose rows are each of this one's n times (``copy.deepcopy`` then
         ``batch_repeat_interleave(n)``, this cache untouched), with capacity for ``room``
         positions. A comparison or a fan-out knows how long its rows may grow: one allocation
         of that size replaces a copy of the conversation's cache, its repeat, and the copies
         that grow the capacity while decoding. At 8 rows of the default model (138-token
         prompt, 128 new tokens) those were 75-120 ms of a 1.3 s request, most of it zeroing
-        and faulting in fresh memory twice (the repeat's and the growth's)."""
+        and faulting in fresh memory twice (the repeat's and the growth's).
+
+        ``pool`` (``memory()`` of an earlier repeat whose decoding is over) lends its tensors
+        when they have at least the rows and capacity, and this cache's layers, heads, dtype
+        and device: a fresh allocation's pages are faulted in as the rows decode, about 1 us
+        a page (8 rows of the default model with room for 512 positions: 22,000 faults, 25-30
+        ms of a 1 s comparison). Positions past ``length`` then keep what the pool held: every
+        reader writes a position before it reads it (the compiled step's attention, which
+        covers the whole capacity, masks them)."""
         new = object.__new__(StaticKVCache)
         new.length = self.length
         new.shared = self.length if self.batch == 1 else self.shared
         cap = max(self.capacity, -(-max(room, self.length) // CACHE_BLOCK) * CACHE_BLOCK)
         rows = self.batch * n
+        lent: list[torch.Tensor | None] = [None] * (2 * len(self.k))
+        if (pool is not None and pool.k and len(pool.k) == len(self.k)
+                and pool.batch >= rows and pool.capacity >= cap
+                and pool.k[0].shape[1::2] == self.k[0].shape[1::2]
+                and pool.k[0].dtype == self.k[0].dtype
+                and pool.k[0].device == self.k[0].device):
+            cap = pool.capacity
+            lent = [t[:rows] for t in (*pool.k, *pool.v)]  # (the first rows: contiguous)
 
-        def rep(t: torch.Tensor) -> torch.Tensor:
+        def rep(t: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
             _, kv, _, d = t.shape
-            out = torch.zeros((rows, kv, cap, d), dtype=t.dtype, device=t.device)
+            if out is None:
+                out = torch.zeros((rows, kv, cap, d), dtype=t.dtype, device=t.device)
             # each source row copied into its n rows in one broadcast copy (no repeated
             # intermediate)
             out.view(self.batch, n, kv, cap, d)[:, :, :, : self.length] = (
                 t[:, None, :, : self.length])
             return out
 
-        new.k = [rep(t) for t in self.k]
-        new.v = [rep(t) for t in self.v]
+        made = [rep(t, out) for t, out in zip((*self.k, *self.v), lent)]
+        new.k, new.v = made[: len(self.k)], made[len(self.k):]
         return new
+
+    def memory(self) -> StaticKVCache:
+        """An empty cache over this one's tensors, for ``repeated``'s ``pool``: what it
+        holds is the memory, not the positions (nothing may decode in it while this cache
+        or another over the same tensors does)."""
+        pool = object.__new__(StaticKVCache)
+        pool.k, pool.v = list(self.k), list(self.v)
+        pool.length = pool.shared = 0
+        return pool
+
+    def holds_memory_of(self, pool: StaticKVCache | None) -> bool:
+        """Whether this cache's tensors are ``pool``'s (lent by ``repeated``)."""
+        return bool(pool is not None and pool.k and self.k
+                    and self.k[0].data_ptr() == pool.k[0].data_ptr())
 
     def batch_select_indices(self, idx: torch.Tensor) -> None:
         """Keep only the rows in idx (finished rows leave the batch)."""

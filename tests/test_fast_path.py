@@ -418,6 +418,59 @@ def test_repeated_cache_is_the_copy_and_repeat_with_room_to_grow(tiny_ckpt):
         assert torch.equal(a[:, :, :ref.length], b.repeat_interleave(2, 0)[:, :, :ref.length])
 
 
+def test_a_repeat_decodes_in_the_memory_of_an_earlier_one(tiny_ckpt):
+    """``repeated(n, room, pool)`` takes the tensors of ``pool`` (an earlier repeat's
+    ``memory()``) when they have the rows and capacity: no fresh memory to fault in, and the
+    same logits as a fresh repeat, though the pool's positions past the prefix hold another
+    reply's values (here NaN: never read before they are written), with as many rows or
+    fewer; a pool too small is not used."""
+    fast = FastRunner(tiny_ckpt.model, quantize="int8")
+    cache = fast.new_cache()
+    fast.forward(cache, torch.randint(3, 1000, (1, 40)))
+    first = cache.repeated(3, room=340)
+    pool = first.memory()
+    with torch.inference_mode():
+        for t in pool.k + pool.v:
+            t.fill_(float("nan"))  # what an earlier reply left there, at its worst
+    steps = torch.tensor([[7], [8], [9]])
+    for rows in (3, 2):
+        lent = cache.repeated(rows, room=300, pool=pool)
+        fresh = cache.repeated(rows, room=300)
+        assert lent.holds_memory_of(pool) and not fresh.holds_memory_of(pool)
+        assert lent.capacity == pool.capacity and (lent.length, lent.shared) == (40, 40)
+        for _ in range(3):
+            a, b = fast.forward(lent, steps[:rows]), fast.forward(fresh, steps[:rows])
+            assert torch.equal(a, b) and a.isfinite().all()
+    assert not cache.repeated(4, room=300, pool=pool).holds_memory_of(pool)  # too few rows
+    assert not cache.repeated(2, room=600, pool=pool).holds_memory_of(pool)  # too short
+
+
+def test_comparisons_decode_in_the_memory_of_the_first(tiny_ckpt):
+    """The engine keeps a comparison's cache memory (CPU) for the next ones of as many rows
+    or fewer, across ``reset``; more rows make a new one."""
+    backend = LocalBackend.from_checkpoint(tiny_ckpt, quantize="int8")
+    three = tuple(SamplingParams(temperature=0.8, seed=s, max_new_tokens=6) for s in (1, 2, 3))
+    cancel = threading.Event()
+    list(backend.generate(GenerationRequest(MSGS, three, 2), cancel))
+    pool = backend._pool
+    assert pool is not None and pool.batch == 3
+    made = []
+    real = StaticKVCache.repeated
+
+    def spy(self, n, room=0, pool=None):
+        made.append(real(self, n, room, pool))
+        return made[-1]
+
+    for settings in (three, three[:2]):
+        backend.reset()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(StaticKVCache, "repeated", spy)
+            list(backend.generate(GenerationRequest(MSGS, settings, 2), cancel))
+        assert made[-1].holds_memory_of(pool) and backend._pool is pool
+    list(backend.generate(GenerationRequest(MSGS, three + three[:1], 2), cancel))
+    assert backend._pool is not pool and backend._pool.batch == 4
+
+
 def test_repeated_rows_share_their_prefill_and_decode_as_single_rows(tiny_ckpt):
     """``batch_repeat_interleave`` marks the prefill as shared (and crop keeps it within the
     length); each repeated row decodes exactly as the single row does, int8 and fp32."""
