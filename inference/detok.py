@@ -8,9 +8,40 @@ glyph began. Concatenating the streamed text gives exactly ``tokenizer.decode(id
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 REPLACEMENT = "\ufffd"
+
+
+def ids_decoder(tokenizer: Any, skip_special_tokens: bool) -> Callable[[list[int]], str]:
+    """``tokenizer.decode(ids, skip_special_tokens=..., clean_up_tokenization_spaces=False)``
+    as a function of a list of ids. A transformers tokenizer whose decoding is the tokenizers
+    library's own (transformers 5's ``TokenizersBackend``, its ``decode`` and ``_decode`` not
+    changed by a subclass) decodes with ``backend_tokenizer.decode``, which is what
+    ``_decode`` calls when spaces are not cleaned up, without transformers' handling of the
+    arguments: 2.4 -> 0.5 us a call (a window of two ids, the default model's tokenizer, this
+    machine), one or two calls a row and step. Any other tokenizer, or another transformers
+    whose classes are not these, keeps ``tokenizer.decode``."""
+    def general(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
+                                clean_up_tokenization_spaces=False)
+
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # (another transformers)
+        return general
+    cls = type(tokenizer)
+    if not (isinstance(tokenizer, TokenizersBackend)
+            and getattr(cls, "decode", None) is PreTrainedTokenizerBase.decode
+            and getattr(cls, "_decode", None) is TokenizersBackend._decode):
+        return general
+    decode = tokenizer.backend_tokenizer.decode
+
+    def direct(ids: list[int]) -> str:
+        return decode(ids, skip_special_tokens)
+
+    return direct
 
 
 @dataclass
@@ -31,8 +62,7 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer: Any, *, skip_special_tokens: bool = True,
                  singles: dict[int, str] | None = None) -> None:
-        self._tok = tokenizer
-        self._skip = skip_special_tokens
+        self._decode_ids = ids_decoder(tokenizer, skip_special_tokens)
         self._singles = {} if singles is None else singles
         self.ids: list[int] = []
         self._prefix = 0
@@ -40,9 +70,8 @@ class IncrementalDetokenizer:
         self._pending_from: int | None = None
         self.text = ""
 
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=self._skip,
-                                clean_up_tokenization_spaces=False)
+    def _decode(self, ids: list[int]) -> str:
+        return self._decode_ids(ids)
 
     def _decode_window(self, ids: list[int]) -> str:
         """``_decode`` of a window; a one-token window (the previous token, at most steps) from

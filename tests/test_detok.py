@@ -51,6 +51,36 @@ def test_detokenizers_sharing_one_token_decodes_stream_the_same_text(tok):
     assert first <= alone and again < first and len(shared) > 10
 
 
+def test_the_direct_decoder_is_the_tokenizers_decode(tok, monkeypatch):
+    """transformers' fast tokenizer decodes through the tokenizers library itself
+    (``ids_decoder``): the same texts as ``tokenizer.decode`` for windows of every text, with
+    and without special tokens, and transformers' ``decode`` is not called; a class whose
+    ``decode`` is changed, and a tokenizer of another kind, keep their own ``decode``."""
+    import random
+
+    from inference.detok import ids_decoder
+
+    rng = random.Random(3)
+    windows = [[rng.randrange(len(tok)) for _ in range(rng.randint(1, 3))] for _ in range(300)]
+    windows += [tok.encode(t, add_special_tokens=False) for t in TEXTS]
+    windows += [[tok.eos_token_id, 42], [tok.bos_token_id or 0, 7, tok.eos_token_id]]
+    direct = {skip: ids_decoder(tok, skip) for skip in (True, False)}
+    for ids in windows:
+        for skip in (True, False):
+            assert direct[skip](ids) == tok.decode(ids, skip_special_tokens=skip,
+                                                   clean_up_tokenization_spaces=False)
+    text = tok.decode([42, 43], skip_special_tokens=True)
+    monkeypatch.setattr(type(tok), "decode", lambda self, ids, **kw: "changed")
+    assert direct[True]([42, 43]) == text  # (transformers' decode is not called)
+    assert ids_decoder(tok, True)([42, 43]) == "changed"  # a decode changed is kept
+
+    class Own:
+        def decode(self, ids, **kw):
+            return f"{ids}{kw['skip_special_tokens']}"
+
+    assert ids_decoder(Own(), False)([1, 2]) == "[1, 2]False"
+
+
 def test_multi_token_glyph_credits_its_tokens(tok):
     ids = tok.encode("a😀", add_special_tokens=False)
     d = IncrementalDetokenizer(tok)
