@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import skip_unless_ci
+from inference import engine as engine_module
 from inference import q8kernel
 from inference.engine import LocalBackend
 from inference.fast_llama import FastLlama, FastRunner, unsupported_reason
@@ -469,6 +470,11 @@ def test_comparisons_decode_in_the_memory_of_the_first(tiny_ckpt):
         assert made[-1].holds_memory_of(pool) and backend._pool is pool
     list(backend.generate(GenerationRequest(MSGS, three + three[:1], 2), cancel))
     assert backend._pool is not pool and backend._pool.batch == 4
+    backend._pool = None
+    with pytest.MonkeyPatch.context() as mp:  # a cache over POOL_BYTES is not kept
+        mp.setattr(engine_module, "POOL_BYTES", backend._cache.nbytes // 2)
+        list(backend.generate(GenerationRequest(MSGS, three, 2), cancel))
+    assert backend._pool is None
 
 
 def test_repeated_rows_share_their_prefill_and_decode_as_single_rows(tiny_ckpt):
