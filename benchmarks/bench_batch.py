@@ -17,7 +17,8 @@ default model's package is not installed (the GPU figures in the README were mea
 
 Prints, per benchmark and N, the median and best over the rounds of the speedup (aggregate
 tokens/s batched / sequential, prefill included), of the batched aggregate decode tokens/s and
-of the single stream's decode tokens/s, with the load average before and after.
+of the single stream's decode tokens/s, the median of each round's ratio of those two decode
+rates (the prefill left out), with the load average before and after.
 
 ``--cpu-clock`` times with the process's CPU time instead of the wall clock, on one thread:
 on a CPU shared with other jobs (a load of 6 on 2 cores), two OpenMP threads wait at every
@@ -132,19 +133,22 @@ def main() -> None:
     summary: dict[str, dict] = {}
     for name, results in runs.items():
         print(f"{name}:  N  speedup median (best)   batched decode tok/s median   "
-              f"single-stream decode tok/s median")
+              f"single-stream decode tok/s median   decode rates' ratio median")
         for i, row in enumerate(results[0]["rows"]):
             n = row["n"]
             sp = [res["rows"][i]["speedup"] for res in results]
             bd = [res["rows"][i]["batched_decode_tokens_per_s"] for res in results]
             sd = [res["rows"][i]["sequential_decode_tokens_per_s"] for res in results]
+            ratio = [b / s for b, s in zip(bd, sd)]  # (each round's own: the prefill left out)
             summary.setdefault(name, {})[n] = dict(
                 speedup_median=statistics.median(sp), speedup_best=max(sp),
                 batched_decode_median=statistics.median(bd),
-                single_decode_median=statistics.median(sd))
+                single_decode_median=statistics.median(sd),
+                decode_ratio_median=statistics.median(ratio))
             print(f"          {n}  {statistics.median(sp):5.2f}x ({max(sp):.2f}x)"
                   f"          {statistics.median(bd):7.1f}"
-                  f"                        {statistics.median(sd):7.1f}")
+                  f"                        {statistics.median(sd):7.1f}"
+                  f"                          {statistics.median(ratio):5.2f}x")
     if args.json:
         args.json.write_text(json.dumps(dict(runs=runs, summary=summary, load=[load0, load1])))
 
