@@ -62,16 +62,13 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer: Any, *, skip_special_tokens: bool = True,
                  singles: dict[int, str] | None = None) -> None:
-        self._decode_ids = ids_decoder(tokenizer, skip_special_tokens)
+        self._decode = ids_decoder(tokenizer, skip_special_tokens)
         self._singles = {} if singles is None else singles
         self.ids: list[int] = []
         self._prefix = 0
         self._read = 0
         self._pending_from: int | None = None
         self.text = ""
-
-    def _decode(self, ids: list[int]) -> str:
-        return self._decode_ids(ids)
 
     def _decode_window(self, ids: list[int]) -> str:
         """``_decode`` of a window; a one-token window (the previous token, at most steps) from

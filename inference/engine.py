@@ -211,6 +211,10 @@ class LocalBackend:
         return cls(ckpt.model, ckpt.tokenizer, eos_token_ids=ckpt.eos_token_ids, info=info,
                    runner=model_runner)
 
+    def _detokenizer(self) -> IncrementalDetokenizer:
+        """A reply's (or a channel's) detokenizer; all of them share their one-token decodes."""
+        return IncrementalDetokenizer(self.tokenizer, singles=self._singles)
+
     def piece_text(self, token_id: int) -> str:
         """A token's own text for display (alternatives): byte escapes for partial UTF-8."""
         text = self._piece_cache.get(token_id)
@@ -382,7 +386,7 @@ class LocalBackend:
                 first_scored: bool = False) -> Scored:
         """Token events for the ids of a scored text; ``rows[i]`` scores ``ids[i + 1]`` (or
         ``ids[i]`` with ``first_scored``: the text followed a context)."""
-        detok = IncrementalDetokenizer(self.tokenizer, singles=self._singles)
+        detok = self._detokenizer()
         fed: list[int] = []  # the position of each token the detokenizer saw
         tokens: list[Token] = []
         ranks: list[int | None] = []
@@ -546,8 +550,7 @@ class LocalBackend:
         """The decode loop shared by every entry point. logits: [B, V] for the first step;
         ``first_tokens``: each row's first token, forced instead of sampled (fan-out)."""
         n = len(settings)
-        rows = [_Row(s, IncrementalDetokenizer(self.tokenizer, singles=self._singles),
-                     StopStringFilter(s.stop), len(p), split=split)
+        rows = [_Row(s, self._detokenizer(), StopStringFilter(s.stop), len(p), split=split)
                 for s, p, split in zip(settings, prompts,
                                        self._splitters(prompts, raw, continued))]
         for row in rows:
@@ -727,7 +730,7 @@ class LocalBackend:
                 row.glyph = []
                 return out
             out = self._flush_glyph(row) + [tok]
-            row.detok = IncrementalDetokenizer(self.tokenizer, singles=self._singles)
+            row.detok = self._detokenizer()
             row.fed = []
             return out
         row.fed.append(tok.index)
