@@ -161,8 +161,11 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * a comparison's state: 138-token shared prompt, 64 own tokens a row; medians of 4 interleaved
  * rounds of 25 steps, 2 threads, one process; issue 18's seventh pass): 1 / 4 / 8 rows
  * 3.92 / 5.26 / 6.62 ms -> 3.69 / 4.55 / 5.58 ms with 8 groups ahead (before: 4 groups, T0,
- * 4+ rows only); 6, 12 and 16 groups within noise of 8; T2 (into L3) 3.98 / 5.18 / 6.22. */
-#define AHEAD 8
+ * 4+ rows only); 6, 12 and 16 groups within noise of 8; T2 (into L3) 3.98 / 5.18 / 6.22.
+ * 16 since each thread streams one contiguous range of blocks (q8_matmul): the matmuls of
+ * 30 layers (weights from memory, 2 threads, medians of 5 interleaved rounds) at 1 / 4 / 8
+ * rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 / 2.46 / 2.96, 24 and 32 slower. */
+#define AHEAD 16
 
 /* R activation rows (1 <= R <= 8, a constant once inlined) against one row block. The packed
  * layout holds a row's columns in pairs (for vpmaddwd); two pairs' 64 bytes become one
@@ -225,6 +228,7 @@ static void block_avx512(const uint8_t *xq, const struct xq *xp, int M, int G, c
     }
 }
 #define BLOCK block_avx512
+#define FETCH_GROUPS AHEAD
 #elif defined(__AVX2__) && defined(__F16C__)
 /* R activation rows (R <= 4, a constant once inlined) against one group: each pair of weight
  * vectors is widened once for the R rows instead of once a row (the weights of a group do not
@@ -280,6 +284,7 @@ static void block_avx2(const act_t *xq, const struct xq *xp, int M, int G, const
     }
 }
 #define BLOCK block_avx2
+#define FETCH_GROUPS 0
 #else
 /* The portable loop (codes stored as q - z here: sum w (q - z) directly). */
 static inline void block_generic(const act_t *xq, const struct xq *xp, int M, int G,
@@ -302,6 +307,7 @@ static inline void block_generic(const act_t *xq, const struct xq *xp, int M, in
 }
 
 #define BLOCK block_generic
+#define FETCH_GROUPS 0
 #endif
 
 int q8_group_size(void) { return GS; }
@@ -340,19 +346,22 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
         quantize_row(row, K, G, xq, xs);
         free(row);
     }
-    /* Blocks are handed out in small chunks as threads ask for them, not split in fixed
-     * halves: when another process (the chat UI) preempts one of the engine's threads, the
-     * others take over its share instead of waiting for it at the end of the matmul. Several
-     * rows are prepared (norm or SwiGLU, then quantized) by the same team first, a barrier
-     * between: rows 2-4 were prepared by one thread while the other waited (about 0.6 us a row
-     * and matmul, 121 matmuls a step), and rows 5-8 by a team of their own; one barrier
-     * between the two loops and none after the second but the team's end (each barrier costs
-     * a scheduler tick when another program has a thread's core). The default model's
-     * 30 layers of matmuls (a harness timing them from memory, 2 threads, medians of 10
-     * interleaved rounds): 1 / 2 / 4 / 8 rows 3.15 / 3.15 / 3.41 / 3.99 -> 3.06 / 3.12 / 3.30 /
-     * 3.84 ms. */
-    int chunk = NB / (threads * 8);
-    chunk = chunk < 1 ? 1 : chunk > 16 ? 16 : chunk;
+    /* Each thread computes one contiguous range of blocks (OpenMP's static schedule), the
+     * first groups of its range fetched before it starts (the fetches run ahead within a block
+     * and on into the next one only). Handed out in chunks of 2-16 blocks as threads asked
+     * for them (OpenMP's dynamic schedule, before issue 18's tenth pass), the two threads'
+     * reads of a weight matrix interleaved and every chunk began with weights nobody had
+     * fetched: the default model's 30 layers of matmuls with their weights from memory
+     * (2 threads, medians of 5 interleaved rounds in one process) at 1 / 4 / 8 rows took
+     * 2.67 / 3.34 / 4.17 ms against 1.99 / 2.46 / 2.96 ms now. The dynamic schedule was there
+     * for a preempted thread's share, which the other took over; measured with another program
+     * busy on one of the two cores, the static one is still the quicker (8 rows: 7.95 -> 3.36 ms
+     * with a program busy half of the time, 13.8 -> 8.0 with one busy all the time),
+     * and the engine's thread tuner (threads.py) moves to one thread under such a load.
+     * Several rows are prepared (norm or SwiGLU, then quantized) by the same team first, a
+     * barrier between (rows 2-4 were prepared by one thread while the other waited, and rows
+     * 5-8 by a team of their own); no barrier after the blocks but the team's end. */
+    size_t fetch = (size_t)(G < FETCH_GROUPS ? G : FETCH_GROUPS) * GS * RB;
     #pragma omp parallel num_threads(threads)
     {
         if (M > 1) {
@@ -364,14 +373,18 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
             }
             free(row);
         }
-        #pragma omp for schedule(dynamic, chunk) nowait /* (the team's end waits for all) */
+        int prev = -2;
+        #pragma omp for schedule(static) nowait /* (the team's end waits for all) */
         for (int b = 0; b < NB; b++) {
             float out[MB * RB];
+            const int8_t *bw = wp + (size_t)b * G * GS * RB;
+            if (b != prev + 1)
+                for (size_t l = 0; l < fetch; l += 64) __builtin_prefetch(bw + l, 0, 0);
+            prev = b;
             for (int m0 = 0; m0 < M; m0 += MB) {
                 int mm = M - m0 < MB ? M - m0 : MB;
                 const act_t *bx = xq + (size_t)m0 * G * GS;
                 const struct xq *bs = xs + (size_t)m0 * G;
-                const int8_t *bw = wp + (size_t)b * G * GS * RB;
                 const uint16_t *bsc = sp + (size_t)b * G * RB;
                 BLOCK(bx, bs, mm, G, bw, bsc, out);
                 int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
