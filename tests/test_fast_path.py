@@ -342,6 +342,37 @@ def test_rope_frequencies_stay_fp32_for_a_bf16_model(tiny_ckpt):
 
 
 
+@pytest.mark.parametrize("B", [1, 3])
+def test_c_attention_does_not_depend_on_the_threads(B, kernel):
+    """The C attention hands each thread one contiguous range of (row, KV head, chunk) tasks and
+    fetches the next one's keys and values ahead: with 2, 3, 5 and 16 threads (more than the
+    tasks), past a 256-key chunk, with a shared prefix, every output and cache write is bit for
+    bit one thread's."""
+    KV, H, D, C, shared, write = 2, 6, 64, 320, 200, 290
+    torch.manual_seed(12)
+    kc, vc = torch.randn(B, KV, C, D).half(), torch.randn(B, KV, C, D).half()
+    kc[:, :, :shared], vc[:, :, :shared] = kc[:1, :, :shared], vc[:1, :, :shared]
+    qkv = torch.randn(B, (H + 2 * KV) * D)
+    pos = torch.full((B,), write)
+    cos, sin = torch.randn(C, D // 2), torch.randn(C, D // 2)
+
+    def attend():
+        k, v = kc.clone(), vc.clone()
+        out = kernel.attention(qkv, k, v, write, pos, cos, sin, None, H, shared if B > 1 else 0)
+        return out, k, v
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = attend()
+        for threads in (2, 3, 5, 16):
+            torch.set_num_threads(threads)
+            for got, ref in zip(attend(), alone):
+                assert torch.equal(got, ref), threads
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("masked, H", [(False, 4), (True, 4), (False, 9), (True, 16)])
 def test_c_attention_reads_shared_positions_once_with_the_same_result(masked, H, kernel):
     """Rows repeated from one prefill (compare, fan-out) hold the same keys and values up to

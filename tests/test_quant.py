@@ -773,3 +773,27 @@ def test_q6_debug_checks_refuse_a_wrong_buffer():
     with pytest.raises(kernel_abi.KernelArgumentError, match="scales must hold 96"):
         kernel_abi.check_q6_matmul(x, w.packed, w.scales[:1], out, None, False, group=32,
                                    rows=16)
+
+
+@pytest.mark.parametrize("m", [1, 5, 9])
+def test_matmul_results_do_not_depend_on_the_threads(m, kernel):
+    """Each thread computes one contiguous range of row blocks (q8.c, q4.c, q6.c): with 2, 3
+    and 7 threads, and more threads than blocks, every block is computed once and the results
+    are bit for bit one thread's (63 blocks of 16 rows, the last one short)."""
+    torch.manual_seed(31)
+    k = 576
+    weights = [(q8_linear, Q8Weight.quantize(torch.randn(1000, k))),
+               (q4_linear, Q4Weight.quantize(torch.randn(1000, k))),
+               (q6_linear, Q6Weight.quantize(torch.randn(1000, k))),
+               (q8_linear, Q8Weight.quantize(torch.randn(40, k)))]  # 3 blocks
+    x = torch.randn(m, k)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = [linear(x, w) for linear, w in weights]
+        for threads in (2, 3, 7):
+            torch.set_num_threads(threads)
+            for (linear, w), ref in zip(weights, alone):
+                assert torch.equal(linear(x, w), ref), (type(w).__name__, threads)
+    finally:
+        torch.set_num_threads(before)
