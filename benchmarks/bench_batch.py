@@ -18,7 +18,13 @@ default model's package is not installed (the GPU figures in the README were mea
 Prints, per benchmark and N, the median and best over the rounds of the speedup (aggregate
 tokens/s batched / sequential, prefill included), of the batched aggregate decode tokens/s and
 of the single stream's decode tokens/s, the median of each round's ratio of those two decode
-rates (the prefill left out), with the load average before and after.
+rates (the prefill left out), with the load average and the machine's read bandwidth before
+and after. The bandwidth is there because it decides the ratios on a shared CPU: a single
+stream's step reads every weight once and runs at the memory's pace, a batched step's
+multiply-adds much less so; on this project's 2-core machine the memory other machines left
+it went from about 85 GB/s to 50 within minutes (a sum of 106 MB in 1.2 ms, then 2.2), the
+single stream from about 410 tok/s to 260 and the ratios with it (issue 18's tenth pass,
+README).
 
 ``--cpu-clock`` times with the process's CPU time instead of the wall clock, on one thread:
 on a CPU shared with other jobs (a load of 6 on 2 cores), two OpenMP threads wait at every
@@ -50,6 +56,8 @@ from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
 from inference.runner import describe  # noqa: E402
 from inference.worker.heap import settle_heap  # noqa: E402
+
+from benchmarks.shapes import read_bandwidth  # noqa: E402
 
 
 def random_checkpoint(out: Path, tokenizer_dir: Path | None) -> Path:
@@ -97,7 +105,7 @@ def main() -> None:
     # the same threads throughout, as the peers get (the engine's tuner, inference/threads.py,
     # would time a few steps with half of them at the first reply)
     os.environ.setdefault("CHATUI_THREADS", str(torch.get_num_threads()))
-    load0 = os.getloadavg()
+    load0, bw0 = os.getloadavg(), read_bandwidth(1.0)[0]
     dtype = args.dtype or ("float32" if args.device == "cpu" else "auto")
     if args.random_weights:
         tmp = Path(tempfile.mkdtemp(prefix="chatui-batch-"))
@@ -122,14 +130,15 @@ def main() -> None:
             runs[name].append(result.to_dict())
             print(f"round {r + 1} {name}: " + ", ".join(
                 f"N={row.n} {row.speedup:.2f}x" for row in result.rows), flush=True)
-    load1 = os.getloadavg()
+    load1, bw1 = os.getloadavg(), read_bandwidth(1.0)[0]
     clock = "CPU time" if args.cpu_clock else "wall clock"
     where = (torch.cuda.get_device_name(ckpt.device) if ckpt.device.type == "cuda"
              else f"{torch.get_num_threads()} threads")
     print(f"\nmodel {ckpt.name}, {backend.info.dtype} {backend.info.quantization}, {where} "
           f"({clock}), "
           f"{args.rounds} rounds, {args.new_tokens} new tokens, top-5 logprobs; load average "
-          f"{load0[0]:.1f} before, {load1[0]:.1f} after")
+          f"{load0[0]:.1f} before, {load1[0]:.1f} after; read bandwidth {bw0:.0f} GB/s before, "
+          f"{bw1:.0f} after")
     summary: dict[str, dict] = {}
     for name, results in runs.items():
         print(f"{name}:  N  speedup median (best)   batched decode tok/s median   "
@@ -150,7 +159,8 @@ def main() -> None:
                   f"                        {statistics.median(sd):7.1f}"
                   f"                          {statistics.median(ratio):5.2f}x")
     if args.json:
-        args.json.write_text(json.dumps(dict(runs=runs, summary=summary, load=[load0, load1])))
+        args.json.write_text(json.dumps(dict(runs=runs, summary=summary, load=[load0, load1],
+                                             read_bandwidth_gb_s=[bw0, bw1])))
 
 
 if __name__ == "__main__":
