@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Iterable
 
@@ -31,7 +32,7 @@ from inference.types import Failed, Progress
 from inference.worker import InferenceWorker, describe_error
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
-from . import chat_commands, gcpolicy
+from . import chat_commands, early_input, gcpolicy
 from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
@@ -104,9 +105,20 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if isinstance(screen, ChatScreen) and screen.is_mounted:
             screen.set_focus(screen.prompt)
 
+    _input_watch: early_input.QuietWatch | None = None
+
     async def on_input_ready(self, event: InputReady) -> None:
         """The prompt box exists: give it the held keys, in order, before any later key
-        (this runs in the app's queue, where later keys wait)."""
+        (this runs in the app's queue, where later keys wait). In a real terminal, not before
+        Textual's input thread has read everything typed so far (``early_input``: keys typed
+        in line mode and read after this point lost their Enter)."""
+        if self._held is None:
+            return
+        if not self.is_headless:
+            watch = self._input_watch = self._input_watch or early_input.QuietWatch()
+            if not watch.settled(time.monotonic(), early_input.unread_bytes()):
+                self.set_timer(early_input.POLL_S, lambda: self.post_message(InputReady()))
+                return
         held, self._held = self._held or [], None
         chat = self.chat
         chat.set_focus(chat.prompt)

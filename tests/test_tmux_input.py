@@ -31,12 +31,12 @@ def tmux(*args: str) -> str:
                           text=True).stdout
 
 
-def run_once(tmp: Path, delay_s: float, text: str) -> bool:
+def run_once(tmp: Path, delay_s: float, text: str, program: list[str] | None = None) -> bool:
     name = f"chatui-input-{uuid.uuid4().hex[:8]}"
     env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp / "config"),
            "CHATUI_DATA_DIR": str(tmp / "data"), "TERM": "xterm-256color"}
-    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m",
-                        "chatui", "--backend", "scripted"])
+    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
+                        *(program or ["-m", "chatui"]), "--backend", "scripted"])
     tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
     try:
         time.sleep(delay_s)
@@ -60,5 +60,34 @@ def test_a_message_typed_right_after_starting_is_sent(tmp_path):
     for i, delay in enumerate(DELAYS_S):
         text = f"typed at once {i}"
         if not run_once(tmp_path / str(i), delay, text):
+            lost.append(delay)
+    assert not lost, f"the message typed {lost} s after starting was lost"
+
+
+LATE_INPUT = """import sys, time
+import textual.drivers.linux_driver as linux
+started = linux.LinuxDriver.run_input_thread
+def late(self):
+    time.sleep(1.5)
+    started(self)
+linux.LinuxDriver.run_input_thread = late
+from chatui.cli import main
+main()
+"""
+
+
+def test_keys_typed_in_line_mode_are_sent_when_read_after_the_prompt_exists(tmp_path):
+    """Keys typed before the terminal leaves line mode end in a line feed (Ctrl+J, the
+    prompt's newline key); the app holds them and turns it back into Enter. Textual's input
+    thread reads the terminal on its own schedule: started 1.5 s late here, so that it reads
+    them after the prompt box exists (as it did once in a full test run), the messages typed
+    at 0.0 and 0.3 s must still be sent (before ``chatui/early_input.py``, both were lost in
+    every run)."""
+    program = tmp_path / "late_input.py"
+    program.write_text(LATE_INPUT)
+    lost = []
+    for i, delay in enumerate((0.0, 0.3)):
+        text = f"typed in line mode {i}"
+        if not run_once(tmp_path / str(i), delay, text, [str(program)]):
             lost.append(delay)
     assert not lost, f"the message typed {lost} s after starting was lost"

@@ -141,3 +141,21 @@ async def test_page_keys_in_the_prompt_page_the_conversation():
         await pilot.press("pageup")
         await pilot.pause(0.3)
         assert log.scroll_y == at  # the box paged its own text
+
+
+def test_held_keys_wait_for_a_quiet_terminal():
+    """``early_input.QuietWatch``: the held keys go to the prompt once nothing typed is left
+    unread for ``QUIET_S`` (bytes still unread start the wait again), or after ``MAX_S``
+    whatever the terminal says."""
+    from chatui import early_input as e
+
+    watch = e.QuietWatch()
+    assert not watch.settled(0.0, unread=0)
+    assert not watch.settled(e.QUIET_S / 2, unread=5)  # the input thread has not read them
+    assert not watch.settled(e.QUIET_S, unread=0)  # quiet only from now
+    assert watch.settled(e.QUIET_S * 2, unread=0)
+    stuck = e.QuietWatch()
+    assert not stuck.settled(0.0, unread=3)
+    assert not stuck.settled(e.MAX_S / 2, unread=3)
+    assert stuck.settled(e.MAX_S, unread=3)
+    assert e.unread_bytes() >= 0  # (pytest's stdin: not a terminal, or nothing typed)
