@@ -164,7 +164,7 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * 4+ rows only); 6, 12 and 16 groups within noise of 8; T2 (into L3) 3.98 / 5.18 / 6.22.
  * 16 since each thread streams one contiguous range of blocks (q8_matmul): the matmuls of
  * 30 layers (weights from memory, 2 threads, medians of 5 interleaved rounds) at 1 / 4 / 8
- * rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 / 2.46 / 2.96, 24 and 32 slower. */
+ * rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 / 2.46 / 2.96; 24, 32 and 48 no quicker. */
 #define AHEAD 16
 
 /* R activation rows (1 <= R <= 8, a constant once inlined) against one row block. The packed
@@ -357,7 +357,7 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
      * for a preempted thread's share, which the other took over; measured with another program
      * busy on one of the two cores, the static one is still the quicker (8 rows: 7.95 -> 3.36 ms
      * with a program busy half of the time, 13.8 -> 8.0 with one busy all the time),
-     * and the engine's thread tuner (threads.py) moves to one thread under such a load.
+     * and the engine's thread tuner (threads.py) can move to one thread under such a load.
      * Several rows are prepared (norm or SwiGLU, then quantized) by the same team first, a
      * barrier between (rows 2-4 were prepared by one thread while the other waited, and rows
      * 5-8 by a team of their own); no barrier after the blocks but the team's end. */
