@@ -79,6 +79,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         self.theme = self._initial_theme()
         self.autosaver = Autosaver(self._report_autosave_failure)
         self._held = []
+        self._input_watch = early_input.QuietWatch()
 
     # ---- no keystroke is lost ----
 
@@ -105,7 +106,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if isinstance(screen, ChatScreen) and screen.is_mounted:
             screen.set_focus(screen.prompt)
 
-    _input_watch: early_input.QuietWatch | None = None
+    _input_watch: early_input.QuietWatch
+    """Whether what was typed at start has all been read (``on_input_ready``)."""
 
     async def on_input_ready(self, event: InputReady) -> None:
         """The prompt box exists: give it the held keys, in order, before any later key
@@ -115,8 +117,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if self._held is None:
             return
         if not self.is_headless:
-            watch = self._input_watch = self._input_watch or early_input.QuietWatch()
-            if not watch.settled(time.monotonic(), early_input.unread_bytes()):
+            if not self._input_watch.settled(time.monotonic(), early_input.unread_bytes()):
                 self.set_timer(early_input.POLL_S, lambda: self.post_message(InputReady()))
                 return
         held, self._held = self._held or [], None

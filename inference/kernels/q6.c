@@ -222,10 +222,7 @@ void q6_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
         }
         free(row);
     }
-    /* One contiguous range of row blocks a thread (see q8_matmul; the default model's shapes
-     * at --quantize int4, 30 layers from memory, 2 threads, medians of 5 interleaved
-     * rounds: 1 / 4 / 8 rows 3.28 / 4.95 / 6.44 -> 2.43 / 3.83 / 5.29 ms against chunks
-     * handed out as threads asked, and q6.c's 49,152 x 576 about as much quicker). */
+    /* One contiguous range of row blocks a thread (see q8_matmul and q4_matmul). */
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int b = 0; b < NB; b++) {
         float out[MB * RB];
