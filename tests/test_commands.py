@@ -56,3 +56,20 @@ def test_help_rows_cover_every_command():
     rows = commands.help_rows()
     assert len(rows) == len(commands.COMMANDS)
     assert any(r[0] == "/set NAME VALUE" for r in rows)
+
+
+def test_help_never_runs_a_key_into_its_description():
+    """Every help line keeps at least two spaces between its command, its key and its text,
+    however long they are (it showed "Alt+Left / Alt+RightShow the previous ...")."""
+    import re
+
+    from chatui.screens.help import KEYS, help_text
+
+    lines = help_text().plain.splitlines()
+    for usage, key, text in commands.help_rows():
+        line = next(ln for ln in lines if ln.startswith(f"  {usage} "))
+        cells = [re.escape(usage)] + ([re.escape(key)] if key else []) + [re.escape(text)]
+        assert re.fullmatch(r"  " + r" {2,}".join(cells), line), line
+    for key, text in KEYS:
+        line = next(ln for ln in lines if ln.startswith(f"  {key} "))
+        assert re.fullmatch(rf"  {re.escape(key)} {{2,}}{re.escape(text)}", line), line

@@ -33,15 +33,21 @@ KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _cell(text: str, width: int) -> str:
+    """``text`` padded to ``width`` columns, or followed by two spaces where it is longer (a
+    long key ran into its description: "Alt+Left / Alt+RightShow the previous ...")."""
+    return f"{text:<{width}}" if len(text) < width else f"{text}  "
+
+
 def help_text() -> Content:
     """The whole help page as plain content."""
     lines: list[Content] = [Content.styled("Slash commands", "bold $primary")]
     for usage, key, text in help_rows():
-        lines.append(Content.assemble((f"  {usage:<22}", "bold"), f"{key:<9}", text))
+        lines.append(Content.assemble((f"  {_cell(usage, 24)}", "bold"), _cell(key, 10), text))
     lines.append(Content(""))
     lines.append(Content.styled("Keys", "bold $primary"))
     for key, text in KEYS:
-        lines.append(Content.assemble((f"  {key:<26}", "bold"), text))
+        lines.append(Content.assemble((f"  {_cell(key, 27)}", "bold"), text))
     lines.append(Content(""))
     lines.append(Content.styled("Start a message with // to send a text that begins with /.",
                                 "$text-muted"))
