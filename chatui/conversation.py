@@ -56,6 +56,13 @@ class Reply:
             self.tokens = TokenRecords(self.tokens)
 
     @property
+    def token_count(self) -> int:
+        """Its tokens that are not special: what its statistics line and the tree count (the
+        end-of-turn token is not part of the reply)."""
+        tokens = _records(self.tokens)
+        return sum(1 for i in range(len(tokens)) if not tokens.is_special(i))
+
+    @property
     def logprobs(self) -> list[float]:
         tokens = _records(self.tokens)
         return [lp for i in range(len(tokens))

@@ -472,3 +472,19 @@ def _id_backend(reply):
                 yield ev
 
     return IdBackend(reply)
+
+
+def test_tree_label_counts_the_tokens_the_reply_line_counts() -> None:
+    """The tree's "N tok" is the reply's own statistics line's count: the end-of-turn token
+    is not one of them (the tree said 94 tok where the reply said 93 tokens)."""
+    from chatui.screens.tree import branch_from, branch_label
+    from chatui.widgets.reply import reply_stats
+
+    conv = Conversation()
+    conv.add_user("hi")
+    entry = _answer(conv, "Hello there")
+    reply = entry.replies[0]
+    reply.tokens = [Token(0, 5, "Hello", -0.5, 0.5), Token(1, 6, " there", -0.2, 0.5),
+                    Token(2, 2, "", -0.1, 0.1, special=True)]
+    assert reply_stats(reply).startswith("2 tokens")
+    assert " · 2 tok · " in branch_label(branch_from(entry), True)

@@ -81,7 +81,7 @@ def branch_label(branch: Branch, on_path: bool, shared: int = 0) -> str:
     if reply is not None:
         mean = reply.mean_logprob
         parts.append("mean lp " + (f"{mean:.2f}" if mean is not None else "n/a"))
-        parts.append(f"{len(reply.tokens)} tok")
+        parts.append(f"{reply.token_count} tok")
     n = len(branch.entries)
     parts.append(f"{n} message{'s' if n != 1 else ''}")
     return " · ".join(parts)
