@@ -216,6 +216,10 @@ async def cmd_continue(ctx: CommandContext, arg: str = "") -> None:
     if reply is None or last is None:
         ctx.notice("There is no reply to continue.", "error")
         return
+    if last.is_comparison and last.fan_out:
+        ctx.notice("Pick the branch to go on with first (/pick N or F6); /continue then "
+                   "continues it.", "error")
+        return
     if last.is_comparison:
         ctx.notice("A comparison cannot be continued; /retry it with a larger "
                    "max_tokens (/set max_tokens N), or /pick a column and send a message.",

@@ -23,7 +23,7 @@ from chatui.widgets.items import SiblingBar
 from inference.settings import SamplingParams
 from inference.types import Token
 
-from test_app import config_dir, make_app, send, settle  # noqa: F401
+from test_app import config_dir, make_app, notices, send, settle  # noqa: F401
 from test_transcript import V1_TRANSCRIPT, entries, roundtrip
 
 
@@ -411,6 +411,43 @@ async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
         app.flush_autosaves()
         disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
         assert disk == conv
+
+
+async def test_a_fan_out_cut_short_says_to_pick_then_continue(config_dir) -> None:  # noqa: F811
+    """A fan-out's branch cut off at the token limit says what goes on with it (/pick it, then
+    /continue), not a comparison's "cannot be continued: /retry it"; the header and the
+    columns say alternatives, not "3 settings" of "same settings"; /continue before a pick
+    says to pick first, and after /pick it continues the branch."""
+    from chatui.widgets.compare import CompareView
+
+    app = make_app(backend=_id_backend(_numbered()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await send(pilot, app, "/set max_tokens 4")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "right", "f")
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group.fan_out and {r.finish_reason for r in group.replies} == {"length"}
+        [view] = app.chat.query(CompareView)
+        shown = " ".join(str(v.render()) for v in view.query("Static"))
+        assert "/pick it, then /continue" in shown and "cannot be continued" not in shown
+        assert "3 alternatives of a token decoded in one batch" in shown
+        assert "alternative 2" in shown and "same settings" not in shown
+        await pilot.press("escape")
+        await send(pilot, app, "/continue")
+        assert "Pick the branch" in str(notices(app, "error")[-1].render())
+        assert conv.entries[-1] is group
+        await send(pilot, app, "/pick 2")
+        await settle(pilot, app)
+        picked = conv.entries[-1]
+        before = len(picked.reply.tokens)
+        await send(pilot, app, "/set max_tokens 50")
+        await send(pilot, app, "/continue")
+        await settle(pilot, app)
+        assert conv.entries[-1] is picked and len(picked.reply.tokens) > before
 
 
 async def test_an_unpicked_fan_out_comes_back_unpicked(config_dir) -> None:  # noqa: F811

@@ -29,7 +29,7 @@ from inference.types import Token
 
 from ..conversation import Entry, Reply
 from ..recorder import Delta, RowEnded, TokensAdded
-from .reply import COLUMN_FINISH_LABELS, ReplyView
+from .reply import COLUMN_FINISH_LABELS, FAN_OUT_FINISH_LABELS, ReplyView
 from .text import show_token
 
 MIN_COLUMN = 30
@@ -197,11 +197,14 @@ class CompareView(Vertical):
         super().__init__(id=id)
         self.entry = entry
         labels, self.shared = column_labels([r.settings for r in entry.replies])
+        if entry.fan_out:  # one setting; the columns are the alternatives, most likely first
+            labels = [f"alternative {i + 1}" for i in range(len(entry.replies))]
         views = []
         for reply, vid in zip(entry.replies, view_ids):
             view = ReplyView(reply, label="", stable_timings=stable_timings,
                              token_mode=token_mode, id=vid,
-                             finish_labels=COLUMN_FINISH_LABELS)
+                             finish_labels=FAN_OUT_FINISH_LABELS if entry.fan_out
+                             else COLUMN_FINISH_LABELS)
             view.raw = raw
             views.append(view)
         self.columns = [CompareColumn(entry, i, labels[i], views[i])
@@ -245,8 +248,10 @@ class CompareView(Vertical):
 
     def _refresh_group_header(self) -> None:
         n = len(self.columns)
-        text = (f"{n} settings on one prefill · shared: {self.shared or '–'} · continuing "
-                f"with [{self.chosen + 1}] (/pick N, F6 or click a header)")
+        what = (f"{n} alternatives of a token decoded in one batch · settings"
+                if self.entry.fan_out else f"{n} settings on one prefill · shared")
+        text = (f"{what}: {self.shared or '–'} · continuing with [{self.chosen + 1}] "
+                "(/pick N, F6 or click a header)")
         self.query_one(".compare-header", Static).update(Content(text))
 
     # ---- streaming (the screen calls these) ----

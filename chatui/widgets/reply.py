@@ -61,6 +61,14 @@ COLUMN_FINISH_LABELS = {
 """A comparison column's markers: /continue refuses a comparison (its request has one prefix
 for several columns), so the marker must not suggest it."""
 
+FAN_OUT_FINISH_LABELS = {
+    **FINISH_LABELS,
+    "length": "✂ cut off at the token limit — /pick it, then /continue",
+    "cancelled": "■ stopped — /pick it, then /continue",
+}
+"""A fan-out branch's markers: a branch picked (/pick N, F6) becomes a reply of its own, which
+/continue goes on with (a comparison's column cannot be)."""
+
 
 STEP_FRACTION = 4
 """While a reply streams it grows in steps of a quarter of the height it scrolls in..."""
