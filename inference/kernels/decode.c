@@ -49,9 +49,7 @@ static void qk_norm(float *qkv, int B, int H, int KV, int D, int nqkv, const flo
         for (int h = 0; h < H + KV; h++) {
             float *v = qkv + (size_t)b * nqkv + (size_t)h * D;
             const float *w = h < H ? qn : kn;
-            double ss = 0.0;
-            for (int d = 0; d < D; d++) ss += (double)v[d] * v[d];
-            float r = 1.0f / sqrtf((float)(ss / D) + eps);
+            float r = 1.0f / sqrtf((float)(sum_squares(v, D) / D) + eps);
             for (int d = 0; d < D; d++) v[d] = v[d] * r * w[d];
         }
 }
