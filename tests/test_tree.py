@@ -373,6 +373,14 @@ async def test_continue_from_alternative_keeps_the_reply(config_dir) -> None:  #
 
 
 
+async def _fan_out_at_third_token(pilot, app) -> None:
+    """Ctrl+T, the cursor on the last reply's third token, f: a fan-out of its alternatives."""
+    await pilot.press("ctrl+t")
+    await pilot.pause(0.1)
+    await pilot.press("home", "right", "right", "f")
+    await settle(pilot, app)
+
+
 async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
     """``f`` in the token view: the top 3 alternatives at the cursor decoded in one request
     (one prefix, three forced first tokens), streaming as the columns of a new alternative;
@@ -385,10 +393,7 @@ async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
     async with app.run_test(size=(120, 40)) as pilot:
         await send(pilot, app, "hello")
         original = app.chat.conversation.entries[-1]
-        await pilot.press("ctrl+t")
-        await pilot.pause(0.1)
-        await pilot.press("home", "right", "right", "f")
-        await settle(pilot, app)
+        await _fan_out_at_third_token(pilot, app)
         request = backend.requests[-1]
         assert request.first_tokens == (200, 201, 202)
         assert request.prefix.token_ids == (100, 101) and len(request.settings) == 3
@@ -424,10 +429,7 @@ async def test_a_fan_out_cut_short_says_to_pick_then_continue(config_dir) -> Non
     async with app.run_test(size=(120, 40)) as pilot:
         await send(pilot, app, "hello")
         await send(pilot, app, "/set max_tokens 4")
-        await pilot.press("ctrl+t")
-        await pilot.pause(0.1)
-        await pilot.press("home", "right", "right", "f")
-        await settle(pilot, app)
+        await _fan_out_at_third_token(pilot, app)
         conv = app.chat.conversation
         group = conv.entries[-1]
         assert group.fan_out and {r.finish_reason for r in group.replies} == {"length"}
@@ -460,10 +462,7 @@ async def test_an_unpicked_fan_out_comes_back_unpicked(config_dir) -> None:  # n
     app = make_app(backend=_id_backend(_numbered()))
     async with app.run_test(size=(120, 40)) as pilot:
         await send(pilot, app, "hello")
-        await pilot.press("ctrl+t")
-        await pilot.pause(0.1)
-        await pilot.press("home", "right", "right", "f")
-        await settle(pilot, app)
+        await _fan_out_at_third_token(pilot, app)
         conv = app.chat.conversation
         group = conv.entries[-1]
         assert group.fan_out and len(group.replies) == 3

@@ -20,13 +20,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "chatui_kernels.h"
 #include "fastmath.h"
 #include "rowprep.h"
+#include "team.h"
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif

@@ -360,12 +360,8 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
      * out one at a time (OpenMP's dynamic schedule) before issue 18's tenth pass: 30 layers at
      * a comparison's state (138-token shared prompt, 64 own tokens a row, 2 threads, medians
      * of 6 interleaved rounds) at 1 / 4 / 8 rows 2.08 / 2.95 / 4.14 -> 1.98 / 2.91 / 3.93 ms. */
-#ifdef _OPENMP
-    int team = omp_get_num_threads(), me = omp_get_thread_num();
-#else
-    int team = 1, me = 0;
-#endif
-    int t_lo = (int)((long)tasks * me / team), t_hi = (int)((long)tasks * (me + 1) / team);
+    int t_lo, t_hi;
+    team_range(tasks, &t_lo, &t_hi);
     if (t_lo < t_hi) KV_FN(fetch_task)(t_lo, B, nc, S, shared, KV, C, D, kc, vc);
     for (int t = t_lo; t < t_hi; t++) {
         if (t + 1 < t_hi) KV_FN(fetch_task)(t + 1, B, nc, S, shared, KV, C, D, kc, vc);

@@ -19,9 +19,7 @@
 
 #include "chatui_kernels.h"
 #include "rowprep.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "team.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -370,12 +368,8 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
     size_t fetch = (size_t)(G < FETCH_GROUPS ? G : FETCH_GROUPS) * GS * RB;
     #pragma omp parallel num_threads(threads)
     {
-#ifdef _OPENMP
-        int team = omp_get_num_threads(), me = omp_get_thread_num();
-#else
-        int team = 1, me = 0;
-#endif
-        int b_lo = (int)((long)NB * me / team), b_hi = (int)((long)NB * (me + 1) / team);
+        int b_lo, b_hi;
+        team_range(NB, &b_lo, &b_hi);
         if (b_lo < b_hi)
             for (size_t l = 0; l < fetch; l += 64)
                 __builtin_prefetch(wp + (size_t)b_lo * G * GS * RB + l, 0, 0);
