@@ -18,7 +18,7 @@ from typing import Any, Generator, Iterator, Sequence
 import torch
 
 from .chat import PromptTooLongError, TemplateOptions, encode_messages, encode_request
-from .detok import IncrementalDetokenizer, StopStringFilter
+from .detok import IncrementalDetokenizer, StopStringFilter, ids_decoder
 from .reasoning import ChannelSplitter, detect_format
 from .runner import HFRunner
 from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
@@ -156,6 +156,7 @@ class LocalBackend:
             self.info = dataclasses.replace(info, reasoning=self.reasoning.kind,
                                             thinking_switch=self.reasoning.switch)
         self._piece_cache: dict[int, str] = {}
+        self._piece_decode = ids_decoder(tokenizer, skip_special_tokens=False)
         self._singles: dict[int, str] = {}  # the detokenizers' one-token decodes
         self._cache: Any = None
         self._cache_ids: list[int] = []
@@ -218,9 +219,8 @@ class LocalBackend:
     def piece_text(self, token_id: int) -> str:
         """A token's own text for display (alternatives): byte escapes for partial UTF-8."""
         text = self._piece_cache.get(token_id)
-        if text is None:
-            text = self.tokenizer.decode([token_id], skip_special_tokens=False,
-                                         clean_up_tokenization_spaces=False)
+        if text is None:  # (the tokenizers library's decode where it is transformers': detok.py)
+            text = self._piece_decode([token_id])
             if "\ufffd" in text:
                 text = _byte_spelling(self.tokenizer, token_id) or text
             self._piece_cache[token_id] = text

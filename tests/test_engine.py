@@ -310,3 +310,19 @@ def test_a_placed_token_is_the_token_with_its_text_and_glyph_start():
     assert {f.name for f in dataclasses.fields(Token)} == set(values)
     tok = Token(**values)
     assert _placed(tok, "text", 1) == dataclasses.replace(tok, text="text", glyph_start=1)
+
+
+def test_an_alternative_is_spelled_as_the_tokenizer_decodes_it(tiny_ckpt, tiny_backend):
+    """``piece_text`` (each alternative's text) is ``tokenizer.decode([id])`` with special
+    tokens and spaces kept, through the tokenizers library's decode where transformers' is
+    that one (detok.ids_decoder); a token that is part of a UTF-8 sequence is spelled by its
+    bytes instead of a replacement character."""
+    tok = tiny_ckpt.tokenizer
+    special = set(tok.all_special_ids)
+    for i in list(range(0, tok.vocab_size, 97)) + sorted(special):
+        expected = tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        got = tiny_backend.piece_text(i)
+        if "\ufffd" in expected:
+            assert "\ufffd" not in got or got == expected, i
+        else:
+            assert got == expected, i
