@@ -347,7 +347,7 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
         quantize_row(row, K, G, xq, xs);
         free(row);
     }
-    /* Each thread computes one contiguous range of blocks (OpenMP's static schedule), the
+    /* Each thread computes one contiguous range of blocks (team.h's team_range), the
      * first groups of its range fetched before it starts (the fetches run ahead within a block
      * and on into the next one only). Handed out in chunks of 2-16 blocks as threads asked
      * for them (OpenMP's dynamic schedule, before issue 18's tenth pass), the two threads'
