@@ -177,3 +177,42 @@ async def test_the_search_box_finds_as_you_type_and_opens_with_enter(tmp_path):
         await pilot.press("escape")
         await pilot.pause(0.1)
         assert not isinstance(app.screen, HistoryScreen)
+
+
+async def test_a_hit_opens_on_the_branch_that_holds_the_words(config_dir):  # noqa: F811
+    """The index answers per conversation; Enter on a hit shows the branch whose message holds
+    the words searched for (here the reply a retry replaced), and says so; the branch shown is
+    saved, so the next open starts there. A search whose words are on the path shown keeps
+    it."""
+    from chatui.screens.history import HistoryScreen
+
+    texts = iter(["the narwhal swims north", "the walrus sleeps", "a third reply"])
+    app = make_app(lambda request, row: next(texts))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "tell me about sea animals")
+        await send(pilot, app, "/retry")  # the narwhal's reply becomes a sibling, not shown
+        conv = app.chat.conversation
+        assert conv.entries[-1].reply.text == "the walrus sleeps"
+        app.flush_autosaves()
+        for query, shown, switched in (("narwh", "the narwhal swims north", True),
+                                       ("narwhal swims", "the narwhal swims north", False),
+                                       ("walrus sleeps", "the walrus sleeps", True)):
+            await pilot.press("ctrl+f")
+            await pilot.pause(0.2)
+            screen = app.screen
+            assert isinstance(screen, HistoryScreen)
+            for key in query:
+                await pilot.press("space" if key == " " else key)
+            for _ in range(100):
+                await pilot.pause(0.02)
+                if len(screen.found) == 1 and "[" in screen.found[0].passage:
+                    break
+            await pilot.press("enter")
+            for _ in range(100):
+                await pilot.pause(0.02)
+                entries = app.chat.conversation.entries
+                if len(entries) == 2 and entries[-1].reply.text == shown:
+                    break
+            assert app.chat.conversation.entries[-1].reply.text == shown, query
+            said = " ".join(str(n.render()) for n in notices(app))
+            assert ("Showing the branch that holds" in said) == switched, said

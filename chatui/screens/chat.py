@@ -1053,12 +1053,32 @@ class ChatScreen(Screen[None]):
     def open_history(self, query: str = "") -> None:
         from .history import HistoryScreen
 
-        def opened(path: Path | None) -> None:
-            if path is not None:
-                self.call_later(self.run_command, f"/load {path}")
+        def opened(choice: tuple[Path, str] | None) -> None:
+            if choice is not None:
+                self.call_later(self._open_found, *choice)
 
         self.app.push_screen(HistoryScreen(self.services.config.transcripts_dir(), query),
                              reported_callback(self, "Opening a conversation", opened))
+
+    async def _open_found(self, path: Path, text: str) -> None:
+        """Open a search's hit on the branch that holds the words searched for (the one its
+        file shows may be another: a retry's, an edit's)."""
+        from ..transcript.search import best_entry
+
+        before = self.state.conversation
+        await self.run_command(f"/load {path}")
+        conv = self.state.conversation
+        if conv is before:
+            return  # (refused, or failed: it said why)
+        entry = best_entry(conv, text)
+        if entry is None or any(e is entry for e in conv.entries):
+            return
+        conv.select(entry)
+        await self.sync_path()
+        self.services.save_conversation()
+        await self._update_context()
+        self.notice(f"Showing the branch that holds {text.strip()!r} (‹ › or /tree for the "
+                    "others).")
 
     async def quit(self) -> None:
         await self.app.action_quit()

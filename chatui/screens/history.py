@@ -70,8 +70,9 @@ def _passage(text: str) -> Content:
     return Content.assemble(*parts)
 
 
-class HistoryScreen(ModalScreen[Path | None]):
-    """Search and open a saved conversation; dismissed with its path, or None."""
+class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
+    """Search and open a saved conversation; dismissed with its path and the search's text
+    (the opener shows the branch that holds it), or None."""
 
     DEFAULT_CSS = """
     HistoryScreen { align: center middle; }
@@ -157,12 +158,12 @@ class HistoryScreen(ModalScreen[Path | None]):
     def _submitted(self) -> None:
         index = self.query_one(OptionList).highlighted
         if index is not None and 0 <= index < len(self.found) and not self.found[index].error:
-            self.dismiss(self.found[index].path)
+            self.dismiss((self.found[index].path, self.query_one(Input).value))
 
     @on(OptionList.OptionSelected, "#history-list")
     def _selected(self, event: OptionList.OptionSelected) -> None:
         if 0 <= event.option_index < len(self.found):
-            self.dismiss(self.found[event.option_index].path)
+            self.dismiss((self.found[event.option_index].path, self.query_one(Input).value))
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)

@@ -26,7 +26,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversation import Conversation
+from ..conversation import Conversation, Entry
 from ..export import conversation_title
 from .history import data_dir, listed_paths
 from .journal import journal_path
@@ -75,6 +75,28 @@ def _texts(conv: Conversation) -> list[tuple[str, str]]:
         else:
             out.extend(("reply", r.text) for r in entry.replies if r.text)
     return [(w, t) for w, t in out if t.strip()]
+
+
+def best_entry(conv: Conversation, text: str) -> Entry | None:
+    """The message of ``conv`` that a search for ``text`` found best: the one whose text (a
+    user message, or any column of a reply) holds the most of the search's words as prefixes
+    of its words, those on the path shown first among equals, then the earliest; None when
+    no message holds any (the words matched the title or the system prompt). Opening a hit
+    shows this message's branch: the index answers per conversation, and the branch shown
+    may not be the one that holds the words."""
+    words = _WORD.findall(text.lower())
+    if not words:
+        return None
+    on_path = {id(e) for e in conv.entries}
+    best: tuple[int, int] = (0, 0)
+    found: Entry | None = None
+    for entry in conv.all_entries():
+        texts = [entry.text] if entry.role == "user" else [r.text for r in entry.replies]
+        have = {w for t in texts for w in _WORD.findall(t.lower())}
+        score = (sum(any(h.startswith(w) for h in have) for w in words), id(entry) in on_path)
+        if score > best:
+            best, found = score, entry
+    return found
 
 
 def _stamp_text(stamp: Stamp | None) -> str:
