@@ -77,7 +77,7 @@ class CommandContext(Protocol):
 
     async def step_sibling(self, delta: int, entry: Entry | None = None) -> None: ...
 
-    async def sync_path(self) -> None: ...
+    async def sync_path(self, *, in_place: bool = False) -> None: ...
 
     def open_tree(self) -> None: ...
 
@@ -698,7 +698,7 @@ async def cmd_delete(ctx: CommandContext, arg: str = "") -> None:
     conv.delete(entry)
     if kids:
         conv.select(kids[-1])
-    await ctx.sync_path()
+    await ctx.sync_path(in_place=True)
     ctx.services.save_conversation()
     ctx.notice(f"Deleted {what}.")
 

@@ -524,3 +524,22 @@ def test_tree_label_counts_the_tokens_the_reply_line_counts() -> None:
                     Token(2, 2, "", -0.1, 0.1, special=True)]
     assert reply_stats(reply).startswith("2 tokens")
     assert " · 2 tok · " in branch_label(branch_from(entry), True)
+
+
+async def test_a_switch_of_branch_keeps_the_notices_after_the_messages(config_dir) -> None:  # noqa: F811
+    """Showing another alternative (Alt+Left, /tree's Enter) puts its messages where the
+    ones it replaces were: a notice that came after the reply ("Loaded ...", a setting
+    changed) stays after it, instead of ending up between the question and the answer."""
+
+    app = make_app(_numbered())
+    async with app.run_test(size=(100, 36)) as pilot:
+        await send(pilot, app, "hello")
+        await send(pilot, app, "/retry")
+        await send(pilot, app, "/set temperature 0.3")  # a notice after the reply
+        tags = [i.tag for i in app.chat.window.items]
+        assert tags.index("reply") < len(tags) - 1  # the notice after it
+        await pilot.press("alt+left")
+        await settle(pilot, app)
+        assert app.chat.conversation.entries[-1].text.startswith("reply-0")
+        after = [i.tag for i in app.chat.window.items]
+        assert after == tags, (tags, after)

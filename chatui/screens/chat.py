@@ -495,10 +495,12 @@ class ChatScreen(Screen[None]):
         self.state.conversation.rewind(entry)
         await self.sync_path()
 
-    async def sync_path(self) -> None:
+    async def sync_path(self, *, in_place: bool = False) -> None:
         """Show the conversation's path as it is now: the items of messages that left it go,
-        those of messages that joined it come at the end (in order). The path is derived
-        from the tree; this only follows it."""
+        those of messages that joined it come at the end (in order), or with ``in_place``
+        where those that left were (a switch to another branch: the notices after them stay
+        after the messages, as a "Loaded ..." under the reply it was about). The path is
+        derived from the tree; this only follows it."""
         path = self.state.conversation.entries
         shown: list[Entry] = []
         for item in self.window.items:
@@ -508,14 +510,24 @@ class ChatScreen(Screen[None]):
         keep = 0
         while keep < min(len(path), len(shown)) and path[keep] is shown[keep]:
             keep += 1
-        for entry in shown[keep:]:
-            for item in self.window.items_of(entry):
-                await self.window.remove(item)
+        leaving = [item for entry in shown[keep:] for item in self.window.items_of(entry)]
+        after = None  # the first item after those that leave, when the new ones go there
+        if in_place and leaving:
+            last = max(self.window.items.index(item) for item in leaving)
+            after = next(iter(self.window.items[last + 1:]), None)
+        for item in leaving:
+            await self.window.remove(item)
         for entry in path[keep:]:
             if entry.role == "user":
-                self.window.add(self._user_item(entry))
+                item = self._user_item(entry)
             elif entry.replies:
-                self.window.add(self._reply_item(entry))
+                item = self._reply_item(entry)
+            else:
+                continue
+            if after is None:
+                self.window.add(item)
+            else:
+                self.window.add_before(item, after)
 
     # ---- the tree: siblings ----
 
@@ -539,7 +551,7 @@ class ChatScreen(Screen[None]):
         conv = self.state.conversation
         if conv.step_sibling(entry, delta) is entry:
             return
-        await self.sync_path()
+        await self.sync_path(in_place=True)
         if not isinstance(self.focused, TokenView):
             self.prompt.focus()  # (a click on an arrow took the focus)
         self.services.save_conversation()
@@ -553,7 +565,7 @@ class ChatScreen(Screen[None]):
             return
         await self.stop_generation()
         conv.select(entry)
-        await self.sync_path()
+        await self.sync_path(in_place=True)
         self.services.save_conversation()
         await self._update_context()
 
@@ -1074,7 +1086,7 @@ class ChatScreen(Screen[None]):
         if entry is None or any(e is entry for e in conv.entries):
             return
         conv.select(entry)
-        await self.sync_path()
+        await self.sync_path(in_place=True)
         self.services.save_conversation()
         await self._update_context()
         self.notice(f"Showing the branch that holds {text.strip()!r} (‹ › or /tree for the "

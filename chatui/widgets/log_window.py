@@ -144,6 +144,11 @@ class LogWindow:
         self.items.append(item)
         self.schedule()
 
+    def add_before(self, item: Item, other: Item) -> None:
+        """Add ``item`` just before ``other`` without drawing it (as ``add``)."""
+        self.items.insert(self.items.index(other), item)
+        self.schedule()
+
     def insert_before(self, item: Item, other: Item) -> list[Widget]:
         """Add ``item`` just before ``other`` (drawn at once)."""
         self.items.insert(self.items.index(other), item)
