@@ -70,11 +70,14 @@ def _texts(conv: Conversation) -> list[tuple[str, str]]:
     if conv.system_prompt:
         out.append(("system", conv.system_prompt))
     for entry in conv.all_entries():  # every branch (issue 18)
-        if entry.role == "user":
-            out.append(("user", entry.text))
-        else:
-            out.extend(("reply", r.text) for r in entry.replies if r.text)
+        out.extend(("user" if entry.role == "user" else "reply", t)
+                   for t in _entry_texts(entry))
     return [(w, t) for w, t in out if t.strip()]
+
+
+def _entry_texts(entry: Entry) -> list[str]:
+    """A message's texts a search finds: a user message's, or every column of a reply."""
+    return [entry.text] if entry.role == "user" else [r.text for r in entry.replies if r.text]
 
 
 def best_entry(conv: Conversation, text: str) -> Entry | None:
@@ -91,8 +94,7 @@ def best_entry(conv: Conversation, text: str) -> Entry | None:
     best: tuple[int, int] = (0, 0)
     found: Entry | None = None
     for entry in conv.all_entries():
-        texts = [entry.text] if entry.role == "user" else [r.text for r in entry.replies]
-        have = {w for t in texts for w in _WORD.findall(t.lower())}
+        have = {w for t in _entry_texts(entry) for w in _WORD.findall(t.lower())}
         score = (sum(any(h.startswith(w) for h in have) for w in words), id(entry) in on_path)
         if score > best:
             best, found = score, entry
