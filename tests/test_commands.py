@@ -73,3 +73,31 @@ def test_help_never_runs_a_key_into_its_description():
     for key, text in KEYS:
         line = next(ln for ln in lines if ln.startswith(f"  {key} "))
         assert re.fullmatch(rf"  {re.escape(key)} {{2,}}{re.escape(text)}", line), line
+
+
+@pytest.mark.parametrize("width", [60, 92])
+def test_help_wraps_a_description_under_itself(width):
+    """At the page's width every row fits, and a description's wrapped words go on under its
+    first word (or all below a long key, indented), never back at the page's left edge under
+    the command names ("(/set stop none clears the stop strings)." began in column 0 of the
+    help box)."""
+    from chatui.screens.help import KEYS, help_text
+
+    lines = help_text(width).plain.splitlines()
+    assert all(len(line) <= width for line in lines)
+    rows = [(u, k, t) for u, k, t in commands.help_rows()] + [(k, "", t) for k, t in KEYS]
+    wrapped = 0
+    for usage, key, text in rows:
+        i = next(i for i, ln in enumerate(lines) if f"{ln} ".startswith(f"  {usage} "))
+        head = lines[i][2 + len(usage):].strip()
+        head = head[len(key):].strip() if key else head
+        words, column = head.split(), (lines[i].index(head) if head else None)
+        while i + 1 < len(lines) and lines[i + 1].startswith("   "):
+            i += 1
+            wrapped += 1
+            indent = len(lines[i]) - len(lines[i].lstrip())
+            column = indent if column is None else column
+            assert indent == column >= 6, lines[i]
+            words += lines[i].split()
+        assert words == text.split(), usage
+    assert wrapped  # (some descriptions are longer than these widths)

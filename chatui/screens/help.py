@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widget import Widget
 
 from ..commands import help_rows
 
@@ -39,19 +41,50 @@ def _cell(text: str, width: int) -> str:
     return f"{text:<{width}}" if len(text) < width else f"{text}  "
 
 
-def help_text() -> Content:
-    """The whole help page as plain content."""
+def _wrapped(first: str, rest: str, text: str, width: int | None) -> list[Content]:
+    """A help row: ``first`` (bold) and ``rest`` before ``text``, whose words wrap within
+    ``width`` columns under its own first word (a wrapped description began again at the
+    page's left edge, under the command names); where the row's start leaves under 24 columns,
+    the description goes below it, indented. One line with no width."""
+    indent = len(first) + len(rest)
+    if width is None or indent + len(text) <= width:
+        return [Content.assemble((first, "bold"), rest, text)]
+    if width - indent >= 24:
+        parts = textwrap.wrap(text, width - indent)
+        head = [Content.assemble((first, "bold"), rest, parts[0])]
+        return head + [Content(" " * indent + part) for part in parts[1:]]
+    below = 6
+    parts = textwrap.wrap(text, max(width - below, 8))
+    return [Content.assemble((first.rstrip(), "bold"), rest.rstrip() and "  " + rest.rstrip())] + [
+        Content(" " * below + part) for part in parts]
+
+
+def help_text(width: int | None = None) -> Content:
+    """The whole help page, its descriptions wrapped within ``width`` columns (None: one
+    line a row)."""
     lines: list[Content] = [Content.styled("Slash commands", "bold $primary")]
     for usage, key, text in help_rows():
-        lines.append(Content.assemble((f"  {_cell(usage, 24)}", "bold"), _cell(key, 10), text))
+        lines.extend(_wrapped(f"  {_cell(usage, 24)}", _cell(key, 10), text, width))
     lines.append(Content(""))
     lines.append(Content.styled("Keys", "bold $primary"))
     for key, text in KEYS:
-        lines.append(Content.assemble((f"  {_cell(key, 27)}", "bold"), text))
+        lines.extend(_wrapped(f"  {_cell(key, 27)}", "", text, width))
     lines.append(Content(""))
     lines.append(Content.styled("Start a message with // to send a text that begins with /.",
                                 "$text-muted"))
     return Content("\n").join(lines)
+
+
+class HelpPage(Widget):
+    """The help page at the width it is given: its descriptions wrap under themselves."""
+
+    DEFAULT_CSS = "HelpPage { height: auto; }"
+
+    def render(self) -> Content:
+        return help_text(self.content_size.width or None)
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[override]
+        return len(help_text(width).plain.splitlines())
 
 
 class HelpScreen(ModalScreen[None]):
@@ -69,7 +102,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(help_text())
+            yield HelpPage()
 
     def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
         self.dismiss(None)
