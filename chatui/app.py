@@ -245,7 +245,9 @@ class ChatApp(ReportsFatalErrors, App[int]):
                 self.chat.open_notebook(NO_TEMPLATE_NOTICE)
             self._model_ref = ModelRef(name=info.name, checkpoint=info.checkpoint,
                                        weights_hash=info.weights_hash, dtype=info.dtype,
-                                       backend=info.backend, url=info.url)
+                                       backend=info.backend, url=info.url,
+                                       quantization="" if info.quantization == "none"
+                                       else info.quantization)
 
     def _theme_changed(self, theme: Theme) -> None:
         if self._remember_theme:

@@ -226,17 +226,6 @@ def _copy_reply(r: Reply) -> Reply:
     return c
 
 
-def branch_stats(entry: Entry) -> tuple[str, float | None, int]:
-    """What the tree view and ``‹ 2/3 ›`` say of a branch starting at ``entry``: its first
-    words, the mean logprob of its (chosen) reply, and its length: tokens for a reply, words
-    for a prompt."""
-    words = " ".join(entry.text.split()[:8])
-    reply = entry.reply
-    if reply is not None:
-        return words, reply.mean_logprob, len(reply.tokens)
-    return words, None, len(entry.text.split())
-
-
 def fork_points(conv: Conversation, entry: Entry) -> dict[int, list[tuple[int, str]]]:
     """Where branches leave ``entry``'s reply (continue-from-alternative, fan-out): for each
     token position, the branches that share the reply's tokens before it and differ there,
@@ -286,6 +275,8 @@ class ModelRef:
     dtype: str = ""
     backend: str = "local"
     url: str = ""
+    quantization: str = ""
+    """The weights' format where they were quantized to decode ("int8", "int4"), else ""."""
 
 
 @dataclass(init=False, eq=False)

@@ -61,9 +61,10 @@ def reply_stats(reply: Reply) -> str:
     """One small line of numbers about a reply: tokens, speed, first token, perplexity."""
     parts: list[str] = []
     u = reply.usage
-    # The tokens of the reply, as the chat counts them (the engine's completion count also
-    # holds the end-of-turn token, so the export said 20 where the chat said 19).
-    n = len(reply.tokens) if reply.tokens or u is None else u.completion_tokens
+    # The tokens of the reply, as the chat counts them (the engine's completion count and the
+    # reply's records also hold the end-of-turn token: the export said 20 where the chat
+    # said 19, then 109 where it said 108).
+    n = reply.token_count if reply.tokens or u is None else u.completion_tokens
     if n or reply.tokens:
         parts.append(f"{n} token" + ("" if n == 1 else "s"))
     if u is not None:
@@ -160,7 +161,10 @@ def export_markdown(conv: Conversation, *, all_branches: bool = False) -> str:
     meta = [f"**Model:** {_visible(model_label(conv))}"]
     if m.checkpoint and m.checkpoint != model_label(conv):
         meta.append(f"**Checkpoint:** `{_visible(m.checkpoint)}`")
-    details = ", ".join(x for x in (m.backend, m.dtype) if x)
+    # (with quantized weights, what is quantized and what is not, as the status bar says it:
+    # "local, float32" for a reply decoded from int8 weights was read as the full precision)
+    precision = f"{m.quantization} weights, {m.dtype} compute" if m.quantization else m.dtype
+    details = ", ".join(x for x in (m.backend, precision) if x)
     if details:
         meta.append(f"**Backend:** {_visible(details)}")
     if m.weights_hash:

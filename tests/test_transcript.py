@@ -109,7 +109,7 @@ def entries(draw: st.DrawFn) -> Entry:
 
 
 models = st.builds(ModelRef, name=texts, checkpoint=texts, weights_hash=texts, dtype=texts,
-                   backend=st.sampled_from(["local", "openai", "scripted"]),
+                   quantization=st.sampled_from(["", "int8", "int4"]), backend=st.sampled_from(["local", "openai", "scripted"]),
                    url=st.sampled_from(["", "http://localhost:8080/v1", "https://h.example/v1?m=x"]))
 conversations = st.builds(
     Conversation, id=st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True), created=times,
@@ -702,8 +702,20 @@ def test_markdown_export() -> None:
     assert "comparison of 2 replies" in md
     assert "### Column 1\n" in md and "### Column 2 (chosen" in md
     assert "temperature=0" in md and "seed=7" in md
-    assert "3 tokens · 40.5 tok/s · first token 0.12 s · perplexity" in md
+    assert "2 tokens · 40.5 tok/s · first token 0.12 s · perplexity" in md  # (not <|im_end|>)
     assert md.index("## User") < md.index("Fine.") < md.index("Fine!") < md.index("And then?")
+
+
+def test_markdown_export_says_which_weights_decoded() -> None:
+    """Quantized weights are named beside the compute dtype, as the status bar names them
+    (the export said "local, float32" of replies decoded from int8 weights), and the format
+    is kept by a save and a load."""
+    conv = sample_conversation()
+    conv.model = ModelRef(name="smol", dtype="float32", quantization="int8")
+    assert "**Backend:** local, int8 weights, float32 compute" in export_markdown(conv)
+    assert from_json_dict(json.loads(json.dumps(to_json_dict(conv)))).model.quantization == "int8"
+    conv.model = ModelRef(name="smol", dtype="float32")
+    assert "**Backend:** local, float32  \n" in export_markdown(conv)
 
 
 def test_messages_export() -> None:

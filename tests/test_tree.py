@@ -512,7 +512,9 @@ def _id_backend(reply):
 
 def test_tree_label_counts_the_tokens_the_reply_line_counts() -> None:
     """The tree's "N tok" is the reply's own statistics line's count: the end-of-turn token
-    is not one of them (the tree said 94 tok where the reply said 93 tokens)."""
+    is not one of them (the tree said 94 tok where the reply said 93 tokens), nor the
+    Markdown export's."""
+    from chatui.export import reply_stats as export_stats
     from chatui.screens.tree import branch_from, branch_label
     from chatui.widgets.reply import reply_stats
 
@@ -524,6 +526,7 @@ def test_tree_label_counts_the_tokens_the_reply_line_counts() -> None:
                     Token(2, 2, "", -0.1, 0.1, special=True)]
     assert reply_stats(reply).startswith("2 tokens")
     assert " · 2 tok · " in branch_label(branch_from(entry), True)
+    assert export_stats(reply).startswith("2 tokens")  # (the Markdown export said 3)
 
 
 async def test_a_switch_of_branch_keeps_the_notices_after_the_messages(config_dir) -> None:  # noqa: F811

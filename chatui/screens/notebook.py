@@ -191,7 +191,7 @@ class NotebookScreen(Screen[None]):
             self.continued = self.text_area.text
             self.text_area.read_only = False
             if finish != "error":
-                self.status(f"{len(reply.tokens)} tokens · {finish} · " + HELP)
+                self.status(f"{reply.token_count} tokens · {finish} · " + HELP)
             self._save()
 
     def _save(self) -> None:

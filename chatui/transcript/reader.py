@@ -357,6 +357,7 @@ def _model(v: Any) -> ModelRef:
         checkpoint=o.str("checkpoint", "", max_len=_MAX_SHORT),
         weights_hash=o.str("weights_hash", "", max_len=_MAX_SHORT),
         dtype=o.str("dtype", "", max_len=_MAX_SHORT),
+        quantization=o.str("quantization", "", max_len=_MAX_SHORT),
         backend=o.str("backend", "local", max_len=_MAX_SHORT),
         url=strip_credentials(o.str("url", "", max_len=_MAX_SHORT)),
     )

@@ -125,7 +125,8 @@ def strip_credentials(url: str) -> str:
 
 def model_json(m: ModelRef) -> dict[str, Any]:
     return {"name": m.name, "checkpoint": m.checkpoint, "weights_hash": m.weights_hash,
-            "dtype": m.dtype, "backend": m.backend, "url": strip_credentials(m.url)}
+            "dtype": m.dtype, "quantization": m.quantization, "backend": m.backend,
+            "url": strip_credentials(m.url)}
 
 
 def parent_json(conv: Conversation) -> dict[str, Any] | None:
