@@ -29,10 +29,16 @@ def read_text_file(path: Path, what: str) -> str:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise TextFileError(f"cannot read {what} {path}: {reason}") from None
+    return decode_text(data, f"{what} {path}")
+
+
+def decode_text(data: bytes, what: str) -> str:
+    """``data`` as text, checked as :func:`read_text_file` checks a file's bytes (``what``
+    names them in the message: "the prompt file notes.txt", "standard input")."""
     if b"\x00" in data:
-        raise TextFileError(f"{what} {path} is a binary file, not text")
+        raise TextFileError(f"{what} is a binary file, not text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise TextFileError(f"{what} {path} is not UTF-8 text (byte {exc.start} cannot be "
+        raise TextFileError(f"{what} is not UTF-8 text (byte {exc.start} cannot be "
                             "decoded); convert it to UTF-8") from None

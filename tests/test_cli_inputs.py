@@ -263,3 +263,23 @@ def test_the_readme_lists_every_bench_benchmark_flag():
                  "--compare", "--fan-out", "--json"):
         assert f"`{flag}`" in row or f"[{flag}]" in row, flag
         assert flag in r.stdout, flag
+
+
+def test_a_prompt_can_be_typed_bare_or_piped_in():
+    """``chatui generate "TEXT"`` as ``-p TEXT``, and ``--prompt-file -`` reads standard input
+    (a bare prompt was refused as an unexpected argument; a pipe needed a file)."""
+    r = chatui("generate", "hi there", "--backend", "scripted", "--max-tokens", "6")
+    assert r.returncode == 0 and "You said: hi there" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "chatui", "generate", "--prompt-file", "-",
+                        "--backend", "scripted", "--max-tokens", "6"], capture_output=True,
+                       text=True, timeout=120, env=ENV, input="piped words")
+    assert r.returncode == 0 and "You said: piped words" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "chatui", "generate", "--prompt-file", "-",
+                        "--backend", "scripted"], capture_output=True, timeout=120, env=ENV,
+                       input=b"\x00\x01")
+    assert b"standard input is a binary file, not text" in r.stderr and r.returncode == 2
+    assert refused(chatui("generate", "hi", "-p", "hi", "--backend", "scripted"), "not both")
+    assert refused(chatui("generate", " ", "--backend", "scripted"), "the prompt given is empty")
+    assert refused(chatui("generate", "--prompt-file", "-", "--backend", "scripted"),
+                   "standard input is empty")
+    assert refused(chatui("generate", "--backend", "scripted"), '"TEXT", -p TEXT or --prompt-file')

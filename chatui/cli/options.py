@@ -21,7 +21,7 @@ import typer
 from inference.settings import SamplingParams, SettingsError, unescape
 
 from ..backends import BackendOptions
-from ..textfile import TextFileError, read_text_file
+from ..textfile import TextFileError, decode_text, read_text_file
 
 
 class UserError(Exception):
@@ -203,33 +203,46 @@ class SamplingOptions:
 
 @dataclass(frozen=True)
 class PromptOptions:
-    """One user message, typed or read from a file, and an optional system prompt."""
+    """One user message, typed (``chatui generate "TEXT"`` or ``-p TEXT``) or read from a
+    file or standard input (``--prompt-file -``), and an optional system prompt."""
 
+    words: Annotated[Optional[str], typer.Argument(
+        metavar="PROMPT", help="The user message (as -p gives it).", show_default=False)] = None
     prompt: Annotated[Optional[str], typer.Option(
         "-p", "--prompt", help="The user message.")] = None
     prompt_file: Annotated[Optional[Path], typer.Option(
-        "--prompt-file", help="Read the user message from a UTF-8 file.")] = None
+        "--prompt-file", help="Read the user message from a UTF-8 file (- reads standard "
+                              "input).")] = None
     system: SystemPrompt = None
 
     def __post_init__(self) -> None:
-        if self.prompt is not None and self.prompt_file is not None:
-            raise UserError("give either -p TEXT or --prompt-file FILE, not both")
-        if self.prompt is None and self.prompt_file is None:
-            raise UserError("give a prompt with -p TEXT or --prompt-file FILE")
+        given = [self.words is not None, self.prompt is not None, self.prompt_file is not None]
+        if sum(given) > 1:
+            raise UserError("give the prompt one way, not both: PROMPT, -p TEXT or "
+                            "--prompt-file FILE")
+        if not any(given):
+            raise UserError('give a prompt: "TEXT", -p TEXT or --prompt-file FILE (- reads '
+                            "standard input)")
         if self.prompt is not None and not self.prompt.strip():
             raise UserError("the prompt given with -p is empty; give some text")
+        if self.words is not None and not self.words.strip():
+            raise UserError("the prompt given is empty; give some text")
 
     def text(self) -> str:
-        """The user message (reads the file)."""
+        """The user message (reads the file, or standard input for ``-``)."""
         if self.prompt_file is None:
-            assert self.prompt is not None
-            return self.prompt
+            typed = self.prompt if self.prompt is not None else self.words
+            assert typed is not None
+            return typed
+        stdin = str(self.prompt_file) == "-"
         try:
-            text = read_text_file(self.prompt_file, "the prompt file")
+            text = (decode_text(sys.stdin.buffer.read(), "standard input") if stdin
+                    else read_text_file(self.prompt_file, "the prompt file"))
         except TextFileError as exc:
             raise UserError(str(exc)) from None
         if not text.strip():
-            raise UserError(f"the prompt file {self.prompt_file} is empty")
+            raise UserError("standard input is empty" if stdin
+                            else f"the prompt file {self.prompt_file} is empty")
         return text
 
 
