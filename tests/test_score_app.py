@@ -82,3 +82,19 @@ async def test_score_system_without_a_system_prompt_says_so():
         await run(pilot, app, "/score system")
         assert "no system prompt to score" in str(notices(app, "error")[-1].render())
         assert not app.chat.query(ScoredMessage)
+
+
+async def test_score_shows_its_message_at_the_end_of_a_long_conversation():
+    """The scored message is on screen when /score ends, however long the conversation above
+    it and however tall its replies grow in the token view /score switches on."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        for i in range(6):
+            await send(pilot, app, f"message number {i} " + "with many words " * 30)
+        await run(pilot, app, "/score")
+        await pilot.pause(0.3)
+        [scored] = app.chat.query(ScoredMessage)
+        log = app.chat.log_view
+        assert log.scroll_y >= log.max_scroll_y - 1
+        assert scored.region.height and log.region.contains_region(scored.region), (
+            scored.region, log.region)
