@@ -20,6 +20,7 @@ from chatui.transcript.reader import from_json_dict
 from chatui.transcript.schema import to_json_dict
 from chatui.transcript.writer import AutosaveWriter
 from chatui.widgets.items import SiblingBar
+from chatui.widgets.reply import ReplyView
 from inference.settings import SamplingParams
 from inference.types import Token
 
@@ -416,6 +417,42 @@ async def test_fan_out_in_the_token_view(config_dir) -> None:  # noqa: F811
         app.flush_autosaves()
         disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
         assert disk == conv
+
+
+async def test_the_token_view_lets_go_of_a_reply_that_leaves_the_screen(config_dir) -> None:  # noqa: F811
+    """F6 on a fan-out picks its next branch and splits it; the footer's F6 then goes (it
+    stayed, doing nothing), and the inspector lets go of the token it showed when that
+    token's reply leaves the screen (it showed "token 3 of 5" of a reply no longer there,
+    after the pick and after Alt+Left)."""
+    backend = _id_backend(_numbered())
+    app = make_app(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "hello")
+        await _fan_out_at_third_token(pilot, app)
+        chat = app.chat
+
+        def f6_shown() -> bool:  # in the footer, as the person sees it
+            return any(k.action == "pick_next" for k in chat.query("FooterKey"))
+
+        from chatui.widgets.compare import CompareView
+
+        chat.query_one(CompareView).views[0].token_view.focus()  # a column's token shown
+        await pilot.pause(0.1)
+        assert f6_shown() and chat.inspector.view_id
+        chat.prompt.focus()  # (the footer is refreshed as focus moves; here it stays put)
+        await pilot.pause(0.1)
+        await pilot.press("f6")
+        await settle(pilot, app)
+        await pilot.pause(0.1)
+        assert len(chat.conversation.siblings(chat.conversation.entries[-1])) == 4
+        assert not f6_shown()
+        assert chat.inspector.view_id == "" and chat.inspector.position == -1
+        chat.query(ReplyView).last().token_view.focus()  # a token of the reply shown now
+        await pilot.pause(0.1)
+        assert chat.inspector.view_id
+        await pilot.press("alt+left")
+        await settle(pilot, app)
+        assert chat.inspector.view_id == ""
 
 
 async def test_a_fan_out_cut_short_says_to_pick_then_continue(config_dir) -> None:  # noqa: F811

@@ -511,6 +511,9 @@ class ChatScreen(Screen[None]):
         while keep < min(len(path), len(shown)) and path[keep] is shown[keep]:
             keep += 1
         leaving = [item for entry in shown[keep:] for item in self.window.items_of(entry)]
+        left_views = {v.id for item in leaving for w in item.widgets or ()
+                      for v in (w.views if isinstance(w, CompareView) else [w])
+                      if isinstance(v, ReplyView)}
         after = None  # the first item after those that leave, when the new ones go there
         if in_place and leaving:
             last = max(self.window.items.index(item) for item in leaving)
@@ -528,6 +531,12 @@ class ChatScreen(Screen[None]):
                 self.window.add(item)
             else:
                 self.window.add_before(item, after)
+        if self.inspector.view_id and self.inspector.view_id in left_views:
+            # the token shown belonged to a reply that left: the inspector showed it on
+            # (after a branch switch or a fan-out's pick, "token 1 of 29" of a reply no
+            # longer there)
+            self.inspector.clear()
+        self.refresh_bindings()  # (F6 comes and goes with a comparison on the path)
 
     # ---- the tree: siblings ----
 
