@@ -1,0 +1,156 @@
+"""Where the decoder layers' time goes in a batched decode step: a build of chatui's kernels with
+a clock around each phase of ``decode_layers`` (the QKV projection, the attention, the output
+projection, the gate/up projection, the down projection), run at a comparison's state (a
+138-token shared prompt and 64 own tokens a row) at 1, 4 and 8 rows, medians of interleaved
+rounds in one process.
+
+    nice .venv/bin/python benchmarks/bench_layer_phases.py [--rounds 4] [--rows 1,4,8]
+        [--threads 2]
+
+The timed build is the engine's own sources, compiled as the engine compiles them, with five
+clock reads added per layer (``clock_gettime``, ~20 ns each: 0.003 ms a step); it fails loudly
+where ``decode.c`` no longer has the lines it times. Issue 18's twelfth pass (README) used it:
+the rows a comparison adds cost matmul arithmetic in the machine's quick memory periods and
+attention in all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from benchmarks.shapes import read_bandwidth  # noqa: E402
+from inference import q8kernel  # noqa: E402
+from inference.checkpoint import load_checkpoint  # noqa: E402
+from inference.engine import LocalBackend  # noqa: E402
+
+PHASES = ("QKV projection", "attention", "output projection", "gate/up projection",
+          "down projection")
+
+CLOCK = """#include <time.h>
+static double chatui_phase[5];
+static double chatui_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+double phase_time(int i) { double v = chatui_phase[i]; chatui_phase[i] = 0; return v; }
+"""
+
+# (the line in decode.c, what goes before it): a clock read before and after each phase
+TIMERS = (
+    ('#include "rowprep.h"\n', None),
+    ("        qmm(L, x, B, hidden, L->wqkv,", "        double t0 = chatui_now();\n"),
+    ("        attn_decode(qkv,", "        double t1 = chatui_now(); chatui_phase[0] += t1 - t0;\n"),
+    ("        qmm(L, o, B, H * D,", "        double t2 = chatui_now(); chatui_phase[1] += t2 - t1;\n"),
+    ("        add_bias(t, L->bo, B, hidden);",
+     "        double t3 = chatui_now(); chatui_phase[2] += t3 - t2;\n"),
+    ("        qmm(L, x, B, hidden, L->wgu,", "        double t4 = chatui_now();\n"),
+    ("        add_bias(gu, L->bgu, B, 2 * inter);",
+     "        double t5 = chatui_now(); chatui_phase[3] += t5 - t4;\n"),
+    ("        add_bias(t, L->bd, B, hidden);",
+     "        double t6 = chatui_now(); chatui_phase[4] += t6 - t5;\n"),
+)
+
+
+def timed_library(folder: Path) -> q8kernel.Q8Kernel:
+    """The engine's kernels with decode.c's phases clocked, built into ``folder``."""
+    plan = q8kernel.plan_build()
+    sources = []
+    for src in (*q8kernel.SOURCES, *q8kernel.HEADERS):
+        text = src.read_text()
+        if src.name == "decode.c":
+            for line, before in TIMERS:
+                if text.count(line) != 1:
+                    raise SystemExit(f"decode.c no longer has {line.strip()!r} once: update "
+                                     "this benchmark's TIMERS")
+                text = text.replace(line, line + CLOCK if before is None else before + line)
+        (folder / src.name).write_text(text)
+        if src in q8kernel.SOURCES:
+            sources.append(folder / src.name)
+    flags = ["-O3", "-march=native", "-fPIC"] + (["-fopenmp"] if plan.openmp else [])
+    objects = []
+    for src in sources:
+        obj = src.with_suffix(".o")
+        subprocess.run([plan.cc, *flags, "-c", str(src), "-o", str(obj)], check=True)
+        objects.append(str(obj))
+    lib = folder / "timed.so"
+    subprocess.run([plan.cc, *flags, "-shared", *objects, "-o", str(lib), "-lm"], check=True)
+    kernel = q8kernel.open_library(lib, plan.openmp)
+    kernel.lib.phase_time.restype = ctypes.c_double
+    kernel.lib.phase_time.argtypes = [ctypes.c_int]
+    return kernel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rows", default="1,4,8")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    backend = LocalBackend.from_checkpoint(load_checkpoint(None, lazy=True), quantize="int8",
+                                           precision="auto")
+    fast = backend.runner.fast
+    if fast is None or q8kernel.load_kernel() is None:
+        raise SystemExit("The fast runner's C kernels are not in use here: nothing to time.")
+    layers = fast._c_layers()
+    rows = [int(r) for r in args.rows.split(",")]
+    states = {}
+    torch.manual_seed(0)
+    for n in rows:  # a comparison's state: the prompt shared, then 64 tokens of each row's own
+        cache = fast.new_cache(1)
+        fast.forward(cache, torch.randint(0, 1000, (1, 138)))
+        if n > 1:
+            cache = cache.repeated(n, 512)
+        for _ in range(64):
+            fast.forward(cache, torch.randint(0, 1000, (n, 1)))
+        at = cache.length
+        tables = [rope.cos_sin(at + 1, rope.use_long(at)) for rope in fast.ropes.values()]
+        x = fast._embed(torch.randint(0, 1000, (n, 1)))[:, 0].contiguous().float()
+        states[n] = (cache, at, torch.full((n,), at, dtype=torch.long), tables, x)
+    with tempfile.TemporaryDirectory() as tmp:
+        kernel = timed_library(Path(tmp))
+        spent: dict[int, list[list[float]]] = {n: [] for n in rows}
+        for rnd in range(args.rounds):
+            read, _ = read_bandwidth(0.5)
+            print(f"round {rnd + 1}: read bandwidth {read:.0f} GB/s", flush=True)
+            for n in rows:
+                cache, at, positions, tables, x0 = states[n]
+                samples = []
+                for _ in range(25):
+                    x = x0.clone()
+                    for i in range(len(PHASES)):
+                        kernel.lib.phase_time(i)
+                    start = time.perf_counter()
+                    kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=fast.n_heads,
+                                         inter=fast.inter, write=at, positions=positions,
+                                         cos=[c for c, _ in tables], sin=[s for _, s in tables],
+                                         mask=None, eps=fast.eps, shared=cache.shared)
+                    total = time.perf_counter() - start
+                    samples.append([total] + [kernel.lib.phase_time(i) for i in range(len(PHASES))])
+                spent[n].append([statistics.median(s[j] for s in samples) * 1e3
+                                 for j in range(len(PHASES) + 1)])
+    print(f"\nmedians of {args.rounds} rounds, ms a step ({args.threads} threads):")
+    print(f"  rows  layers  {'  '.join(PHASES)}  (matmuls)")
+    for n in rows:
+        med = [statistics.median(r[j] for r in spent[n]) for j in range(len(PHASES) + 1)]
+        matmuls = med[1] + sum(med[3:])
+        print(f"  {n:>4}  {med[0]:6.2f}  " + "  ".join(
+            f"{v:>{len(name)}.3f}" for v, name in zip(med[1:], PHASES)) + f"  ({matmuls:.2f})")
+
+
+if __name__ == "__main__":
+    main()
