@@ -37,7 +37,8 @@ from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import Conversation, ModelRef
-from .messages import AutosaveFailed, InputReady, ResponseComplete, ResponseFailed
+from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseComplete,
+                       ResponseFailed)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .textual_compat import ReportsFatalErrors
@@ -77,7 +78,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
             self.register_theme(theme)
         self._remember_theme = False
         self.theme = self._initial_theme()
-        self.autosaver = Autosaver(self._report_autosave_failure)
+        self.autosaver = Autosaver(self._report_autosave_failure,
+                                   lambda: self.post_message(AutosaveBranched()))
         self._held = []
         self._input_watch = early_input.QuietWatch()
 
@@ -361,6 +363,22 @@ class ChatApp(ReportsFatalErrors, App[int]):
 
     def on_autosave_failed(self, event: AutosaveFailed) -> None:
         self._autosave_failed(event.error)
+
+    def on_autosave_branched(self, event: AutosaveBranched) -> None:
+        """Say so when the chat's conversation went on in a branch: its file held messages
+        this window never had (another window, or another chatui, had added to it; the
+        autosave went to a file of its own without a word)."""
+        try:
+            current = self.chat.state.conversation
+        except LookupError:
+            current = None
+        for live, branch in self.autosaver.follow_branches():
+            if live is current:
+                self.chat.notice(
+                    "This conversation's file was changed elsewhere (another chatui window?) "
+                    f"since it was opened here: it goes on as a branch of it, sharing its first "
+                    f"{branch.branched_at} messages, saved to a file of its own; /history "
+                    "lists both.", "warning")
 
     def on_response_complete(self, event: ResponseComplete) -> None:
         self._restart_if_dead()  # a comparison whose columns partly failed

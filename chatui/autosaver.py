@@ -17,7 +17,8 @@ it read to the writer.
 When saving would drop messages the file holds (an older copy was loaded, a reply retried),
 the writer saves a branch under a new id instead; the autosaver then gives the live
 conversation that id (on the caller's thread, at the next :meth:`Autosaver.save` or
-:meth:`Autosaver.flush`), so that it goes on in the branch.
+:meth:`Autosaver.flush`, or when the caller, told by ``on_branch``, calls
+:meth:`Autosaver.follow_branches`), so that it goes on in the branch.
 """
 
 from __future__ import annotations
@@ -37,9 +38,15 @@ log = logging.getLogger(__name__)
 class Autosaver:
     """Writes conversations' autosaves on its own thread, newest snapshot first."""
 
-    def __init__(self, on_error: Callable[[Exception], None]) -> None:
-        """``on_error`` is called on the writer's thread with what a save raised."""
+    def __init__(self, on_error: Callable[[Exception], None],
+                 on_branch: Callable[[], None] = lambda: None) -> None:
+        """``on_error`` is called on the writer's thread with what a save raised, and
+        ``on_branch`` when a save was written as a branch (neither may block)."""
         self._on_error = on_error
+        self._on_branch = on_branch
+        self._followed: list[tuple[Conversation, Conversation]] = []
+        """(live conversation, the branch it now goes on in), until :meth:`follow_branches`
+        hands them over."""
         self._cond = threading.Condition()
         self._pending: dict[tuple[str, Path | None], tuple[Conversation, Conversation]] = {}
         self._compact = False
@@ -110,6 +117,14 @@ class Autosaver:
             if live.id == old_id:
                 live.id, live.parent, live.branched_at = (target.id, target.parent,
                                                           target.branched_at)
+                self._followed.append((live, target))
+
+    def follow_branches(self) -> list[tuple[Conversation, Conversation]]:
+        """On the caller's thread: every live conversation that went on in a branch since the
+        last call, with that branch (its id, parent and the messages they share)."""
+        self._follow_branches()
+        followed, self._followed = self._followed, []
+        return followed
 
     def _run(self) -> None:
         while True:
@@ -128,6 +143,7 @@ class Autosaver:
                     if written.id != snapshot.id:
                         with self._cond:
                             self._branched.append((live, snapshot.id, written))
+                        self._on_branch()
                 if compact:
                     self._writer.compact()
             except Exception as exc:  # noqa: BLE001 - reported; saving never ends the chat

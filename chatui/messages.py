@@ -88,6 +88,12 @@ class InputReady(Message):
 
 
 @dataclass
+class AutosaveBranched(Message):
+    """An autosave was written as a branch: its file had changed elsewhere (posted from the
+    autosaver's thread; the app then lets the conversation go on under the branch's id)."""
+
+
+@dataclass
 class AutosaveFailed(Message):
     """An autosave could not be written (posted from the autosaver's thread)."""
 

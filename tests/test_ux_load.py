@@ -87,3 +87,36 @@ async def test_loading_an_older_copy_adds_a_sibling_and_keeps_the_newer_conversa
     home = convs[0]
     assert [e.text for e in home.entries] == ["first", "an answer", "third", "an answer"]
     assert [e.text for e in home.tops[0].children[0].children] == ["second", "third"]
+
+
+async def test_a_file_changed_elsewhere_makes_a_branch_and_the_user_is_told(config_dir):  # noqa: F811
+    """Two windows on one conversation: another chatui adds to its file while this one has it
+    open. This window's next save goes to a branch of its own (nothing of the other's is
+    lost) and says so in one notice (it went on in the branch without a word)."""
+    import chatui.transcript as tr
+
+    app = make_app(lambda r, row: "an answer")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "first")
+        app.flush_autosaves()
+        conv = app.chat.state.conversation
+        path = tr.autosave_path(conv, app.config.transcripts_dir())
+        other = tr.load_transcript(path)  # the other window: one more exchange
+        other.add_user("from elsewhere")
+        other.add_assistant([other.entries[1].replies[0].settings])
+        other.entries[-1].replies[0].text = other.entries[-1].text = "its answer"
+        other.entries[-1].replies[0].finish_reason = "stop"
+        tr.save_transcript(other, path)
+        await send(pilot, app, "second")
+        app.flush_autosaves()
+        await pilot.pause(0.2)
+        told = [str(n.render()) for n in notices(app, "warning")]
+        assert any("changed elsewhere" in t and "branch" in t for t in told), told
+        assert conv.id != other.id and conv.parent == other.id
+    directory = app.config.transcripts_dir()
+    directory = directory if directory is not None else tr.data_dir()
+    saved = {c.id: c for c in (tr.load_transcript(p) for p in directory.glob("*.json"))}
+    assert [e.text for e in saved[other.id].entries] == [
+        "first", "an answer", "from elsewhere", "its answer"]
+    assert [e.text for e in saved[conv.id].entries] == [
+        "first", "an answer", "second", "an answer"]
