@@ -486,9 +486,13 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
         ctx.notice("No saved conversations yet.")
         return
     lines = ["Saved conversations (/load N opens one, /history delete N removes one):"]
-    for i, s in enumerate(history[:30], 1):
+    shown = history[:30]
+    number = {s.id: i for i, s in enumerate(shown, 1)}
+    for i, s in enumerate(shown, 1):
         when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
         what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
+        if s.parent and not s.error:  # (a branch and its conversation share their title)
+            what += f", a branch of {number[s.parent]}" if s.parent in number else ", a branch"
         lines.append(f"{i:>3}. {when}  {what}")
     ctx.notice("\n".join(lines))
 

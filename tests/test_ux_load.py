@@ -113,6 +113,9 @@ async def test_a_file_changed_elsewhere_makes_a_branch_and_the_user_is_told(conf
         told = [str(n.render()) for n in notices(app, "warning")]
         assert any("changed elsewhere" in t and "branch" in t for t in told), told
         assert conv.id != other.id and conv.parent == other.id
+        await send(pilot, app, "/history")  # the two share a title: the branch says whose
+        listing = str(notices(app)[-1].render())
+        assert "first — 4 messages" in listing and ", a branch of 2" in listing, listing
     directory = app.config.transcripts_dir()
     directory = directory if directory is not None else tr.data_dir()
     saved = {c.id: c for c in (tr.load_transcript(p) for p in directory.glob("*.json"))}
@@ -120,3 +123,9 @@ async def test_a_file_changed_elsewhere_makes_a_branch_and_the_user_is_told(conf
         "first", "an answer", "from elsewhere", "its answer"]
     assert [e.text for e in saved[conv.id].entries] == [
         "first", "an answer", "second", "an answer"]
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "chatui", "history", "list", "--dir",
+                             str(directory)], capture_output=True, text=True, timeout=60)
+    assert f"— 4 messages, a branch of {other.id}" in listed.stdout, listed

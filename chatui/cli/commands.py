@@ -549,11 +549,12 @@ def history_list(directory: _HistoryDir = None,
     for s in list_transcripts(directory):
         if as_json:
             print(json.dumps({"path": str(s.path), "id": s.id, "title": s.title,
-                              "updated": s.updated, "messages": s.messages, "error": s.error},
-                             ensure_ascii=False))
+                              "updated": s.updated, "messages": s.messages, "error": s.error,
+                              "parent": s.parent}, ensure_ascii=False))
         else:
+            branch = f", a branch of {s.parent}" if s.parent and not s.error else ""
             print(f"{s.path}\n  {s.error or (s.title or '(untitled)')}"
-                  f"{'' if s.error else f' — {s.messages} messages'}")
+                  f"{'' if s.error else f' — {s.messages} messages{branch}'}")
 
 
 @app.command("build-kernels")
