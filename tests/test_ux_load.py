@@ -116,6 +116,14 @@ async def test_a_file_changed_elsewhere_makes_a_branch_and_the_user_is_told(conf
         await send(pilot, app, "/history")  # the two share a title: the branch says whose
         listing = str(notices(app)[-1].render())
         assert "first — 4 messages" in listing and ", a branch of 2" in listing, listing
+        from textual.widgets import OptionList
+
+        await pilot.press("ctrl+f")  # the search box's list says it too
+        await pilot.pause(0.3)
+        rows = app.screen.query_one(OptionList)
+        shown = [str(rows.get_option_at_index(i).prompt) for i in range(rows.option_count)]
+        assert sum("4 messages · a branch" in row for row in shown) == 1, shown
+        await pilot.press("escape")
     directory = app.config.transcripts_dir()
     directory = directory if directory is not None else tr.data_dir()
     saved = {c.id: c for c in (tr.load_transcript(p) for p in directory.glob("*.json"))}

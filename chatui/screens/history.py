@@ -41,6 +41,8 @@ class Found:
     messages: int
     passage: str = ""
     error: str = ""
+    branch: bool = False
+    """A branch of another saved conversation (the two share their title)."""
 
 
 def _row(found: Found) -> Content:
@@ -48,6 +50,8 @@ def _row(found: Found) -> Content:
     head = Content.assemble((when, "$text-muted"), "  ",
                             (found.title or "(untitled)", "bold"),
                             (f"  {found.messages} messages" if not found.error else "",
+                             "$text-muted"),
+                            (" · a branch" if found.branch and not found.error else "",
                              "$text-muted"))
     if found.error:
         return Content("\n").join([head, Content.styled(found.error, "$text-error")])
@@ -133,8 +137,8 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
                      else f"No saved conversation holds {text.strip()!r}.")
         else:
             listed = await asyncio.to_thread(list_transcripts, self.directory)
-            found = [Found(s.path, s.title, s.updated, s.messages, error=s.error)
-                     for s in listed]
+            found = [Found(s.path, s.title, s.updated, s.messages, error=s.error,
+                           branch=bool(s.parent)) for s in listed]
             count = (f"{len(found)} saved conversation{'s' * (len(found) != 1)}, newest first"
                      if found else "No saved conversations yet.")
         if generation != self._generation:
