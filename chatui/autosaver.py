@@ -14,7 +14,7 @@ conversations, or an explicit ``/save``) and folds small journals into their doc
 :meth:`Autosaver.open` is ``/load``: it opens a file under the right identity and hands what
 it read to the writer.
 
-When saving would drop messages the file holds (an older copy was loaded, a reply retried),
+When saving would drop messages the file holds (another window or chatui added to it since),
 the writer saves a branch under a new id instead; the autosaver then gives the live
 conversation that id (on the caller's thread, at the next :meth:`Autosaver.save` or
 :meth:`Autosaver.flush`, or when the caller, told by ``on_branch``, calls
