@@ -282,6 +282,35 @@ async def test_sibling_navigation_keys_clicks_and_commands(config_dir) -> None: 
         assert disk == conv
 
 
+async def test_the_context_meter_counts_the_branch_shown(config_dir) -> None:  # noqa: F811
+    """After Alt+Left, /tree, a search hit or /delete the meter counts the conversation now
+    shown (after /delete it kept the count of the branch deleted)."""
+    lengths = iter([40, 2, 3])
+
+    def reply(request, row):
+        return " ".join(["word"] * next(lengths))
+
+    app = make_app(reply)
+    async with app.run_test(size=(100, 36)) as pilot:
+        await send(pilot, app, "hello")  # a long reply
+        await send(pilot, app, "/retry")  # a short one
+        await send(pilot, app, "and then")
+        conv = app.chat.conversation
+        backend = app.holder["backend"]
+        short = app.chat.status.context_used
+        assert short == backend.count_tokens(conv.messages())
+        await pilot.press("alt+left")  # the long reply, with nothing after it
+        await settle(pilot, app)
+        await pilot.pause(0.1)
+        assert [e.text.split()[0] for e in conv.entries] == ["hello", "word"]
+        long = app.chat.status.context_used
+        assert long == backend.count_tokens(conv.messages()) != short
+        await send(pilot, app, "/delete yes")  # the long one goes: the short branch is shown
+        await pilot.pause(0.1)
+        assert len(conv.entries) == 4
+        assert app.chat.status.context_used == backend.count_tokens(conv.messages()) == short
+
+
 def test_tree_labels_show_siblings_from_where_they_part() -> None:
     """Branches forked late in a reply start with the same words: their labels start at the
     word before they part, so the tree view tells them apart; a lone branch starts at its

@@ -537,6 +537,8 @@ class ChatScreen(Screen[None]):
             # longer there)
             self.inspector.clear()
         self.refresh_bindings()  # (F6 comes and goes with a comparison on the path)
+        if in_place:  # another branch shown (‹ ›, /tree, a search hit, /delete): the meter
+            await self._update_context()  # counts it (after /delete it kept the one deleted)
 
     # ---- the tree: siblings ----
 
@@ -564,7 +566,6 @@ class ChatScreen(Screen[None]):
         if not isinstance(self.focused, TokenView):
             self.prompt.focus()  # (a click on an arrow took the focus)
         self.services.save_conversation()
-        await self._update_context()
 
     async def open_node(self, node: str) -> None:
         """Go on with the message whose node id is ``node`` (the tree view's Enter)."""
@@ -576,7 +577,6 @@ class ChatScreen(Screen[None]):
         conv.select(entry)
         await self.sync_path(in_place=True)
         self.services.save_conversation()
-        await self._update_context()
 
     @on(SiblingBar.Step)
     async def _sibling_clicked(self, event: SiblingBar.Step) -> None:
@@ -1097,7 +1097,6 @@ class ChatScreen(Screen[None]):
         conv.select(entry)
         await self.sync_path(in_place=True)
         self.services.save_conversation()
-        await self._update_context()
         self.notice(f"Showing the branch that holds {text.strip()!r} (‹ › or /tree for the "
                     "others).")
 
