@@ -403,6 +403,26 @@ async def test_continue_from_alternative_keeps_the_reply(config_dir) -> None:  #
 
 
 
+async def test_the_inspector_counts_a_continuation_whole_once_it_ends(config_dir) -> None:  # noqa: F811
+    """A digit in the token view continues from that alternative; the inspector, on the fork
+    token, gave the new reply's length as it was when selected ("token 3 of 3" under a reply
+    that went on to 227 tokens); once the reply ends it counts all of it."""
+    app = make_app(_numbered())
+    async with app.run_test(size=(100, 36)) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right", "2")
+        await settle(pilot, app)
+        await pilot.pause(0.2)
+        view = app.chat._reply_views()[-1]
+        assert app.chat.conversation.entries[-1].reply is view.reply
+        units = len(view.token_view.units)
+        detail = str(app.chat.inspector.query_one(".detail").render())
+        assert app.chat.inspector.view_id == view.id and units > 2
+        assert f"token 2 of {units} " in detail, detail
+
+
 async def _fan_out_at_third_token(pilot, app) -> None:
     """Ctrl+T, the cursor on the last reply's third token, f: a fan-out of its alternatives."""
     await pilot.press("ctrl+t")

@@ -798,7 +798,17 @@ class ChatScreen(Screen[None]):
         speed = speed_label(replies, stable=self.stable_timings)
         if speed is not None:
             self.status.speed = speed
+        self._reshow_token()
         await self._update_context()
+
+    def _reshow_token(self) -> None:
+        """Show the inspector's token again, as its reply now is: a token selected while its
+        reply streamed kept the count of then ("token 3 of 3" under a continuation from an
+        alternative that went on to 227 tokens)."""
+        found = self._find_view(self.inspector.view_id) if self.inspector.view_id else None
+        if found is not None and found[1].token_view.cursor is not None:
+            tv = found[1].token_view
+            tv.post_message(TokenSelected(tv.owner_id, tv.cursor))
 
     async def _update_context(self) -> None:
         if self.info is not None and self.services.worker.dead is None:  # (a dead one is
