@@ -178,5 +178,8 @@ def speed_label(replies: list[Reply], *, stable: bool) -> str | None:
         return "– tok/s"
     if not rates:
         return None
-    return (f"{rates[0]:.1f} tok/s" if single
-            else f"{sum(rates):.1f} tok/s ({len(rates)} columns)")
+    if single:
+        return f"{rates[0]:.1f} tok/s"
+    # (a failed column has no speed: "1 columns" was said of one of two)
+    of = "" if len(rates) == len(replies) else f" of {len(replies)}"
+    return f"{sum(rates):.1f} tok/s ({len(rates)}{of} columns)"

@@ -130,3 +130,21 @@ def test_the_status_bar_names_a_served_model_file_by_its_name():
     served = ModelInfo(name="/m/SmolLM2.gguf", backend="openai", device="server",
                        dtype="unknown", context_limit=0)
     assert model_label(served) == "SmolLM2.gguf · server"
+
+
+def test_the_speed_of_a_comparison_counts_the_columns_that_ran():
+    """A comparison's speed is the sum of its columns'; a column that failed has none ("26.4
+    tok/s (1 columns)" was said of two columns, one failed)."""
+    from chatui.conversation import Reply
+    from chatui.state import speed_label
+    from inference.settings import SamplingParams
+    from inference.types import Usage
+
+    def reply(rate):
+        r = Reply(SamplingParams())
+        r.usage = None if rate is None else Usage(10, 5, 0, 0.1, rate)
+        return r
+
+    assert speed_label([reply(20.0), reply(6.5)], stable=False) == "26.5 tok/s (2 columns)"
+    assert speed_label([reply(26.4), reply(None)], stable=False) == "26.4 tok/s (1 of 2 columns)"
+    assert speed_label([reply(26.4)], stable=False) == "26.4 tok/s"
