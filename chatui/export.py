@@ -57,6 +57,15 @@ def model_label(conv: Conversation) -> str:
     return label
 
 
+def precision_label(quantization: str, dtype: str) -> str:
+    """What decoded: the dtype, or with quantized weights what is quantized and what is not
+    ("int8 weights, float32 compute"; "float32 · int8" read as a contradiction). The status
+    bar and the Markdown export both say it so."""
+    if quantization in ("", "none"):
+        return dtype
+    return f"{quantization} weights, {dtype} compute"
+
+
 def reply_stats(reply: Reply) -> str:
     """One small line of numbers about a reply: tokens, speed, first token, perplexity."""
     parts: list[str] = []
@@ -161,9 +170,8 @@ def export_markdown(conv: Conversation, *, all_branches: bool = False) -> str:
     meta = [f"**Model:** {_visible(model_label(conv))}"]
     if m.checkpoint and m.checkpoint != model_label(conv):
         meta.append(f"**Checkpoint:** `{_visible(m.checkpoint)}`")
-    # (with quantized weights, what is quantized and what is not, as the status bar says it:
-    # "local, float32" for a reply decoded from int8 weights was read as the full precision)
-    precision = f"{m.quantization} weights, {m.dtype} compute" if m.quantization else m.dtype
+    # ("local, float32" for a reply decoded from int8 weights was read as the full precision)
+    precision = precision_label(m.quantization, m.dtype) if m.dtype else ""
     details = ", ".join(x for x in (m.backend, precision) if x)
     if details:
         meta.append(f"**Backend:** {_visible(details)}")

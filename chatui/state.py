@@ -13,6 +13,7 @@ from inference.settings import SamplingParams, SettingsError
 from inference.types import Message, ModelInfo
 
 from .conversation import Conversation, Entry, Reply, entry_message
+from .export import precision_label
 from .recorder import Delta, ReplyRecorder
 
 log = logging.getLogger(__name__)
@@ -129,14 +130,11 @@ def short_model_name(name: str) -> str:
 def model_label(info: ModelInfo) -> str:
     """The status bar's model field: name, device and precision. With quantized weights it
     says what is quantized and what is not ("cpu · float32 · int8" read as a contradiction)."""
-    quant = info.quantization
     dtype = SHORT_DTYPES.get(info.dtype, info.dtype)
     name = short_model_name(info.name)
     if dtype in ("", "unknown"):  # (a server does not say: "server · unknown" said nothing)
         return f"{name} · {info.device}"
-    if quant in ("", "none"):
-        return f"{name} · {info.device} · {dtype}"
-    return f"{name} · {info.device} · {quant} weights, {dtype} compute"
+    return f"{name} · {info.device} · {precision_label(info.quantization, dtype)}"
 
 
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
