@@ -491,3 +491,33 @@ def test_bench_fan_out_reports_each_k(tiny_backend):
     for r in result.rows:
         assert r.batched_tokens_per_s > 0 and r.sequential_tokens_per_s > 0
         assert r.speedup == pytest.approx(r.batched_tokens_per_s / r.sequential_tokens_per_s)
+
+
+async def test_the_context_meter_follows_the_column_picked():
+    """F6 (or /pick) on a comparison makes another column the conversation's reply: the
+    context meter counts that one (it kept the count of the column shown first)."""
+    def script(request, row):
+        return " ".join(["word"] * (3 if row == 0 else 60))
+
+    app = make_app(script)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, TWO)
+        await send(pilot, app, "hi")
+        conv = app.chat.conversation
+        backend = app.holder["backend"]
+
+        async def meter_counts_the_path() -> int:
+            for _ in range(100):  # the meter's timer (0.3 s) follows the path
+                if app.chat.status.context_used == backend.count_tokens(conv.messages()):
+                    return app.chat.status.context_used
+                await pilot.pause(0.02)
+            raise AssertionError((app.chat.status.context_used,
+                                  backend.count_tokens(conv.messages())))
+
+        short = await meter_counts_the_path()
+        await pilot.press("f6")  # the 60-word column
+        assert conv.entries[-1].chosen == 1
+        long = await meter_counts_the_path()
+        assert long > short + 50
+        await send(pilot, app, "/pick 1")
+        assert await meter_counts_the_path() == short

@@ -218,6 +218,7 @@ class ChatScreen(Screen[None]):
         self.inspector.display = self.token_mode
         self.query_one("#hint").display = False
         self.settings_changed()
+        self.set_interval(0.3, self._follow_context)
         self.prompt.focus()
         self.post_message(InputReady())  # the app hands over keys typed before now
 
@@ -813,7 +814,15 @@ class ChatScreen(Screen[None]):
     async def _update_context(self) -> None:
         if self.info is not None and self.services.worker.dead is None:  # (a dead one is
             # restarted by the app and said once; a count would only fail again)
-            await self.meter.recount(self.services.worker, self.state.conversation.messages())
+            await self.meter.follow(self.services.worker, self.info,
+                                    self.state.conversation.messages())
+
+    async def _follow_context(self) -> None:
+        """The meter's timer: count the path again when it changed (the meter is derived from
+        the path, whatever changed it); not while a reply streams (the engine reports its
+        prompt's size then)."""
+        if not self.generating:
+            await self._update_context()
 
     async def stop_generation(self) -> None:
         """Cancel the reply in progress (if any) and wait until it has ended."""

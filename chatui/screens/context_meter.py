@@ -16,18 +16,26 @@ log = logging.getLogger(__name__)
 
 
 class ContextMeter:
-    """Keeps the status bar's context fields; ``notify`` shows a toast."""
+    """Keeps the status bar's context fields; ``notify`` shows a toast.
+
+    The count is derived from the conversation's path: :meth:`follow` is called on a timer
+    and recounts whenever the messages (or the model) differ from those last counted, so no
+    change of path (a comparison's column picked with F6, a branch switched, /delete, a load)
+    needs its own call to keep the meter true (F6 on a comparison kept the old column's
+    count; /delete kept the deleted message's)."""
 
     def __init__(self, status: Callable[[], StatusBar], notify: Callable[..., None]) -> None:
         self._status = status
         self._notify = notify
         self._warned = False
         self._count_failed = False
+        self._counted: tuple[object, tuple[Message, ...]] | None = None  # (model, messages)
 
     def reported(self, delta: ContextReported, default_limit: int, what: str) -> str:
         """The engine placed a prompt: show its size; returns the notice to show when the
         oldest messages were left out of this ``what`` (reply, comparison), else ""."""
         status = self._status()
+        self._counted = None  # the bar shows a prompt's size now, not the path's count
         limit = delta.context_limit or default_limit
         status.context_limit = limit
         status.context_used = delta.prompt_tokens
@@ -37,6 +45,15 @@ class ContextMeter:
         return (f"The conversation no longer fits the model's context ({limit} tokens): "
                 f"the oldest {delta.dropped_messages} message(s) were left out of this {what}. "
                 "Use /clear to start afresh.")
+
+    async def follow(self, worker: Any, model: object, messages: tuple[Message, ...]) -> None:
+        """Recount unless ``messages`` under ``model`` (compared by identity: another model
+        counts with another tokenizer) are what the bar shows already."""
+        counted = self._counted
+        if counted is not None and counted[0] is model and counted[1] == messages:
+            return
+        self._counted = (model, messages)  # (a count that failed is not retried until then)
+        await self.recount(worker, messages)
 
     async def recount(self, worker: Any, messages: tuple[Message, ...]) -> None:
         """Recount the conversation's tokens; warn once when the context gets full."""
@@ -61,6 +78,7 @@ class ContextMeter:
             self._warned = False
 
     def reset(self) -> None:
+        self._counted = None
         status = self._status()
         status.context_used = 0
         status.speed = ""
