@@ -91,6 +91,8 @@ class CommandContext(Protocol):
 
     def put_prompt(self, text: str) -> None: ...
 
+    def begin_edit(self, entry: Entry) -> None: ...
+
     def toggle_token_mode(self) -> None: ...
 
     def show_score(self, label: str, scored: Scored) -> None: ...
@@ -201,8 +203,7 @@ async def cmd_edit(ctx: CommandContext, arg: str = "") -> None:
     if user is None:
         ctx.notice("There is no prompt to edit.", "error")
         return
-    await ctx.rewind(user)  # the prompt and its replies stay in the tree, as a branch
-    ctx.put_prompt(user.text)
+    ctx.begin_edit(user)  # sending it adds a sibling; the conversation is unchanged till then
 
 
 async def cmd_continue(ctx: CommandContext, arg: str = "") -> None:

@@ -44,8 +44,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "(/set stop none clears the stop strings).",
                 args="NAME VALUE", needs_arg=True, handler=run.cmd_set),
     CommandSpec("settings", "Show the sampling settings in force.", handler=run.cmd_settings),
-    CommandSpec("retry", "Regenerate the last reply.", key="Ctrl+R", handler=run.cmd_retry),
-    CommandSpec("edit", "Put the last prompt back in the box and remove its reply.",
+    CommandSpec("retry", "Regenerate the last reply (the old one is kept: ‹ ›).", key="Ctrl+R",
+                handler=run.cmd_retry),
+    CommandSpec("edit", "Put the last prompt back in the box: sending it adds the new text "
+                "beside the old (‹ ›); Esc leaves it as it was.",
                 key="Ctrl+G", handler=run.cmd_edit),
     CommandSpec("continue", "Continue a reply that was stopped, failed, or was cut off by the "
                 "length limit.",

@@ -19,6 +19,11 @@ class PromptSubmitted(Message):
 
 
 @dataclass
+class PromptEmptied(Message):
+    """The user emptied the prompt box (Ctrl+L, or deleting its text; not a submit)."""
+
+
+@dataclass
 class PageConversation(Message):
     """PageUp/PageDown in a prompt box with nothing to page through: page the conversation."""
 

@@ -86,6 +86,10 @@ class ChatState:
     thinking: bool | None = None
     """``/think on|off``: the template's reasoning switch; None leaves the template's
     default."""
+    editing: Entry | None = None
+    """The user message ``/edit`` (Ctrl+G) put back in the box: the next message sent from
+    the box goes beside it, as its sibling. Until then the conversation is as it was (an edit
+    abandoned left the message and its reply off the screen, findable only in /tree)."""
 
     def with_overrides(self, base: SamplingParams) -> SamplingParams:
         try:

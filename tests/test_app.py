@@ -195,13 +195,55 @@ async def test_retry_regenerates_last_reply():
         assert app.holder["backend"].requests[1].messages[-1].content == "hello"
 
 
-async def test_edit_puts_last_prompt_back():
+async def test_edit_puts_last_prompt_back_and_sends_it_as_a_sibling():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "first")
         await send(pilot, app, "/edit")
         assert app.chat.prompt.text == "first"
-        assert app.chat.conversation.entries == ()
+        conv = app.chat.conversation
+        before = list(conv.entries)
+        assert [e.text for e in before][0] == "first" and len(before) == 2  # unchanged till sent
+        assert "editing" in str(app.chat.prompt.border_title)
+        app.chat.prompt.text = "first, edited"
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert conv.entries[0].text == "first, edited" and len(conv.entries) == 2
+        assert [e.text for e in conv.siblings(conv.entries[0])] == ["first", "first, edited"]
+        assert not app.chat.prompt.border_title and app.chat.state.editing is None
+        assert len(replies(app)) == 1  # the old branch is off the screen, in the tree
+
+
+@pytest.mark.parametrize("leave", ["escape", "ctrl+l"])
+async def test_an_edit_abandoned_leaves_the_conversation_as_it_was(leave):
+    """Esc, or emptying the box, ends an edit: the message and its reply stay on the screen
+    (the edit used to take them off at once, and only /tree found them again), and the next
+    message is a plain follow-up."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await pilot.press("ctrl+g")
+        await pilot.pause(0.1)
+        assert app.chat.state.editing is not None and app.chat.prompt.text == "first"
+        await pilot.press(leave)
+        await pilot.pause(0.1)
+        assert app.chat.state.editing is None and app.chat.prompt.text == ""
+        assert not app.chat.prompt.border_title
+        conv = app.chat.conversation
+        assert [e.role for e in conv.entries] == ["user", "assistant"]
+        assert conv.entries[0].text == "first" and len(replies(app)) == 1
+        await send(pilot, app, "second")
+        assert [e.text for e in conv.entries[::2]] == ["first", "second"]
+        assert len(conv.all_entries()) == 4
+
+
+async def test_an_edit_ends_when_its_message_leaves_the_screen():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await send(pilot, app, "/edit")
+        await send(pilot, app, "/clear")
+        assert app.chat.state.editing is None and not app.chat.prompt.border_title
 
 
 async def test_continue_after_length_limit_appends_to_same_reply():

@@ -44,6 +44,7 @@ from ..messages import (
     FanOutRequested,
     InputReady,
     PageConversation,
+    PromptEmptied,
     PromptSubmitted,
     ReplyChosen,
     ResponseComplete,
@@ -271,6 +272,8 @@ class ChatScreen(Screen[None]):
         """Replace the conversation (``/load``, ``/clear``) and draw all of it."""
         await self.stop_generation()
         self.state.conversation = conversation
+        if self.state.editing is not None:
+            self.end_edit()  # (its message is gone from the screen)
         await self.window.clear()
         self._scores.clear()
         gcpolicy.release()  # the old conversation's widgets are garbage now
@@ -537,6 +540,9 @@ class ChatScreen(Screen[None]):
             # (after a branch switch or a fan-out's pick, "token 1 of 29" of a reply no
             # longer there)
             self.inspector.clear()
+        if self.state.editing is not None \
+                and not any(e is self.state.editing for e in path):
+            self.end_edit()  # (its message left the path: /clear, /load, another branch)
         self.refresh_bindings()  # (F6 comes and goes with a comparison on the path)
         if in_place:  # another branch shown (‹ ›, /tree, a search hit, /delete): the meter
             await self._update_context()  # counts it (after /delete it kept the one deleted)
@@ -643,6 +649,11 @@ class ChatScreen(Screen[None]):
             self.app.notify("A reply is still being generated: press Esc to stop it first.",
                             severity="warning")
             return
+        editing = state.editing
+        if editing is not None:  # the new text goes beside the message edited
+            self.end_edit()
+            if any(e is editing for e in state.conversation.entries):
+                await self.rewind(editing)  # it and its replies stay in the tree, a branch
         # full collections wait from the submit (drawing the message set off the one that
         # was due: 338 ms as the 200th reply was asked for); start_reply holds them on
         gcpolicy.stream_started()
@@ -1125,6 +1136,27 @@ class ChatScreen(Screen[None]):
     def settings_changed(self) -> None:
         self.status.settings = status_label(self.state)
 
+    def begin_edit(self, entry: Entry) -> None:
+        """``/edit``: ``entry``'s text in the box; sending it adds the new text beside
+        ``entry`` (a branch), Esc or emptying the box leaves the conversation as it is."""
+        self.state.editing = entry
+        self.put_prompt(entry.text)
+        self._show_editing()
+
+    def end_edit(self) -> None:
+        self.state.editing = None
+        self._show_editing()
+
+    def _show_editing(self) -> None:
+        self.prompt.border_title = (
+            "editing your last message: Enter sends it as a new branch beside it, "
+            "Esc leaves it as it was" if self.state.editing is not None else None)
+
+    @on(PromptEmptied)
+    def _prompt_emptied(self) -> None:
+        if self.state.editing is not None:
+            self.end_edit()
+
     def put_prompt(self, text: str) -> None:
         """Put ``text`` in the box (``/edit``, the palette); a draft already there is kept in
         the prompt history (Up brings it back): it was replaced and lost."""
@@ -1170,6 +1202,9 @@ class ChatScreen(Screen[None]):
         job = self.state.job
         if self.generating and job is not None and job.stream is not None:
             job.stream.cancel()
+        elif self.state.editing is not None:  # the edit abandoned: the box as before it
+            self.end_edit()
+            self.prompt.action_clear_all()
         elif isinstance(self.focused, TokenView):
             self.prompt.focus()
 
@@ -1179,7 +1214,8 @@ class ChatScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
-            return True if self.generating or isinstance(self.focused, TokenView) else None
+            return True if self.generating or isinstance(self.focused, TokenView) \
+                or self.state.editing is not None else None
         if action == "command" and parameters == ("/raw",):
             return isinstance(self.focused, TokenView) or None
         if action == "pick_next":
