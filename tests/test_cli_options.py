@@ -121,6 +121,36 @@ def test_the_chat_refuses_system_with_load(opened, tmp_path):
     assert r.exit_code == 0 and opened[0].load_path == tmp_path / "c.json"
 
 
+def test_resume_opens_the_conversation_saved_last(opened, tmp_path, monkeypatch):
+    """``--resume`` opens the newest transcript that loads (a damaged newer one is passed
+    over), and says in one sentence why it cannot when there is none or --load is given too."""
+    import os
+
+    from chatui.conversation import Conversation
+    from chatui.transcript import save_transcript
+
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path))
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--resume"])
+    assert r.exit_code == 2 and "no saved conversation to resume" in r.output, r.output
+    for i, name in enumerate(["old", "new"]):
+        conv = Conversation()
+        conv.add_user(name)
+        save_transcript(conv, tmp_path / f"{name}.json")
+        os.utime(tmp_path / f"{name}.json", (1000 + i, 1000 + i))
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--resume"])
+    assert r.exit_code == 0 and opened[-1].load_path == tmp_path / "new.json", r.output
+    os.utime(tmp_path / "old.json", (2000, 2000))  # saved again since
+    (tmp_path / "broken.json").write_text("{not json")  # newest of all, and damaged
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--resume"])
+    assert r.exit_code == 0 and opened[-1].load_path == tmp_path / "old.json", r.output
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--resume", "--load",
+                                 str(tmp_path / "new.json")])
+    assert r.exit_code == 2 and "give one of them" in r.output
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--resume", "--system", "x"])
+    assert r.exit_code == 2 and "--system applies to a new conversation" in r.output
+    assert len(opened) == 2
+
+
 def test_a_plain_chat_checks_its_model_flags_without_importing_torch():
     """The UI process stays free of torch (about 1.3 s and 180 MB, the model loads in the
     engine's process): a plain chat, --device cpu and --dtype are checked without it; only a

@@ -54,6 +54,8 @@ def main_command(
                         "Textual's.")] = None,
     load_path: Annotated[Optional[Path], typer.Option(
         "--load", help="Resume a saved transcript.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Reopen the conversation saved last (as --load with its file).")] = False,
     system: Annotated[Optional[str], typer.Option(
         "--system", help="System prompt for a new conversation (not with --load: a saved "
                          "conversation keeps its own).")] = None,
@@ -80,6 +82,8 @@ def main_command(
         if theme is not None and theme not in theme_names():
             raise UserError(f"unknown theme {theme!r}; choose one of: "
                             f"{', '.join(theme_names())}")
+        if resume:
+            load_path = _resume_path(load_path)
         if load_path is not None:
             if system is not None:
                 raise UserError("--system applies to a new conversation; a conversation opened "
@@ -108,6 +112,20 @@ def _given_flags(ctx: typer.Context) -> list[str]:
         if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
             given.append(max(param.opts, key=len))
     return given
+
+
+def _resume_path(load_path: Path | None) -> Path:
+    """``--resume``: the conversation saved last, or a sentence why there is none."""
+    from ..transcript.history import data_dir, newest_transcript
+
+    if load_path is not None:
+        raise UserError("--resume opens the conversation saved last and --load the one "
+                        "named; give one of them")
+    path = newest_transcript()
+    if path is None:
+        raise UserError(f"there is no saved conversation to resume in {data_dir()}; plain "
+                        "chatui starts one")
+    return path
 
 
 def _check_transcript(path: Path) -> None:

@@ -257,6 +257,30 @@ def list_transcripts(directory: Path | None = None) -> list[TranscriptSummary]:
                   reverse=True)
 
 
+def newest_transcript(directory: Path | None = None) -> Path | None:
+    """The transcript in ``directory`` (default :func:`data_dir`) saved last that loads, by
+    its files' times (the document's or its journal's), without reading the others (``chatui
+    --resume``); None when there is none."""
+    directory = Path(directory) if directory is not None else data_dir()
+
+    def touched(path: Path) -> float:
+        times = []
+        for p in (path, journal_path(path)):
+            try:
+                times.append(p.stat().st_mtime)
+            except OSError:
+                pass
+        return max(times, default=0.0)
+
+    for path in sorted(listed_paths(directory), key=touched, reverse=True):
+        try:
+            load_transcript(path)
+        except TranscriptError:
+            continue  # (a damaged one is listed by /history, with what is wrong with it)
+        return path
+    return None
+
+
 def listed_paths(directory: Path) -> list[Path]:
     """The transcript files in ``directory`` that ``/history`` lists (and search finds); an
     empty list for a missing or unreadable folder."""
