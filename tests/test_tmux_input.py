@@ -2,7 +2,8 @@
 terminal (tmux) with the scripted backend, again and again, and a message is typed and sent
 at once (as a fast typist or a paste would: before the screen is drawn, while it is drawn, just
 after); after quitting, the message must be in the autosaved transcript. On main every run
-that typed within about a second of the start lost the message.
+that typed within about a second of the start lost the message. And what a real terminal
+shows after ``/score`` (its scrolls raced the layout there, not in the pilot).
 """
 
 from __future__ import annotations
@@ -91,3 +92,60 @@ def test_keys_typed_in_line_mode_are_sent_when_read_after_the_prompt_exists(tmp_
         if not run_once(tmp_path / str(i), delay, text, [str(program)]):
             lost.append(delay)
     assert not lost, f"the message typed {lost} s after starting was lost"
+
+
+def test_score_shows_its_message_in_a_real_terminal(tmp_path):
+    """``/score`` ends with the scored message on screen, above the prompt box, in a real
+    terminal: the token view it switches on re-wraps the replies beside the inspector, and
+    the scrolls made on the heights from before (the last reply focused, the cursor put on
+    the least likely token) left the log mid-reply with the message off the screen (seen in
+    tmux; the pilot's layout settles between steps, so the pilot tests passed)."""
+    name = f"chatui-score-{uuid.uuid4().hex[:8]}"
+    env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp_path / "config"),
+           "CHATUI_DATA_DIR": str(tmp_path / "data"), "TERM": "xterm-256color"}
+    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
+                        "-m", "chatui", "--backend", "scripted"])
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "36", command)
+    words = "\n\n```python\n" + "".join(
+        f"def function_number_{i}(text: str, prefix: str) -> str:\n    return text[::-1]\n\n"
+        for i in range(12)) + "```\n\n"
+
+    def screen() -> str:
+        return tmux("capture-pane", "-t", name, "-p")
+
+    def wait_for(text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = screen()
+            if text in shown:
+                return shown
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} did not appear:\n{screen()}")
+
+    def send(text: str) -> None:  # (pasted: its line breaks stay in the box)
+        tmux("set-buffer", "-b", name, text)
+        tmux("paste-buffer", "-p", "-d", "-b", name, "-t", name)
+        time.sleep(0.3)
+        tmux("send-keys", "-t", name, "Enter")
+
+    try:
+        wait_for("Message the model")
+        for i in range(3):  # the last reply taller than the screen; the first message short
+            send(f"question {i}: {words if i else 'a short one'} end{i}")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # the reply (which quotes end{i}) has ended
+                shown = screen()
+                if f"end{i}" in shown and "TTFT" in shown.rsplit(f"end{i}", 1)[1]:
+                    break
+                time.sleep(0.2)
+        send("/settings")
+        wait_for("Settings in force")
+        send("/score 1")
+        wait_for("scored message")
+        time.sleep(1.5)
+        lines = screen().splitlines()
+        box = next(i for i, line in enumerate(lines) if "▔▔▔" in line and i > 3)
+        above = "\n".join(lines[max(0, box - 6):box])
+        assert "scored message 1" in above and "end0" in above, "\n".join(lines)
+    finally:
+        tmux("kill-session", "-t", name)

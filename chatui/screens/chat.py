@@ -128,6 +128,9 @@ class ChatScreen(Screen[None]):
         self.stable_timings = stable_timings
         self.compare = CompareFlow(self)
         self.meter = ContextMeter(lambda: self.status, self.notify)
+        self._token_focus: TokenView | None = None
+        """The token view to focus as the token view switches on (/score's message), once;
+        None: the last reply's."""
         self._gen_worker: Worker | None = None
         self._window: LogWindow | None = None
         """The conversation's items and which of them have widgets (see :attr:`window`)."""
@@ -352,22 +355,34 @@ class ChatScreen(Screen[None]):
         raw = self.raw
         item = Item(build=lambda: [ScoredMessage(summary, tokens, raw=raw, id=widget_id)],
                     estimate=lambda width: estimate_lines(summary, width - 2)
-                    + estimate_lines("".join(t.text for t in tokens), width - 2),
+                    + estimate_lines("".join(t.text for t in tokens), width - 2) + 1,
                     tag="scored")
         widget = self.window.append(item)[0]
-        self.log_view.scroll_end(animate=False)
-        self.token_mode = True
         assert isinstance(widget, ScoredMessage)
         view = widget.token_view
+        # Focused without scrolling to it, and the log anchored at its end (where the message
+        # is) while the replies above re-wrap beside the inspector. Before, the token view
+        # switched on focused the last reply, whose scroll to it, the focus's own and the
+        # cursor's ran on the heights from before the re-wrap, and the log stopped mid-reply
+        # with the scored message off the screen (seen in a terminal; the pilot's layout
+        # settles between the steps).
+        if self.token_mode:
+            view.focus(scroll_visible=False)
+        else:
+            self._token_focus = view
+            self.token_mode = True
+        log_view = self.log_view
+        log_view.anchor()
         least = scored.least_likely(1)
 
         def select() -> None:
-            view.focus()
             if least:
                 at = next((i for i, u in enumerate(view.units)
                            if u.start <= least[0].index <= u.end), None)
                 if at is not None:
-                    view.cursor = at
+                    view.cursor = at  # (scrolls to its line, by the heights known now)
+            if widget.outer_size.height <= log_view.scrollable_content_region.height:
+                log_view.anchor()  # all of it fits: the end shows it, the cursor with it
 
         self.call_after_refresh(select)
 
@@ -1043,6 +1058,10 @@ class ChatScreen(Screen[None]):
             view.token_mode = on
         self.inspector.display = on
         if on:
+            target, self._token_focus = self._token_focus, None
+            if target is not None:  # (/score's message, focused where it is)
+                target.focus(scroll_visible=False)
+                return
             last = self.state.conversation.last_assistant
             view = self._view_of(last, draw=True) if last else None
             if isinstance(view, CompareView):
