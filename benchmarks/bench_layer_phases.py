@@ -16,7 +16,6 @@ attention in all of them.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import statistics
@@ -32,9 +31,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from benchmarks.shapes import read_bandwidth  # noqa: E402
+from benchmarks.step_args import default_engine, step_parser  # noqa: E402
 from inference import q8kernel  # noqa: E402
-from inference.checkpoint import load_checkpoint  # noqa: E402
-from inference.engine import LocalBackend  # noqa: E402
 
 PHASES = ("QKV projection", "attention", "output projection", "gate/up projection",
           "down projection")
@@ -95,14 +93,8 @@ def timed_library(folder: Path) -> q8kernel.Q8Kernel:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--rows", default="1,4,8")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    backend = LocalBackend.from_checkpoint(load_checkpoint(None, lazy=True), quantize="int8",
-                                           precision="auto")
+    args = step_parser(__doc__.splitlines()[0]).parse_args()
+    backend = default_engine(args.threads)
     fast = backend.runner.fast
     if fast is None or q8kernel.load_kernel() is None:
         raise SystemExit("The fast runner's C kernels are not in use here: nothing to time.")

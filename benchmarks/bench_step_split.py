@@ -15,7 +15,6 @@ The timers wrap the engine's own functions for this process only; nothing else c
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -27,13 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
 
 from benchmarks.shapes import read_bandwidth  # noqa: E402
+from benchmarks.step_args import default_engine, step_parser  # noqa: E402
 from inference import bench  # noqa: E402
 from inference import engine as engine_module  # noqa: E402
-from inference.checkpoint import load_checkpoint  # noqa: E402
-from inference.engine import LocalBackend  # noqa: E402
 from inference.q8kernel import load_kernel  # noqa: E402
 from inference.types import GenerationRequest  # noqa: E402
 
@@ -77,16 +74,11 @@ class Timers:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4)
+    parser = step_parser(__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--rows", default="1,4,8")
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    backend = LocalBackend.from_checkpoint(load_checkpoint(None, lazy=True), quantize="int8",
-                                           precision="auto")
+    backend = default_engine(args.threads)
     backend.eos_ids = frozenset()
     fast = backend.runner.fast
     if fast is None:
