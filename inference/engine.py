@@ -460,7 +460,9 @@ class LocalBackend:
                                     cancel, t0=t0, cached=cached, track_cache=shared,
                                     first_tokens=request.first_tokens, raw=request.raw,
                                     continued=len(request.prefix.token_ids or ())
-                                    if request.prefix is not None else 0)
+                                    if request.prefix is not None else 0,
+                                    prefix_ids=request.prefix.token_ids or ()
+                                    if request.prefix is not None else ())
         except BaseException:
             if shared:
                 self.reset()
@@ -546,15 +548,17 @@ class LocalBackend:
                 t0: float, cached: int, track_cache: bool,
                 mask: torch.Tensor | None = None,
                 first_tokens: Sequence[int] | None = None, raw: bool = False,
-                continued: int = 0) -> Iterator[Event]:
+                continued: int = 0, prefix_ids: Sequence[int] = ()) -> Iterator[Event]:
         """The decode loop shared by every entry point. logits: [B, V] for the first step;
-        ``first_tokens``: each row's first token, forced instead of sampled (fan-out)."""
+        ``first_tokens``: each row's first token, forced instead of sampled (fan-out);
+        ``prefix_ids``: the reply's own ids before this request (a continued reply)."""
         n = len(settings)
         rows = [_Row(s, self._detokenizer(), StopStringFilter(s.stop), len(p), split=split)
                 for s, p, split in zip(settings, prompts,
                                        self._splitters(prompts, raw, continued))]
         for row in rows:
             self._budget_force(row)
+            self._resume_glyph(row, prefix_ids)
         active = list(range(n))
         sampling = RowSampling.build(settings, self.device)
         seen = None
@@ -744,6 +748,27 @@ class LocalBackend:
         row.glyph = []
         return out
 
+    def _resume_glyph(self, row: _Row, prefix_ids: Sequence[int]) -> None:
+        """A continued reply that ended inside a glyph (cut off by the length limit or
+        stopped between the tokens of an emoji or a CJK character; its tokens kept "" for
+        text, see :meth:`_finish`): the row's detokenizer starts with those tokens, so that the
+        token completing the glyph brings all of it, its ``glyph_start`` on the first of them
+        (positions before this request are negative here, the reply's once the recorder
+        numbers them). A fresh detokenizer decoded the rest of the glyph's bytes alone, and a
+        continued emoji came out as two replacement characters."""
+        tail: list[int] = []
+        for tid in reversed(prefix_ids[-8:]):  # (a glyph is at most 4 bytes, a token 1+)
+            if tid in self.special_ids:
+                break
+            tail.insert(0, tid)
+        if not tail:
+            return
+        probe = self._detokenizer()
+        for tid in tail:
+            probe.step(tid)
+        if probe.pending:
+            row.detok, row.fed = probe, list(range(-len(tail), 0))
+
     def _flush_glyph(self, row: _Row) -> list[Token]:
         """The tokens of an incomplete glyph, its bytes given to the last of them."""
         if not row.glyph:
@@ -760,9 +785,14 @@ class LocalBackend:
             return
         row.done = True
         released: list[Token] = []
-        # an incomplete glyph at the end: its bytes go to its last token; then the markers
-        # of a header cut short
-        pending = self._flush_glyph(row)
+        # an incomplete glyph at the end: its bytes go to its last token, unless the reply
+        # was cut off or stopped (it may be continued, and the glyph completed then: its
+        # tokens keep "" and no replacement character is shown); then the markers of a
+        # header cut short
+        if reason in ("length", "cancelled") and row.glyph:
+            pending, row.glyph = row.glyph, []
+        else:
+            pending = self._flush_glyph(row)
         if row.split is not None and row.held:
             pending += [dataclasses.replace(t, channel=d.channel, special=True)
                         for t, d in zip(row.held, row.split.flush())]

@@ -45,11 +45,42 @@ def test_reply_is_sensible(default_backend):
 def test_emoji_and_cjk_stream_without_replacement_characters(default_ckpt, default_backend, prompt):
     toks, done = _run(default_backend, prompt, 40)
     streamed = "".join(t.text for t in toks)
-    assert streamed == done.text == default_ckpt.tokenizer.decode(
-        [t.id for t in toks], skip_special_tokens=True)
+    decoded = default_ckpt.tokenizer.decode([t.id for t in toks], skip_special_tokens=True)
+    if done.finish_reason == "length":  # a glyph cut off at the end is not shown (its
+        decoded = decoded.rstrip("\ufffd")  # tokens keep "": a /continue completes it)
+    assert streamed == done.text == decoded
     assert any(ord(ch) > 0x2E80 for ch in streamed)  # CJK or emoji really came out
-    # Mid-stream no token ever shows a replacement character; only a glyph cut off by the
-    # length limit at the very end may be incomplete.
-    assert all("\ufffd" not in t.text for t in toks[:-1])
+    assert all("\ufffd" not in t.text for t in toks)  # no token shows a half-made glyph
     multi = [t for t in toks if t.glyph_start is not None]
     assert multi and all(toks[m.glyph_start].text == "" for m in multi)
+
+
+def test_a_reply_cut_inside_an_emoji_is_continued_into_the_whole_emoji(default_backend):
+    """A reply cut off between the tokens of an emoji shows no replacement character (its
+    tokens keep "" for text), and continuing it gives the token that completes the emoji the
+    whole emoji, its glyph starting at the reply's first byte of it (a fresh detokenizer
+    decoded the rest of the bytes alone: "👨��👨" after /continue in the app)."""
+    from inference.types import AssistantPrefix
+
+    cat = default_backend.tokenizer.encode("🐱", add_special_tokens=False)
+    assert len(cat) == 3  # three byte tokens in this tokenizer
+
+    def ask(prefix, first, n):
+        req = GenerationRequest((Message("user", "Show me a cat emoji."),),
+                                (SamplingParams(temperature=0, max_new_tokens=n),),
+                                prefix=prefix, first_tokens=(first,))
+        ev = list(default_backend.generate(req, threading.Event()))
+        return ([t for e in ev if isinstance(e, TokenBatch) for t in e.tokens],
+                next(e for e in ev if isinstance(e, RowDone)))
+
+    toks, done = ask(None, cat[0], 1)  # cut off after the emoji's first byte
+    assert done.finish_reason == "length" and [t.id for t in toks] == cat[:1]
+    assert toks[0].text == "" and done.text == ""
+    prefix = AssistantPrefix("", tuple(cat[:2]))  # continued with two of its bytes
+    toks, done = ask(prefix, cat[2], 1)
+    assert [t.text for t in toks] == ["🐱"] and toks[0].glyph_start == -2
+    assert done.text == "🐱"
+    toks, done = ask(AssistantPrefix("", tuple(cat[:1])), cat[1], 2)  # one, the rest sampled
+    glyph = default_backend.tokenizer.decode(cat[:1] + [t.id for t in toks])
+    assert len(glyph) == 1 and glyph != "\ufffd", glyph  # (an emoji of those three bytes)
+    assert [t.text for t in toks] == ["", glyph] and toks[1].glyph_start == -1
