@@ -486,7 +486,10 @@ async def test_the_token_view_lets_go_of_a_reply_that_leaves_the_screen(config_d
         from chatui.widgets.compare import CompareView
 
         chat.query_one(CompareView).views[0].token_view.focus()  # a column's token shown
-        await pilot.pause(0.1)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if f6_shown() and chat.inspector.view_id:
+                break
         assert f6_shown() and chat.inspector.view_id
         chat.prompt.focus()  # (the footer is refreshed as focus moves; here it stays put)
         await pilot.pause(0.1)
@@ -497,7 +500,10 @@ async def test_the_token_view_lets_go_of_a_reply_that_leaves_the_screen(config_d
         assert not f6_shown()
         assert chat.inspector.view_id == "" and chat.inspector.position == -1
         chat.query(ReplyView).last().token_view.focus()  # a token of the reply shown now
-        await pilot.pause(0.1)
+        for _ in range(100):  # (the focus's TokenSelected reaches the inspector)
+            await pilot.pause(0.02)
+            if chat.inspector.view_id:
+                break
         assert chat.inspector.view_id
         await pilot.press("alt+left")
         await settle(pilot, app)
@@ -632,3 +638,20 @@ async def test_a_switch_of_branch_keeps_the_notices_after_the_messages(config_di
         assert app.chat.conversation.entries[-1].text.startswith("reply-0")
         after = [i.tag for i in app.chat.window.items]
         assert after == tags, (tags, after)
+
+
+def test_a_tree_label_of_long_words_keeps_its_statistics_in_view() -> None:
+    """First words with no spaces to stop them (emoji, a URL, code) are cut at WORDS_CELLS
+    columns with an ellipsis, so the mean logprob and length after them stay on the line (the
+    tree view's line cut them off at its edge)."""
+    from rich.cells import cell_len
+
+    from chatui.screens.tree import WORDS_CELLS, branch_from, branch_label
+
+    conv = Conversation()
+    conv.add_user("cats")
+    entry = _answer(conv, "🐁" * 40 + " #CatchMeLiz@BiteYourHead " + "x" * 90)
+    label = branch_label(branch_from(entry), True)
+    words = label.split(": ", 1)[1].split(" · ")[0]
+    assert words.endswith("…") and WORDS_CELLS - 2 <= cell_len(words) <= WORDS_CELLS
+    assert " · 1 message" in label and cell_len(label) <= 88  # (the view is 96 wide)

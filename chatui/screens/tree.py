@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -60,6 +61,10 @@ def shared_words(entries: list[Entry]) -> int:
     return n
 
 
+WORDS_CELLS = 36
+"""The most columns a branch's first words take, so that its statistics stay on its line."""
+
+
 def branch_label(branch: Branch, on_path: bool, shared: int = 0) -> str:
     """``● assistant: first words… · mean lp -0.42 · 37 tok · 4 messages``; ``shared``: how
     many words it starts with that its siblings start with too (a fork late in a reply, or a
@@ -71,9 +76,16 @@ def branch_label(branch: Branch, on_path: bool, shared: int = 0) -> str:
     # it shares (siblings with the same text, as a retry of a deterministic reply gives)
     start = shared - 1 if 0 < shared < len(all_words) else 0
     words = " ".join(all_words[start:start + 6]) or "(empty)"
+    more = len(all_words) > start + 6
+    if cell_len(words) > WORDS_CELLS:  # long "words" (a URL, emoji, code): the statistics
+        words = set_cell_size(words, WORDS_CELLS - 1).rstrip()  # after them were cut off
+        space = words.rfind(" ")
+        if space > len(words) // 2:  # at a word's end where there is one near
+            words = words[:space]
+        more = True
     if start:
         words = "…" + words
-    if len(all_words) > start + 6:
+    if more:
         words += "…"
     who = "you" if first.role == "user" else "assistant"
     parts = [f"{'●' if on_path else '○'} {who}: {words}"]
