@@ -93,7 +93,9 @@ class NotebookScreen(Screen[None]):
         with Horizontal(id="notebook-main"):
             with Vertical(id="notebook-left"):
                 yield Static(Content(safe_text(self.initial_notice)), id="notebook-notice")
-                yield TextArea(self.initial_text, id="notebook-text", soft_wrap=True)
+                yield TextArea(self.initial_text, id="notebook-text", soft_wrap=True,
+                               placeholder="Type a text for the model to continue, as it is "
+                                           "(no chat template); Ctrl+O continues it.")
                 view = TokenView(id="notebook-tokens")
                 view.owner_id = "notebook-tokens"
                 yield view
