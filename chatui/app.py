@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -191,6 +193,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
     _theme_warning = ""
 
     def on_mount(self) -> None:
+        self._catch_hang_up()
         if self._theme_warning:  # --theme nope was ignored silently
             self.notify(self._theme_warning, severity="warning", timeout=8, markup=False)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -208,6 +211,48 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if self.config.load_path is not None:
             run_reported(self, self._open(str(self.config.load_path), shown),
                          what=f"Opening {self.config.load_path}", group="open")
+
+    HANG_UP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGHUP", "SIGTERM")
+                            if hasattr(signal, name))
+    """The terminal closed (or an SSH connection dropped: SIGHUP), or the system asked the
+    app to end (SIGTERM): both ended the process at once, and a reply streaming then was lost
+    with everything since the last autosave. Now the reply is stopped and kept and the
+    conversation saved first (:meth:`_hung_up`)."""
+
+    def _catch_hang_up(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            for sig in self.HANG_UP_SIGNALS:
+                loop.add_signal_handler(sig, self._hung_up, sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # (no such handlers here)
+            pass
+
+    def _hung_up(self, sig: int) -> None:
+        """SIGTERM quits as Ctrl+Q does. SIGHUP: the terminal is gone, and drawing would block
+        for ever (Textual's output thread dies on the first write to it, and the screen's
+        writes queue up behind it: the process hung at exit), so the reply is stopped and the
+        conversation saved here, on the loop, with nothing drawn, and the process ends."""
+        log.info("signal %d: the reply stopped, the conversation saved, quitting", sig)
+        if sig != getattr(signal, "SIGHUP", None):
+            if not self._quitting_on_signal:
+                self._quitting_on_signal = True
+                run_reported(self, self.action_quit(), what="Quitting", group="hang-up")
+            return
+        try:
+            job = self.chat.state.job
+        except LookupError:
+            job = None
+        if job is not None:
+            if job.stream is not None:
+                job.stream.cancel()
+            job.recorder.finish()  # (rows still running: stopped, as Esc would)
+        self.save_conversation()
+        self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+        self.worker.close()
+        logging.shutdown()
+        os._exit(0 if self._autosave_error is None else 2)
+
+    _quitting_on_signal = False
 
     async def _open(self, path: str, shown: Awaitable[Any]) -> None:
         """Open the transcript given on the command line, as ``/load PATH`` would, once the
@@ -387,6 +432,12 @@ class ChatApp(ReportsFatalErrors, App[int]):
         self._restart_if_dead()
 
     def on_unmount(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            for sig in self.HANG_UP_SIGNALS:
+                loop.remove_signal_handler(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
         self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
         self.worker.close()
 

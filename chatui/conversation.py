@@ -355,6 +355,19 @@ class Conversation:
         """Every entry of every branch, parents before children."""
         return [e for _, e in walk(self.tops)]
 
+    def stop_unfinished(self) -> int:
+        """Mark the replies that have no finish reason as stopped ("cancelled"); how many.
+        A loaded conversation's unfinished reply was streaming when the chatui that saved it
+        ended (killed, or its terminal gone): it is kept as a reply stopped, which ``/continue``
+        goes on with ("finished on its own", it said, and could not be continued)."""
+        n = 0
+        for entry in self.all_entries():
+            for reply in entry.replies:
+                if reply.finish_reason is None:
+                    reply.finish_reason = "cancelled"
+                    n += 1
+        return n
+
     def parent_of(self, entry: Entry) -> Entry | None:
         """The entry before ``entry`` in its branch (None for a top-level one)."""
         path = self.entries  # the common case, without walking every branch

@@ -137,3 +137,49 @@ async def test_a_file_changed_elsewhere_makes_a_branch_and_the_user_is_told(conf
     listed = subprocess.run([sys.executable, "-m", "chatui", "history", "list", "--dir",
                              str(directory)], capture_output=True, text=True, timeout=60)
     assert f"— 4 messages, a branch of {other.id}" in listed.stdout, listed
+
+
+async def test_a_streaming_reply_is_saved_as_it_streams_and_loads_as_stopped(
+        config_dir, tmp_path, monkeypatch):  # noqa: F811
+    """A reply is autosaved while it streams (every CHECKPOINT_S), not only when it starts
+    and ends: a terminal closed or the app killed mid-reply lost all of it. Loaded again, a
+    reply that was streaming when its file was written is a stopped one: the notice says so
+    and /continue goes on with it ("finished on its own", it said)."""
+    import chatui.screens.chat as chat_module
+    from chatui import transcript as tr
+
+    monkeypatch.setattr(chat_module, "CHECKPOINT_S", 0.2)
+    long = " ".join(f"w{i}" for i in range(400))
+    app = make_app(lambda r, row: long, delay_s=0.01)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.chat.prompt.text = "go"
+        await pilot.press("enter")
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if len(app.chat.conversation.entries) == 2 and \
+                    len(app.chat.conversation.entries[1].text) > 100:
+                break
+        await pilot.pause(0.5)
+        assert app.chat.generating
+        app.autosaver.wait()
+        path = tr.autosave_path(app.chat.conversation, app.config.transcripts_dir())
+        saved = tr.load_transcript(path)
+        streamed = saved.entries[1].replies[0]
+        assert streamed.finish_reason is None and streamed.text.startswith("w0 w1 w2")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+    copy = tmp_path / "copy.json"
+    tr.save_transcript(saved, copy)
+    import shutil
+
+    shutil.rmtree(tmp_path / "data")  # (else the copy opens inside its newer autosave)
+    app = make_app(lambda r, row: " and the rest.")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, app, f"/load {copy}")
+        reply = app.chat.conversation.entries[1].replies[0]
+        assert reply.finish_reason == "cancelled"
+        assert "still streaming when it was saved" in str(notices(app)[-1].render())
+        await send(pilot, app, "/continue")
+        assert reply.finish_reason == "stop" and reply.text.endswith(" and the rest.")
+        assert reply.text.startswith(streamed.text)
+

@@ -15,6 +15,7 @@ persistence) as :class:`~chatui.chat_commands.AppServices`, so the screen never 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -70,6 +71,12 @@ from .compare_flow import CompareFlow, pick_bindings
 from .context_meter import ContextMeter
 
 log = logging.getLogger(__name__)
+
+CHECKPOINT_S = 5.0
+"""A streaming reply is autosaved this often, as well as when it starts and ends: a terminal
+closed, an SSH connection dropped or the app killed mid-reply lost all of it (the file held
+the question and an empty reply). A save of a 2,000-token reply takes ~2 ms of the loop (its
+snapshot and its JSON line are written on the autosaver's thread)."""
 
 
 class ChatScreen(Screen[None]):
@@ -741,6 +748,7 @@ class ChatScreen(Screen[None]):
                 view.begin()
                 job.stream = stream = self.services.worker.generate(request)
                 reading = False
+                saved_at = time.monotonic()
                 async for events in stream:
                     for ev in events:
                         if isinstance(ev, PromptProgress):
@@ -755,6 +763,9 @@ class ChatScreen(Screen[None]):
                                 reading = False
                                 self.status.speed = ""
                             await view.show(delta)
+                    if time.monotonic() - saved_at >= CHECKPOINT_S:
+                        saved_at = time.monotonic()
+                        self.services.save_conversation()  # (what streamed so far)
             except Exception as exc:  # noqa: BLE001 - shown in the reply, logged in full
                 log.exception("generation failed")
                 recorder.fail(describe_error(exc))
