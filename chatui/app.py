@@ -246,6 +246,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
             if job.stream is not None:
                 job.stream.cancel()
             job.recorder.finish()  # (rows still running: stopped, as Esc would)
+        from .screens.notebook import NotebookScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, NotebookScreen):
+                screen.hang_up()
         self.save_conversation()
         self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
         self.worker.close()

@@ -151,7 +151,8 @@ def test_score_shows_its_message_in_a_real_terminal(tmp_path):
         tmux("kill-session", "-t", name)
 
 
-def test_a_closed_terminal_stops_and_saves_the_streaming_reply(tmp_path):
+@pytest.mark.parametrize("raw", [False, True], ids=["chat", "notebook"])
+def test_a_closed_terminal_stops_and_saves_the_streaming_reply(tmp_path, raw):
     """The terminal closed mid-reply (SIGHUP: a window closed, an SSH connection dropped):
     the process ends (it hung, when it quit as Ctrl+Q does: Textual's output thread had died
     on the gone terminal), and the reply is saved as far as it got, stopped (it was lost: the
@@ -163,16 +164,21 @@ def test_a_closed_terminal_stops_and_saves_the_streaming_reply(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp_path / "config"),
            "CHATUI_DATA_DIR": str(data), "TERM": "xterm-256color"}
     command = " ".join(["exec", "env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
-                        "-m", "chatui", "--backend", "scripted"])
+                        "-m", "chatui", "--backend", "scripted", *(["--raw"] if raw else [])])
     tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
     pid = int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
     try:
         deadline = time.monotonic() + 30
-        while "Message the model" not in tmux("capture-pane", "-t", name, "-p"):
+        while ("continue" if raw else "Message the model") not in tmux(
+                "capture-pane", "-t", name, "-p"):
             assert time.monotonic() < deadline, "chatui did not start"
             time.sleep(0.2)
-        tmux("send-keys", "-t", name, "-l", "tell " + "me more " * 150)
-        tmux("send-keys", "-t", name, "Enter")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", name, "-l", "tell " + "me more " * 150 + "ENDS")
+        while "ENDS" not in tmux("capture-pane", "-t", name, "-p"):  # all of it typed
+            assert time.monotonic() < deadline, "the text did not arrive"
+            time.sleep(0.2)
+        tmux("send-keys", "-t", name, "C-o" if raw else "Enter")
         time.sleep(3.0)  # the scripted reply (it quotes the message) streams for ~10 s
     finally:
         tmux("kill-session", "-t", name)
@@ -184,3 +190,4 @@ def test_a_closed_terminal_stops_and_saves_the_streaming_reply(tmp_path):
     conv = tr.load_transcript(path)
     reply = conv.entries[1].replies[0]
     assert reply.finish_reason == "cancelled" and reply.text.startswith("You said: tell me")
+    assert conv.mode == ("raw" if raw else "chat")

@@ -210,6 +210,18 @@ class NotebookScreen(Screen[None]):
         if self.stream is not None:
             self.stream.cancel()
 
+    def hang_up(self) -> None:
+        """The terminal is gone (SIGHUP, see ``ChatApp._hung_up``): the continuation streaming
+        now is stopped and saved as far as it got, with nothing drawn."""
+        reply = self.reply
+        if not self.generating or reply is None:
+            return
+        if self.stream is not None:
+            self.stream.cancel()
+        reply.text = reply.tokens.text()
+        reply.finish_reason = "cancelled"
+        self._save()
+
     # ---- tokens ----
 
     def action_toggle_focus(self) -> None:
