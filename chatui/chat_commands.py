@@ -127,9 +127,12 @@ async def cmd_exit(ctx: CommandContext, arg: str = "") -> None:
 
 async def cmd_clear(ctx: CommandContext, arg: str = "") -> None:
     await ctx.stop_generation()
-    system = ctx.state.conversation.system_prompt
-    await ctx.show_conversation(Conversation(system_prompt=system), cleared=True)
-    ctx.notice("Conversation cleared.")
+    old = ctx.state.conversation
+    if old.entries:
+        ctx.services.save_conversation()  # (as it is now: the stopped reply with it)
+    await ctx.show_conversation(Conversation(system_prompt=old.system_prompt), cleared=True)
+    ctx.notice("Conversation cleared; the previous one is saved (/history lists it)."
+               if old.entries and ctx.services.config.autosave else "Conversation cleared.")
 
 
 async def cmd_system(ctx: CommandContext, arg: str = "") -> None:

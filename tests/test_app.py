@@ -163,15 +163,26 @@ async def test_ctrl_c_stops_the_reply_and_never_quits():
         assert app.is_running
 
 
-async def test_clear_empties_conversation_and_engine_cache():
+async def test_clear_empties_conversation_and_engine_cache(config_dir):
+    """/clear starts afresh and says where the conversation went (saved: /history lists it);
+    with nothing to keep, it only says it cleared."""
+    from chatui import transcript as tr
+
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "hello")
+        old = app.chat.conversation
         await send(pilot, app, "/clear")
         assert app.chat.conversation.entries == ()
         assert not replies(app) and not list(app.chat.query(UserMessage))
         assert app.holder["backend"].resets == 1
         assert app.chat.status.context_used == 0
+        assert "saved (/history lists it)" in str(notices(app)[-1].render())
+        app.flush_autosaves()
+        path = tr.autosave_path(old, app.config.transcripts_dir())
+        assert tr.load_transcript(path).entries[0].text == "hello"
+        await send(pilot, app, "/clear")
+        assert str(notices(app)[-1].render()) == "Conversation cleared."
 
 
 async def test_exit_quits():
