@@ -47,7 +47,7 @@ class StatusBar(Horizontal):
     StatusBar { height: 1; background: $panel; color: $text; }
     StatusBar > Static { width: auto; padding: 0 1; text-wrap: nowrap; }
     StatusBar > #status-settings { width: 1fr; color: $text-muted; text-overflow: ellipsis; }
-    StatusBar > #status-model { color: $primary; text-style: bold; max-width: 50%;
+    StatusBar > #status-model { color: $primary; text-style: bold; max-width: 60%;
         text-overflow: ellipsis; }
     StatusBar > #status-context, StatusBar > #status-speed { min-width: 8; }
     """
