@@ -966,3 +966,37 @@ def test_save_as_never_replaces_a_file_holding_more(tmp_path: Path) -> None:
         save_transcript(conv, notes)
     assert notes.read_text() == '{"my": "notes"}'
     assert _texts(load_transcript(path)) == ["Q one", "A one", "Q two", "A two"]
+
+
+def test_a_messages_export_loads_back(tmp_path: Path) -> None:
+    """The messages export (and any OpenAI-style role/content list) opens as a conversation:
+    system messages at its start are the system prompt, a reply's reasoning_content its
+    reasoning, text parts joined; it exported the same messages again. What is not such a list
+    is refused in one sentence."""
+    conv = sample_conversation()
+    path = export_to_file(conv, "messages", tmp_path / "c.messages.json")
+    back = load_transcript(path)
+    assert export_messages(back) == export_messages(conv)
+    assert back.id != conv.id and back.entries[1].reply.finish_reason == "stop"
+    (tmp_path / "o.json").write_text(json.dumps([
+        {"role": "system", "content": "One."}, {"role": "system", "content": "Two."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi "},
+                                     {"type": "text", "text": "there"}]},
+        {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."}]))
+    other = load_transcript(tmp_path / "o.json")
+    assert other.system_prompt == "One.\n\nTwo." and other.entries[0].text == "Hi there"
+    assert other.entries[1].reply.reasoning == "Greet back."
+    for data, needle in [
+        ([], "an empty list"),
+        ([{"content": "x"}], 'no "role"'),
+        ([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}],
+         "system message after the conversation began"),
+        ([{"role": "tool", "content": "a"}], "must be \"system\", \"user\" or \"assistant\""),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+         "only text parts"),
+        ([{"role": "system", "content": "a"}], "a system prompt and no messages"),
+        ([{"role": "user", "content": 3}], "must be a string or a list of text parts"),
+    ]:
+        (tmp_path / "bad.json").write_text(json.dumps(data))
+        with pytest.raises(TranscriptError, match=needle):
+            load_transcript(tmp_path / "bad.json")

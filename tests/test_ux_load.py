@@ -183,3 +183,27 @@ async def test_a_streaming_reply_is_saved_as_it_streams_and_loads_as_stopped(
         assert reply.finish_reason == "stop" and reply.text.endswith(" and the rest.")
         assert reply.text.startswith(streamed.text)
 
+
+
+async def test_a_messages_export_opens_as_a_conversation(config_dir, tmp_path):  # noqa: F811
+    """/export messages, then /load of that file: the same messages, the replies text only
+    (their statistics line says so: it said "0 tokens"), and the conversation goes on."""
+    import json
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, app, "/system Be brief.")
+        await send(pilot, app, "hello")
+        await send(pilot, app, f"/export messages {tmp_path / 'c.messages.json'}")
+        exported = json.loads((tmp_path / "c.messages.json").read_text())
+        await send(pilot, app, "/clear")
+        await send(pilot, app, f"/load {tmp_path / 'c.messages.json'}")
+        await pilot.pause(0.2)
+        conv = app.chat.conversation
+        assert conv.system_prompt == "Be brief." and [e.role for e in conv.entries] == [
+            "user", "assistant"]
+        [view] = app.chat.query(ReplyView)
+        assert "text only" in str(view.query_one(".reply-stats").render())
+        await send(pilot, app, "and then?")
+        sent = app.holder["backend"].requests[-1].messages
+        assert [{"role": m.role, "content": m.content} for m in sent[:-1]] == exported

@@ -469,10 +469,75 @@ def _migrate(doc: dict[str, Any], version: int) -> dict[str, Any]:
     return doc
 
 
+def _message_text(o: _Obj) -> str:
+    """A message's ``content``: a string, or OpenAI's list of parts, of which only text
+    parts are taken (one sentence names any other)."""
+    content = o.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _Bad(f"{o.at('content')} must be a string or a list of text parts, not "
+                   f"{_show(content)}")
+    texts = []
+    for i, part in enumerate(content):
+        p = _Obj(part, f"{o.at('content')}[{i}]")
+        if p.get("type", "text") != "text":
+            raise _Bad(f"{p.at('type')} is {_show(p.get('type'))}: only text parts can be "
+                       "opened")
+        texts.append(p.str("text"))
+    return "".join(texts)
+
+
+def _from_messages(data: list[Any]) -> Conversation:
+    """A plain ``[{"role", "content"}, ...]`` list (chatui's messages export, OpenAI's chat
+    format) as a new conversation: system messages at its start become the system prompt, the
+    others its messages, a reply's ``reasoning_content`` its reasoning. There are no tokens,
+    settings or ids in such a file: the replies are text, and the conversation gets an id of
+    its own (its autosave is a new file)."""
+    if not data:
+        raise _Bad("it is an empty list, not a conversation")
+    for i, m in enumerate(data):
+        if not isinstance(m, dict) or "role" not in m:
+            what = 'an object with no "role"' if isinstance(m, dict) else _show(m)
+            raise _Bad("it is not a chatui transcript, nor a list of role/content messages "
+                       f"([{i}] is {what})")
+    if len(data) > _MAX_INDEX:
+        raise _Bad(f"it holds {len(data)} messages, more than the {_MAX_INDEX} a "
+                   "conversation may have")
+    conv = Conversation()
+    system: list[str] = []
+    for i, item in enumerate(data):
+        o = _Obj(item, f"[{i}]")
+        role = o.get("role")
+        text = _message_text(o)
+        if role == "system":
+            if conv.entries:
+                raise _Bad(f"{o.at('role')} is a system message after the conversation began; "
+                           "only the first messages may be")
+            system.append(text)
+        elif role == "user":
+            conv.add_user(text)
+        elif role == "assistant":
+            entry = conv.add_assistant([SamplingParams()])
+            reply = entry.replies[0]
+            reply.text, reply.finish_reason = text, "stop"
+            reply.reasoning = o.str("reasoning_content", "")
+        else:
+            raise _Bad(f"{o.at('role')} must be \"system\", \"user\" or \"assistant\", "
+                       f"not {_show(role)}")
+    if not conv.entries:
+        raise _Bad("it holds a system prompt and no messages")
+    conv.system_prompt = "\n\n".join(system)
+    return conv
+
+
 def _parse(data: object) -> Conversation:
     """The conversation in ``data``; raises :class:`_Bad` with the problem."""
+    if isinstance(data, list):
+        return _from_messages(data)
     if not isinstance(data, dict):
-        raise _Bad(f"it is not a chatui transcript (expected a JSON object, found {_show(data)})")
+        raise _Bad("it is not a chatui transcript (expected a JSON object, or a list of "
+                   f"role/content messages, found {_show(data)})")
     if "version" not in data or data.get("format", FORMAT_NAME) != FORMAT_NAME:
         raise _Bad("it is not a chatui transcript (it has no \"format\": "
                    "\"chatui-transcript\" and \"version\")")

@@ -297,4 +297,6 @@ def load_with_document(path: Path) -> Loaded:
     stamp = file_stamp(path)
     data = _read_json(path)
     conv = from_json_dict(data, source=str(path))
+    if not isinstance(data, dict):  # (a list of role/content messages: no journal)
+        return Loaded(data, conv, 0, stamp)
     return Loaded(data, conv, replay_counted(conv, data.get("rev"), path), stamp)

@@ -186,7 +186,7 @@ class AutosaveWriter:
         stamp = loaded.stamp
         if stamp is None:
             return None
-        rev = loaded.data.get("rev")
+        rev = loaded.data.get("rev") if isinstance(loaded.data, dict) else None
         rev = rev if isinstance(rev, str) and loaded.conv.id == _id_in(path) else None
         used = loaded.journal_bytes
         if rev is not None and stamp[1] is not None and used != stamp[1][2]:

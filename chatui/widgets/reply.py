@@ -181,6 +181,9 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed.
 
     ``running`` (kept by a streaming view) saves walking all of ``reply.tokens``."""
+    if not reply.tokens and reply.text and reply.finish_reason is not None \
+            and reply.usage is None:  # (opened from a messages file: "0 tokens", it said)
+        return "text only: no tokens were recorded with it"
     running = running.sync(reply.tokens) if running is not None \
         else RunningStats().sync(reply.tokens)
     parts = [f"{running.count} tokens"]
