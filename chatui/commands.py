@@ -77,7 +77,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 args="[code]", key="F2/F3", handler=run.cmd_copy),
     CommandSpec("save", "Save the conversation (optionally to PATH).", args="[PATH]",
                 key="Ctrl+S", handler=run.cmd_save),
-    CommandSpec("load", "Load a saved conversation (PATH or number from /history).",
+    CommandSpec("load", "Load a saved conversation (PATH or number from /history); a "
+                "role/content messages JSON opens too.",
                 args="PATH|N", needs_arg=True, handler=run.cmd_load),
     CommandSpec("find", "Search box over saved conversations; Enter opens one.",
                 args="[WORDS]", key="Ctrl+F", handler=run.cmd_find),
