@@ -233,13 +233,17 @@ async def test_an_edit_abandoned_leaves_the_conversation_as_it_was(leave):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "first")
+        def footer_actions() -> set[str]:  # as the person sees them
+            return {k.action for k in app.chat.query("FooterKey")}
+
         await pilot.press("ctrl+g")
         await pilot.pause(0.1)
         assert app.chat.state.editing is not None and app.chat.prompt.text == "first"
+        assert "cancel_edit" in footer_actions()  # Esc says "Cancel edit" ("Stop", it said)
         await pilot.press(leave)
         await pilot.pause(0.1)
         assert app.chat.state.editing is None and app.chat.prompt.text == ""
-        assert not app.chat.prompt.border_title
+        assert not app.chat.prompt.border_title and "cancel_edit" not in footer_actions()
         conv = app.chat.conversation
         assert [e.role for e in conv.entries] == ["user", "assistant"]
         assert conv.entries[0].text == "first" and len(replies(app)) == 1

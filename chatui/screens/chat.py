@@ -83,6 +83,8 @@ class ChatScreen(Screen[None]):
     """The main screen. The app hands it its services and the config (attributes down)."""
 
     BINDINGS = [
+        Binding("escape", "cancel_edit", "Cancel edit", id="chat.cancel_edit",
+                tooltip="End the edit: the conversation stays as it was"),
         Binding("escape", "stop", "Stop", id="chat.stop", tooltip="Stop the reply (keeps it)"),
         Binding("ctrl+t", "command('/logprobs')", "Tokens", id="chat.tokens",
                 tooltip="Token view: probabilities per token"),
@@ -1181,6 +1183,7 @@ class ChatScreen(Screen[None]):
         self.prompt.border_title = (
             "editing your last message: Enter sends it as a new branch beside it, "
             "Esc leaves it as it was" if self.state.editing is not None else None)
+        self.refresh_bindings()  # (Esc's footer label: "Cancel edit" while editing)
 
     @on(PromptEmptied)
     def _prompt_emptied(self) -> None:
@@ -1232,20 +1235,25 @@ class ChatScreen(Screen[None]):
         job = self.state.job
         if self.generating and job is not None and job.stream is not None:
             job.stream.cancel()
-        elif self.state.editing is not None:  # the edit abandoned: the box as before it
-            self.end_edit()
-            self.prompt.action_clear_all()
+
         elif isinstance(self.focused, TokenView):
             self.prompt.focus()
+
+    def action_cancel_edit(self) -> None:
+        """Esc while editing: the edit abandoned, the box emptied (Ctrl+Z brings it back)."""
+        self.end_edit()
+        self.prompt.action_clear_all()
 
     async def action_command(self, text: str) -> None:
         """A key bound to a slash command runs it."""
         await self.run_command(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_edit":  # (Esc's first binding, in the footer while editing)
+            return self.state.editing is not None and not self.generating \
+                and self.focused is self.prompt
         if action == "stop":
-            return True if self.generating or isinstance(self.focused, TokenView) \
-                or self.state.editing is not None else None
+            return True if self.generating or isinstance(self.focused, TokenView) else None
         if action == "command" and parameters == ("/raw",):
             return isinstance(self.focused, TokenView) or None
         if action == "pick_next":
