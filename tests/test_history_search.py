@@ -48,6 +48,8 @@ def test_every_text_of_every_reply_is_found_by_word_prefixes(tmp_path):
     assert found(tmp_path, "tile pear") == []  # every word must be in one conversation
     hit = search_transcripts("quince", tmp_path)[0]
     assert hit.where == "reply" and "[quince]" in hit.snippet and hit.title == "Fruit talk"
+    # a passage over two replies shows where one ends ('A pear. A quince' ran together)
+    assert hit.snippet == "A pear. · A [quince], surely.", hit.snippet
 
 
 def test_what_a_user_types_is_only_ever_words():

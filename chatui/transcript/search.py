@@ -34,8 +34,11 @@ from .schema import TranscriptError
 from .store import Stamp, file_stamp, load_transcript
 
 INDEX_NAME = ".search-index.sqlite"
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 """Bumped when what is indexed changes: an index of another version is rebuilt."""
+BETWEEN = "\n\x1e\n"
+"""Between two messages of one column (a record separator, which the tokenizer skips): a
+snippet shows it as " · ", where two replies' texts ran together ('"Paris". The answer…')."""
 _WORD = re.compile(r"\w+", re.UNICODE)
 KINDS = ("title", "system", "user", "reply")
 """The texts of a conversation, one column each in one row per conversation (so every word
@@ -211,7 +214,7 @@ class SearchIndex:
         for kind, text in _texts(conv):
             texts[kind].append(text)
         db.execute("INSERT INTO texts (title, system, user, reply, path) VALUES (?, ?, ?, ?, ?)",
-                   [*("\n\n".join(texts[kind]) for kind in KINDS), str(path)])
+                   [*(BETWEEN.join(texts[kind]) for kind in KINDS), str(path)])
 
     # ---- searching ----
 
@@ -234,7 +237,8 @@ class SearchIndex:
             # where it matched: the first of reply, user, system, title with a match
             where = next((k for k in ("reply", "user", "system", "title")
                           if "\x02" in parts[KINDS.index(k)]), "title")
-            snippet = " ".join(parts[KINDS.index(where)].split())
+            snippet = " · ".join(" ".join(piece.split()) for piece in
+                                 parts[KINDS.index(where)].split("\x1e") if piece.strip())
             hits.append(SearchHit(Path(path), cid, title, updated, messages,
                                   snippet.replace("\x02", "[").replace("\x03", "]"), where))
         return hits
