@@ -556,9 +556,11 @@ class LocalBackend:
         rows = [_Row(s, self._detokenizer(), StopStringFilter(s.stop), len(p), split=split)
                 for s, p, split in zip(settings, prompts,
                                        self._splitters(prompts, raw, continued))]
+        glyph = self._glyph_tail(prefix_ids)  # (the same prefix for every row: found once)
         for row in rows:
             self._budget_force(row)
-            self._resume_glyph(row, prefix_ids)
+            if glyph:
+                row.detok, row.fed = self._primed(glyph), list(range(-len(glyph), 0))
         active = list(range(n))
         sampling = RowSampling.build(settings, self.device)
         seen = None
@@ -748,26 +750,28 @@ class LocalBackend:
         row.glyph = []
         return out
 
-    def _resume_glyph(self, row: _Row, prefix_ids: Sequence[int]) -> None:
-        """A continued reply that ended inside a glyph (cut off by the length limit or
-        stopped between the tokens of an emoji or a CJK character; its tokens kept "" for
-        text, see :meth:`_finish`): the row's detokenizer starts with those tokens, so that the
-        token completing the glyph brings all of it, its ``glyph_start`` on the first of them
-        (positions before this request are negative here, the reply's once the recorder
-        numbers them). A fresh detokenizer decoded the rest of the glyph's bytes alone, and a
-        continued emoji came out as two replacement characters."""
+    def _glyph_tail(self, prefix_ids: Sequence[int]) -> list[int]:
+        """The last ids of a continued reply when it ended inside a glyph (cut off by the
+        length limit or stopped between the tokens of an emoji or a CJK character; its tokens
+        kept "" for text, see :meth:`_finish`), else []. Each row's detokenizer then starts
+        with them (:meth:`_primed`), so that the token completing the glyph brings all of it,
+        its ``glyph_start`` on the first of them (positions before this request are negative
+        here, the reply's once the recorder numbers them). A fresh detokenizer decoded the
+        rest of the glyph's bytes alone, and a continued emoji came out as two replacement
+        characters."""
         tail: list[int] = []
         for tid in reversed(prefix_ids[-8:]):  # (a glyph is at most 4 bytes, a token 1+)
             if tid in self.special_ids:
                 break
             tail.insert(0, tid)
-        if not tail:
-            return
-        probe = self._detokenizer()
-        for tid in tail:
-            probe.step(tid)
-        if probe.pending:
-            row.detok, row.fed = probe, list(range(-len(tail), 0))
+        return tail if tail and self._primed(tail).pending else []
+
+    def _primed(self, ids: Sequence[int]) -> IncrementalDetokenizer:
+        """A detokenizer that has seen ``ids``."""
+        detok = self._detokenizer()
+        for tid in ids:
+            detok.step(tid)
+        return detok
 
     def _flush_glyph(self, row: _Row) -> list[Token]:
         """The tokens of an incomplete glyph, its bytes given to the last of them."""

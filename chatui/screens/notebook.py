@@ -186,15 +186,21 @@ class NotebookScreen(Screen[None]):
                         self.status(ev.message)
         finally:
             self.stream = None
-            reply.text = reply.tokens.text()
-            reply.finish_reason = finish  # type: ignore[assignment]
-            reply.tokens.compact()
             self.generating = False
             self.continued = self.text_area.text
             self.text_area.read_only = False
             if finish != "error":
                 self.status(f"{reply.token_count} tokens · {finish} · " + HELP)
-            self._save()
+            self._keep(finish)
+
+    def _keep(self, finish: str) -> None:
+        """The continuation ended (``finish``): its text and finish set, and saved."""
+        reply = self.reply
+        assert reply is not None
+        reply.text = reply.tokens.text()
+        reply.finish_reason = finish  # type: ignore[assignment]
+        reply.tokens.compact()
+        self._save()
 
     def _save(self) -> None:
         """Autosave the notebook as its own conversation (``"mode": "raw"``)."""
@@ -218,9 +224,7 @@ class NotebookScreen(Screen[None]):
             return
         if self.stream is not None:
             self.stream.cancel()
-        reply.text = reply.tokens.text()
-        reply.finish_reason = "cancelled"
-        self._save()
+        self._keep("cancelled")
 
     # ---- tokens ----
 
