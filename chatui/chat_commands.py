@@ -311,8 +311,9 @@ def probe_text(arg: str) -> str:
 def _pct(logprob: float) -> str:
     import math
 
-    p = math.exp(logprob)
-    return f"{p:.2%}" if p >= 1e-4 else f"{p:.1e}"
+    from .widgets.text import show_prob
+
+    return show_prob(math.exp(logprob), 2)
 
 
 def describe_probe(text: str, at: str, scored: Scored) -> str:

@@ -382,8 +382,12 @@ async def test_token_view_cursor_and_inspector():
         await pilot.press("n")
         lowest = min(u.logprob for u in tv.units)
         assert tv.units[tv.cursor].logprob == lowest
+        footer = {k.action for k in app.chat.query("FooterKey")}
+        assert "to_prompt" in footer and "stop" not in footer  # Esc said "Stop" here
         await pilot.press("escape")
-        assert app.focused is app.chat.prompt
+        assert app.focused is app.chat.prompt and view.token_mode  # the view stays on
+        await pilot.pause()
+        assert "to_prompt" not in {k.action for k in app.chat.query("FooterKey")}
         await pilot.press("ctrl+t")
         await pilot.pause()
         assert not view.token_mode and not app.chat.inspector.display

@@ -118,3 +118,22 @@ async def test_the_palette_offers_every_command():
         titles = [c.title for c in app.get_system_commands(app.chat)]
         for spec in COMMANDS:
             assert any(t.startswith(f"/{spec.name}") for t in titles), spec.name
+
+
+def test_a_tiny_probability_never_reads_zero():
+    """A sampled token of probability 1.7e-5 read "0.0%" in the reply's statistics line and
+    "0.00%" in the inspector (seen at temperature 0.7 in tmux)."""
+    import math
+
+    from chatui.conversation import Reply
+    from chatui.widgets.reply import reply_stats
+    from chatui.widgets.text import show_prob
+    from inference.settings import SamplingParams
+    from inference.types import Token
+
+    assert [show_prob(p) for p in (0.5, 4e-4, 1.7e-5, 2.1e-7, 0.0)] == \
+        ["50.0%", "0.04%", "0.0017%", "2.1e-07", "0%"]
+    assert show_prob(0.25, 2) == "25.00%"
+    reply = Reply(SamplingParams(), " a school", [Token(0, 1, " a", -0.1, None),
+                                                  Token(1, 2, " school", math.log(1.7e-5), None)])
+    assert "least likely ' school' 0.0017%" in reply_stats(reply, stable_timings=True)

@@ -86,6 +86,8 @@ class ChatScreen(Screen[None]):
         Binding("escape", "cancel_edit", "Cancel edit", id="chat.cancel_edit",
                 tooltip="End the edit: the conversation stays as it was"),
         Binding("escape", "stop", "Stop", id="chat.stop", tooltip="Stop the reply (keeps it)"),
+        Binding("escape", "to_prompt", "To prompt", id="chat.to_prompt",
+                tooltip="Back to the message box; the token view stays on (Ctrl+T ends it)"),
         Binding("ctrl+t", "command('/logprobs')", "Tokens", id="chat.tokens",
                 tooltip="Token view: probabilities per token"),
         Binding("ctrl+r", "command('/retry')", "Retry", id="chat.retry",
@@ -1236,8 +1238,10 @@ class ChatScreen(Screen[None]):
         if self.generating and job is not None and job.stream is not None:
             job.stream.cancel()
 
-        elif isinstance(self.focused, TokenView):
-            self.prompt.focus()
+    def action_to_prompt(self) -> None:
+        """Esc in the token view with nothing streaming: the cursor back in the message box
+        (the footer said "Stop" for it; the token view stays on, Ctrl+T turns it off)."""
+        self.prompt.focus()
 
     def action_cancel_edit(self) -> None:
         """Esc while editing: the edit abandoned, the box emptied (Ctrl+Z brings it back)."""
@@ -1252,10 +1256,13 @@ class ChatScreen(Screen[None]):
         if action == "cancel_edit":  # (Esc's first binding, in the footer while editing)
             return self.state.editing is not None and not self.generating \
                 and self.focused is self.prompt
-        if action == "stop":
-            return True if self.generating or isinstance(self.focused, TokenView) else None
+        in_tokens = isinstance(self.focused, TokenView)
+        if action == "stop":  # (greyed while idle; in the token view Esc is "To prompt")
+            return True if self.generating else (False if in_tokens else None)
+        if action == "to_prompt":
+            return not self.generating and in_tokens
         if action == "command" and parameters == ("/raw",):
-            return isinstance(self.focused, TokenView) or None
+            return in_tokens or None
         if action == "pick_next":
             return self.can_pick  # hidden unless the last reply is a comparison
         return True

@@ -22,6 +22,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Ctrl+L", "empty the message box, however long (Ctrl+Z brings the text back)"),
     ("Esc / Ctrl+C", "stop the reply (the partial text is kept, marked as stopped)"),
     ("Ctrl+T", "token view: tokens coloured by probability, with a side panel"),
+    ("Esc (token view)", "back to the message box; the token view stays on"),
     ("← → ↑ ↓ Home End", "move the token cursor (in the token view; ↑↓ by 10 tokens)"),
     ("n", "jump to the least likely token"),
     ("1 … 9", "continue the reply from that alternative of the selected token"),

@@ -18,7 +18,7 @@ from themes import heat_bin
 from themes.chatui import HEAT_LABELS
 
 from ..messages import AlternativeChosen
-from .text import show_token
+from .text import show_prob, show_token
 
 BAR_WIDTH = 14
 EMPTY_HINT = Content.styled("Select a token: click it, or use the arrow keys in a reply "
@@ -60,13 +60,13 @@ def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
     lines.append(Content.assemble(("token ", "bold"), f"{index + 1} of {total}  ",
                                   show_token(text or first.raw)))
     if len(tokens) > 1:
-        probs = ", ".join(f"{t.prob:.1%}" if t.prob is not None else "?" for t in tokens)
+        probs = ", ".join(show_prob(t.prob) if t.prob is not None else "?" for t in tokens)
         lines.append(Content(f"glyph of {len(tokens)} tokens: {probs}"))
     if first.prob is not None:
-        lines.append(Content(f"probability  {first.prob:.2%}   logprob {first.logprob:.3f}"))
+        lines.append(Content(f"probability  {show_prob(first.prob, 2)}   logprob {first.logprob:.3f}"))
     cut = first.sampler
     if cut is not None:
-        lines.append(Content(f"sampled      {cut.prob:.2%}   nucleus {cut.nucleus:,} "
+        lines.append(Content(f"sampled      {show_prob(cut.prob, 2)}   nucleus {cut.nucleus:,} "
                              f"token{'s' if cut.nucleus != 1 else ''}"))
     rank = token_rank(first)
     if first.top:

@@ -36,7 +36,7 @@ from ..token_records import TokenRecords
 from .markdown_lines import MarkdownLines
 from .reasoning import ReasoningBlock
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
-from .text import safe_text, show_token
+from .text import safe_text, show_prob, show_token
 from .token_view import REFRESH_S, TokenView
 
 FRAME_S = REFRESH_S
@@ -196,7 +196,7 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
         parts.append(f"ppl {ppl:.2f}")
     least = running.least
     if least is not None and least.logprob is not None:
-        parts.append(f"least likely {token_label(least.text)} {math.exp(least.logprob):.1%}")
+        parts.append(f"least likely {token_label(least.text)} {show_prob(math.exp(least.logprob))}")
     if stable_timings:
         parts.append("– tok/s")
     elif reply.usage is not None:

@@ -16,14 +16,14 @@ from textual.widgets import Static
 
 from inference.types import Token
 
-from .text import safe_text
+from .text import safe_text, show_prob
 from .token_view import TokenView
 
 
 def score_summary(label: str, tokens: Sequence[Token], perplexity: float, scored: int,
                   least: Sequence[Token]) -> str:
     """The header's one line: what was scored, its perplexity and least likely tokens."""
-    worst = ", ".join(f"{(t.text or t.raw)!r} {t.prob:.2%}" for t in least)
+    worst = ", ".join(f"{(t.text or t.raw)!r} {show_prob(t.prob, 2)}" for t in least)
     return (f"scored {label}: perplexity {perplexity:.4g} over {scored} of {len(tokens)} "
             f"tokens" + (f" · least likely: {worst}" if worst else ""))
 

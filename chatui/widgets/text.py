@@ -47,3 +47,15 @@ def shorten(text: str, width: int) -> str:
 def show_token(text: str) -> str:
     """A token's text for a label: quoted, whitespace made visible."""
     return "'" + safe_text(text).replace("\n", "↵").replace("\t", "⇥") + "'"
+
+
+def show_prob(prob: float, digits: int = 1) -> str:
+    """A probability as a percentage that never reads 0 for a token that was chosen: below
+    what ``digits`` decimals can show it keeps two significant digits ("0.0017%"; a sampled
+    token 1.7e-5 likely read "0.0%"), under 1e-6 a plain number ("2.1e-07"), and an exact 0
+    stays "0%"."""
+    if prob <= 0:
+        return "0%"
+    if prob * 100 >= 10 ** -digits:
+        return f"{prob:.{digits}%}"
+    return f"{prob * 100:.2g}%" if prob >= 1e-6 else f"{prob:.1e}"
