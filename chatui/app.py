@@ -43,6 +43,7 @@ from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseCom
                        ResponseFailed)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
+from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
 from .textual_compat import ReportsFatalErrors
 
 log = logging.getLogger(__name__)
@@ -232,30 +233,49 @@ class ChatApp(ReportsFatalErrors, App[int]):
         for ever (Textual's output thread dies on the first write to it, and the screen's
         writes queue up behind it: the process hung at exit), so the reply is stopped and the
         conversation saved here, on the loop, with nothing drawn, and the process ends."""
-        log.info("signal %d: the reply stopped, the conversation saved, quitting", sig)
         if sig != getattr(signal, "SIGHUP", None):
+            log.info("signal %d: quitting as Ctrl+Q does", sig)
             if not self._quitting_on_signal:
                 self._quitting_on_signal = True
                 run_reported(self, self.action_quit(), what="Quitting", group="hang-up")
             return
+        log.info("signal %d: the terminal is gone; stopping the reply, saving, quitting", sig)
+        code = 2
+        try:
+            self._stop_for_hang_up()
+            self.save_conversation()
+            self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+            code = 0 if self._autosave_error is None else 2
+            log.info("saved on hang-up" if code == 0 else "saving on hang-up failed")
+        except BaseException:  # (the process ends whatever happened)
+            log.exception("saving on hang-up failed")
+        finally:
+            try:
+                self.worker.close()
+            finally:
+                logging.shutdown()
+                os._exit(code)
+
+    def _stop_for_hang_up(self) -> None:
+        """The streaming reply and raw mode's continuation stopped where they are, each on its
+        own: a failure in one is logged and the conversation is still saved (an import that
+        failed here, the package upgraded under the running app, left it unsaved)."""
         try:
             job = self.chat.state.job
-        except LookupError:
-            job = None
-        if job is not None:
-            if job.stream is not None:
-                job.stream.cancel()
-            job.recorder.finish()  # (rows still running: stopped, as Esc would)
-        from .screens.notebook import NotebookScreen
-
+            if job is not None:
+                if job.stream is not None:
+                    job.stream.cancel()
+                job.recorder.finish()  # (rows still running: stopped, as Esc would)
+        except LookupError:  # (no chat screen yet)
+            pass
+        except Exception:
+            log.exception("stopping the reply on hang-up failed")
         for screen in self.screen_stack:
             if isinstance(screen, NotebookScreen):
-                screen.hang_up()
-        self.save_conversation()
-        self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
-        self.worker.close()
-        logging.shutdown()
-        os._exit(0 if self._autosave_error is None else 2)
+                try:
+                    screen.hang_up()
+                except Exception:
+                    log.exception("stopping the notebook on hang-up failed")
 
     _quitting_on_signal = False
 
@@ -292,8 +312,6 @@ class ChatApp(ReportsFatalErrors, App[int]):
             self.chat.model_ready(info)
             if info.chat_template_warning and not self.config.raw_mode:
                 # no chat template: a base model; its notebook rather than the ChatML fallback
-                from .screens.notebook import NO_TEMPLATE_NOTICE
-
                 self.chat.open_notebook(NO_TEMPLATE_NOTICE)
             self._model_ref = ModelRef(name=info.name, checkpoint=info.checkpoint,
                                        weights_hash=info.weights_hash, dtype=info.dtype,
@@ -325,8 +343,6 @@ class ChatApp(ReportsFatalErrors, App[int]):
 
     async def _stop_notebook(self) -> bool:
         """Stop raw mode's continuation if one runs; True if it did."""
-        from .screens.notebook import NotebookScreen
-
         for screen in self.screen_stack:
             if isinstance(screen, NotebookScreen) and screen.generating:
                 await screen.action_stop()

@@ -207,3 +207,39 @@ async def test_a_messages_export_opens_as_a_conversation(config_dir, tmp_path): 
         await send(pilot, app, "and then?")
         sent = app.holder["backend"].requests[-1].messages
         assert [{"role": m.role, "content": m.content} for m in sent[:-1]] == exported
+
+
+async def test_a_hang_up_saves_even_when_stopping_the_reply_fails(config_dir, monkeypatch):  # noqa: F811
+    """SIGHUP's handler saves the conversation whatever else fails in it (an import inside it
+    that failed, the package changed under the running app, ended the handler before the
+    save: the reply streamed so far was lost), and the process still ends."""
+    import os
+    import signal
+
+    from chatui import transcript as tr
+    from chatui.recorder import ReplyRecorder
+
+    exits: list[int] = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    long = " ".join(f"w{i}" for i in range(400))
+    app = make_app(lambda r, row: long, delay_s=0.01)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.chat.prompt.text = "go"
+        await pilot.press("enter")
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if len(app.chat.conversation.entries) == 2 and \
+                    len(app.chat.conversation.entries[1].text) > 50:
+                break
+        assert app.chat.generating
+
+        def broken(self):
+            raise RuntimeError("broken")
+
+        monkeypatch.setattr(ReplyRecorder, "finish", broken)
+        app._hung_up(signal.SIGHUP)
+        assert exits == [0]
+        path = tr.autosave_path(app.chat.conversation, app.config.transcripts_dir())
+        saved = tr.load_transcript(path)
+        assert saved.entries[1].replies[0].text.startswith("w0 w1 w2")
+        monkeypatch.undo()
