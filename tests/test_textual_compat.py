@@ -318,3 +318,33 @@ if __name__ == "__main__":
         textual.__version__ = sys.argv[3]  # type: ignore[attr-defined]
     result = _run_screens() if scenario == "screens" else _run_crash(out.with_suffix(".log"))
     out.write_text(json.dumps(result), "utf-8")
+
+
+@pytest.mark.parametrize("typed, keys", [
+    ("\x1b/", ["escape", "slash"]),  # (Textual: "slash", the Esc lost)
+    ("\x1b/compare\x1b", ["escape", "slash", "c", "o", "m", "p", "a", "r", "e", "escape"]),
+    ("\x1b/\x1bx", ["escape", "slash", "escape", "x"]),  # ("^" and "/" before)
+    ("\x1bq", ["escape", "q"]),  # (alt+q)
+    ("\x1b ", ["escape", "space"]),
+    ("\x1b\r", ["alt+enter"]),  # the prompt's newline (it was Enter: the message went out)
+    ("\x1b[", ["escape", "left_square_bracket"]),  # a sequence start that led nowhere
+    ("\x1b", ["escape"]),
+    ("\x1b\x1b", ["escape", "escape"]),
+    ("\x1b[A\x1bOB\x1b[1;3D", ["up", "down", "alt+left"]),  # the terminal's own sequences
+    ("\x1bb\x1bf\x1b\x7f", ["ctrl+left", "ctrl+right", "ctrl+w"]),  # (ESC b / f / DEL kept)
+    ("\x1b[200~a/b\x1b[201~", ["paste:a/b"]),
+])
+def test_a_key_typed_right_after_esc_is_both_keys(typed, keys):
+    """Esc and a key within the parser's 0.1 s wait (a fast typist; tmux's send-keys): Textual
+    read ESC "/" as "/" alone, and typed the Esc as "^" when a third key followed as fast."""
+    from textual import events
+    from textual._xterm_parser import XTermParser
+
+    from chatui import textual_compat
+
+    if not textual_compat.apply():
+        pytest.skip("the patches are off on this Textual")
+    parser = XTermParser()
+    got = list(parser.feed(typed)) + list(parser.feed(""))
+    names = [f"paste:{e.text}" if isinstance(e, events.Paste) else e.key for e in got]
+    assert names == keys

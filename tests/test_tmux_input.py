@@ -191,3 +191,36 @@ def test_a_closed_terminal_stops_and_saves_the_streaming_reply(tmp_path, raw):
     reply = conv.entries[1].replies[0]
     assert reply.finish_reason == "cancelled" and reply.text.startswith("You said: tell me")
     assert conv.mode == ("raw" if raw else "chat")
+
+
+def test_esc_and_a_command_typed_at_once_are_both_read(tmp_path):
+    """Esc and the next keys sent in one burst (a fast typist; tmux's send-keys): Esc closes
+    the search screen and the command runs in the message box. Textual read ESC "/" as "/"
+    alone: the search box got "/settings", and the Esc was lost (or typed as "^")."""
+    name = f"chatui-esc-{uuid.uuid4().hex[:8]}"
+    env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp_path / "config"),
+           "CHATUI_DATA_DIR": str(tmp_path / "data"), "TERM": "xterm-256color"}
+    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
+                        "-m", "chatui", "--backend", "scripted"])
+    tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
+
+    def wait_for(text: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = tmux("capture-pane", "-t", name, "-p")
+            if text in shown:
+                return shown
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} did not appear:\n{shown}")
+
+    try:
+        wait_for("Message the model")
+        tmux("send-keys", "-t", name, "C-f")
+        wait_for("Search saved conversations")
+        tmux("send-keys", "-t", name, "-l", "lemon")
+        wait_for("lemon")
+        tmux("send-keys", "-t", name, "Escape", "/settings", "Enter")  # one write
+        shown = wait_for("Settings in force", timeout=10)
+        assert "lemon" not in shown and "^/" not in shown, shown
+    finally:
+        tmux("kill-session", "-t", name)

@@ -159,3 +159,36 @@ def test_held_keys_wait_for_a_quiet_terminal():
     assert not stuck.settled(e.MAX_S / 2, unread=3)
     assert stuck.settled(e.MAX_S, unread=3)
     assert e.unread_bytes() >= 0  # (pytest's stdin: not a terminal, or nothing typed)
+
+
+async def test_a_newline_and_a_clear_typed_in_a_burst_land_where_they_were_typed():
+    """Ctrl+J (or Shift/Alt+Enter) and Ctrl+L act in the order the keys came: as bindings
+    they ran once the key had bubbled up to the app, after the keys behind them ("abc",
+    Ctrl+J, "def" in one burst gave "abcdef" and then the line break; seen in tmux)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        for newline in ("ctrl+j", "shift+enter", "alt+enter"):
+            app.chat.prompt.text = ""
+            await pilot.pause()
+            type_now(app, "abc")
+            deliver(app, events.Key(newline, None))
+            type_now(app, "def")
+            await pilot.pause(0.1)
+            assert app.chat.prompt.text == "abc\ndef", newline
+        type_now(app, "gone")
+        deliver(app, events.Key("ctrl+l", None))
+        type_now(app, "kept")
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "kept"
+
+
+async def test_keys_typed_right_after_ctrl_g_extend_the_edited_prompt():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        deliver(app, events.Key("ctrl+g", None))
+        type_now(app, " more")
+        await pilot.pause(0.2)
+        assert app.chat.prompt.text == "first more"  # (" more" went aside as a draft)
+        assert app.chat.state.editing is not None

@@ -92,7 +92,7 @@ class ChatScreen(Screen[None]):
                 tooltip="Token view: probabilities per token"),
         Binding("ctrl+r", "command('/retry')", "Retry", id="chat.retry",
                 tooltip="Regenerate the last reply"),
-        Binding("ctrl+g", "command('/edit')", "Edit", id="chat.edit",
+        Binding("ctrl+g", "command_in_order('/edit')", "Edit", id="chat.edit", priority=True,
                 tooltip="Edit the last prompt"),
         Binding("ctrl+o", "command('/continue')", "Continue", id="chat.continue",
                 tooltip="Continue a stopped or cut-off reply"),
@@ -1251,6 +1251,14 @@ class ChatScreen(Screen[None]):
     async def action_command(self, text: str) -> None:
         """A key bound to a slash command runs it."""
         await self.run_command(text)
+
+    def action_command_in_order(self, text: str) -> None:
+        """A key bound to a command that puts text in the box (Ctrl+G): a priority binding,
+        run as its key arrives, queues the command in the box's own queue, between the keys
+        typed before it and those typed after (as a plain binding it ran once its key had
+        bubbled up, after the keys behind it: those went into the box first and were put
+        aside as a draft; see ``PromptInput.action_submit``)."""
+        self.prompt.call_later(self.run_command, text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel_edit":  # (Esc's first binding, in the footer while editing)

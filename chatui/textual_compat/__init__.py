@@ -17,6 +17,8 @@ private names chatui needs:
   cache);
 - :mod:`.app_hooks`: one sentence instead of a traceback after an internal error (overrides
   ``App._fatal_error``);
+- :mod:`.keys`: a key typed right after Esc is both keys (patches
+  ``XTermParser._sequence_to_key_events``: Textual dropped the Esc, or typed it as "^");
 - :mod:`.markdown`: Markdown block classes from ``textual.widgets._markdown``, with a public
   fallback.
 - :mod:`.testing` (for tests and benchmarks only, not imported by the app): events delivered
@@ -31,7 +33,7 @@ public ones.
 
 from __future__ import annotations
 
-from . import compositor, strips, styles_cache
+from . import compositor, keys, strips, styles_cache
 from .app_hooks import ReportsFatalErrors
 from .gate import ENABLED, ENV_VAR, TESTED_VERSIONS, patches_enabled, textual_version
 from .markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
@@ -46,8 +48,9 @@ __all__ = [
 
 
 def apply() -> bool:
-    """Patch Textual's compositor and strips where the gate allows (idempotent); whether they
-    are patched. The widget and app hooks are decided when their classes are built."""
+    """Patch Textual's compositor, strips and input parser where the gate allows (idempotent);
+    whether they are patched. The widget and app hooks are decided when their classes are
+    built."""
     if not ENABLED:
         return False
-    return strips.apply() & compositor.apply() & styles_cache.apply()
+    return strips.apply() & compositor.apply() & styles_cache.apply() & keys.apply()

@@ -135,10 +135,26 @@ class PromptInput(TextArea):
         self.set_text(self.prompt_history[self._history_pos])
         return True
 
+    NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter"})
+
     def on_key(self, event: events.Key) -> None:
         """Up on the first line and Down on the last recall the prompt history. A public
         handler: Textual calls it before TextArea's own key handling, which
-        ``prevent_default`` skips."""
+        ``prevent_default`` skips.
+
+        The newline and Ctrl+L are done here too, in the order the keys came, not by their
+        bindings: a binding that is not a priority runs when its key has bubbled up to the
+        app, after the keys queued behind it have been typed ("abc", Ctrl+J, "def" in one
+        burst gave "abcdef" and then the line break; seen in tmux). The bindings stay for
+        the footer."""
+        if event.key in self.NEWLINE_KEYS or event.key == "ctrl+l":
+            event.prevent_default()
+            event.stop()
+            if event.key == "ctrl+l":
+                self.action_clear_all()
+            else:
+                self.action_newline()
+            return
         row, _ = self.cursor_location
         if event.key in ("pageup", "pagedown") and self.document.line_count <= max(
                 1, self.content_size.height):
