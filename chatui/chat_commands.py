@@ -493,13 +493,25 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
     lines = ["Saved conversations (/load N opens one, /history delete N removes one):"]
     shown = history[:30]
     number = {s.id: i for i, s in enumerate(shown, 1)}
+    from .widgets.text import shorten
+
     for i, s in enumerate(shown, 1):
+        # two short lines each, the details under the title (one long line wrapped back to
+        # the notice's margin, under the numbers)
         when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
-        what = s.error or f"{s.title or '(untitled)'} — {s.messages} messages, {s.model}"
-        if s.parent and not s.error:  # (a branch and its conversation share their title)
-            what += f", a branch of {number[s.parent]}" if s.parent in number else ", a branch"
-        lines.append(f"{i:>3}. {when}  {what}")
+        if s.error:
+            lines.append(f"{i:>3}. {when}  {s.error}")
+            continue
+        lines.append(f"{i:>3}. {when}  {shorten(s.title or '(untitled)', HISTORY_TITLE)}")
+        what = f"{s.messages} messages · {s.model}"
+        if s.parent:  # (a branch and its conversation share their title)
+            what += f" · a branch of {number[s.parent]}" if s.parent in number else " · a branch"
+        lines.append(f"       {what}")
     ctx.notice("\n".join(lines))
+
+
+HISTORY_TITLE = 56
+"""Characters of a title ``/history`` shows (its line then fits 80 columns)."""
 
 
 async def cmd_find(ctx: CommandContext, arg: str = "") -> None:

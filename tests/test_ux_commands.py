@@ -74,6 +74,20 @@ async def test_history_delete_moves_a_conversation_out_of_the_list(tmp_path):
         assert "no conversation 9" in last_notice(app, "error")
 
 
+async def test_history_lines_fit_80_columns_with_the_details_under_the_title(tmp_path):
+    """A long title made the listing's one line per conversation wrap back to the notice's
+    margin, under the numbers; now the title is cut and the details go on a line of their own."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "a rather long first message " * 8)
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "/history")
+        lines = last_notice(app).splitlines()
+        assert all(len(line) <= 80 for line in lines), lines
+        assert lines[1].startswith("  1. ") and lines[1].endswith("…")
+        assert lines[2].strip() == "2 messages · scripted"
+
+
 async def test_continue_after_a_failed_reply_does_not_say_it_finished(tmp_path):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

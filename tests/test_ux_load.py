@@ -115,7 +115,7 @@ async def test_a_file_changed_elsewhere_makes_a_branch_and_the_user_is_told(conf
         assert conv.id != other.id and conv.parent == other.id
         await send(pilot, app, "/history")  # the two share a title: the branch says whose
         listing = str(notices(app)[-1].render())
-        assert "first — 4 messages" in listing and ", a branch of 2" in listing, listing
+        assert "4 messages · scripted · a branch of 2" in listing, listing
         from textual.widgets import OptionList
 
         await pilot.press("ctrl+f")  # the search box's list says it too
