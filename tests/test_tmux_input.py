@@ -32,13 +32,33 @@ def tmux(*args: str) -> str:
                           text=True).stdout
 
 
-def run_once(tmp: Path, delay_s: float, text: str, program: list[str] | None = None) -> bool:
-    name = f"chatui-input-{uuid.uuid4().hex[:8]}"
+def start_chatui(name: str, tmp: Path, size: tuple[int, int] = (100, 30),
+                 program: list[str] | None = None, args: tuple[str, ...] = ()) -> int:
+    """chatui (the scripted backend, data and config under ``tmp``) in a new tmux session
+    ``name``; its process id (the pane's: the command is exec'd)."""
     env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp / "config"),
            "CHATUI_DATA_DIR": str(tmp / "data"), "TERM": "xterm-256color"}
-    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
-                        *(program or ["-m", "chatui"]), "--backend", "scripted"])
-    tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
+    command = " ".join(["exec", "env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
+                        *(program or ["-m", "chatui"]), "--backend", "scripted", *args])
+    tmux("new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command)
+    return int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
+
+
+def wait_for(name: str, text: str, timeout: float = 30) -> str:
+    """The screen of session ``name`` once it shows ``text``."""
+    deadline = time.monotonic() + timeout
+    shown = ""
+    while time.monotonic() < deadline:
+        shown = tmux("capture-pane", "-t", name, "-p")
+        if text in shown:
+            return shown
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} did not appear:\n{shown}")
+
+
+def run_once(tmp: Path, delay_s: float, text: str, program: list[str] | None = None) -> bool:
+    name = f"chatui-input-{uuid.uuid4().hex[:8]}"
+    start_chatui(name, tmp, program=program)
     try:
         time.sleep(delay_s)
         tmux("send-keys", "-t", name, "-l", text)
@@ -101,26 +121,13 @@ def test_score_shows_its_message_in_a_real_terminal(tmp_path):
     the least likely token) left the log mid-reply with the message off the screen (seen in
     tmux; the pilot's layout settles between steps, so the pilot tests passed)."""
     name = f"chatui-score-{uuid.uuid4().hex[:8]}"
-    env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp_path / "config"),
-           "CHATUI_DATA_DIR": str(tmp_path / "data"), "TERM": "xterm-256color"}
-    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
-                        "-m", "chatui", "--backend", "scripted"])
-    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "36", command)
+    start_chatui(name, tmp_path, (120, 36))
     words = "\n\n```python\n" + "".join(
         f"def function_number_{i}(text: str, prefix: str) -> str:\n    return text[::-1]\n\n"
         for i in range(12)) + "```\n\n"
 
     def screen() -> str:
         return tmux("capture-pane", "-t", name, "-p")
-
-    def wait_for(text: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            shown = screen()
-            if text in shown:
-                return shown
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} did not appear:\n{screen()}")
 
     def send(text: str) -> None:  # (pasted: its line breaks stay in the box)
         tmux("set-buffer", "-b", name, text)
@@ -129,7 +136,7 @@ def test_score_shows_its_message_in_a_real_terminal(tmp_path):
         tmux("send-keys", "-t", name, "Enter")
 
     try:
-        wait_for("Message the model")
+        wait_for(name, "Message the model")
         for i in range(3):  # the last reply taller than the screen; the first message short
             send(f"question {i}: {words if i else 'a short one'} end{i}")
             deadline = time.monotonic() + 60
@@ -139,9 +146,9 @@ def test_score_shows_its_message_in_a_real_terminal(tmp_path):
                     break
                 time.sleep(0.2)
         send("/settings")
-        wait_for("Settings in force")
+        wait_for(name, "Settings in force")
         send("/score 1")
-        wait_for("scored message")
+        wait_for(name, "scored message")
         time.sleep(1.5)
         lines = screen().splitlines()
         box = next(i for i, line in enumerate(lines) if "▔▔▔" in line and i > 3)
@@ -161,12 +168,7 @@ def test_a_closed_terminal_stops_and_saves_the_streaming_reply(tmp_path, raw):
 
     name = f"chatui-hup-{uuid.uuid4().hex[:8]}"
     data = tmp_path / "data"
-    env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp_path / "config"),
-           "CHATUI_DATA_DIR": str(data), "TERM": "xterm-256color"}
-    command = " ".join(["exec", "env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
-                        "-m", "chatui", "--backend", "scripted", *(["--raw"] if raw else [])])
-    tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
-    pid = int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
+    pid = start_chatui(name, tmp_path, args=("--raw",) if raw else ())
     try:
         deadline = time.monotonic() + 30
         while ("continue" if raw else "Message the model") not in tmux(
@@ -198,29 +200,15 @@ def test_esc_and_a_command_typed_at_once_are_both_read(tmp_path):
     the search screen and the command runs in the message box. Textual read ESC "/" as "/"
     alone: the search box got "/settings", and the Esc was lost (or typed as "^")."""
     name = f"chatui-esc-{uuid.uuid4().hex[:8]}"
-    env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp_path / "config"),
-           "CHATUI_DATA_DIR": str(tmp_path / "data"), "TERM": "xterm-256color"}
-    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
-                        "-m", "chatui", "--backend", "scripted"])
-    tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
-
-    def wait_for(text: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            shown = tmux("capture-pane", "-t", name, "-p")
-            if text in shown:
-                return shown
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} did not appear:\n{shown}")
-
+    start_chatui(name, tmp_path)
     try:
-        wait_for("Message the model")
+        wait_for(name, "Message the model")
         tmux("send-keys", "-t", name, "C-f")
-        wait_for("Search saved conversations")
+        wait_for(name, "Search saved conversations")
         tmux("send-keys", "-t", name, "-l", "lemon")
-        wait_for("lemon")
+        wait_for(name, "lemon")
         tmux("send-keys", "-t", name, "Escape", "/settings", "Enter")  # one write
-        shown = wait_for("Settings in force", timeout=10)
+        shown = wait_for(name, "Settings in force", timeout=10)
         assert "lemon" not in shown and "^/" not in shown, shown
     finally:
         tmux("kill-session", "-t", name)

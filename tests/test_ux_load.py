@@ -34,6 +34,21 @@ Last paragraph.
 """
 
 
+LONG = " ".join(f"w{i}" for i in range(400))
+"""A reply that streams for a few seconds at 10 ms a word."""
+
+
+async def streaming(pilot, app, chars: int) -> None:
+    """"go" sent; back once more than ``chars`` characters of its reply have streamed."""
+    app.chat.prompt.text = "go"
+    await pilot.press("enter")
+    for _ in range(200):
+        await pilot.pause(0.05)
+        entries = app.chat.conversation.entries
+        if len(entries) == 2 and len(entries[1].text) > chars:
+            break
+
+
 @pytest.mark.parametrize("size", [(70, 24), (120, 36)])
 async def test_a_loaded_conversation_is_drawn_in_full(tmp_path, size):
     app = make_app(lambda r, row: RICH)
@@ -149,16 +164,9 @@ async def test_a_streaming_reply_is_saved_as_it_streams_and_loads_as_stopped(
     from chatui import transcript as tr
 
     monkeypatch.setattr(chat_module, "CHECKPOINT_S", 0.2)
-    long = " ".join(f"w{i}" for i in range(400))
-    app = make_app(lambda r, row: long, delay_s=0.01)
+    app = make_app(lambda r, row: LONG, delay_s=0.01)
     async with app.run_test(size=(100, 30)) as pilot:
-        app.chat.prompt.text = "go"
-        await pilot.press("enter")
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if len(app.chat.conversation.entries) == 2 and \
-                    len(app.chat.conversation.entries[1].text) > 100:
-                break
+        await streaming(pilot, app, 100)
         await pilot.pause(0.5)
         assert app.chat.generating
         app.autosaver.wait()
@@ -221,16 +229,9 @@ async def test_a_hang_up_saves_even_when_stopping_the_reply_fails(config_dir, mo
 
     exits: list[int] = []
     monkeypatch.setattr(os, "_exit", exits.append)
-    long = " ".join(f"w{i}" for i in range(400))
-    app = make_app(lambda r, row: long, delay_s=0.01)
+    app = make_app(lambda r, row: LONG, delay_s=0.01)
     async with app.run_test(size=(100, 30)) as pilot:
-        app.chat.prompt.text = "go"
-        await pilot.press("enter")
-        for _ in range(200):
-            await pilot.pause(0.05)
-            if len(app.chat.conversation.entries) == 2 and \
-                    len(app.chat.conversation.entries[1].text) > 50:
-                break
+        await streaming(pilot, app, 50)
         assert app.chat.generating
 
         def broken(self):
