@@ -52,6 +52,14 @@ SAVE_ON_EXIT_S = 10.0
 """How long quitting waits for the last autosave to be written."""
 
 
+def rescue_dir() -> Path:
+    """Where a conversation goes when its own folder cannot be written as chatui ends
+    (``chatui-rescue`` in the system's temporary folder)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "chatui-rescue"
+
+
 class ChatApp(ReportsFatalErrors, App[int]):
     """A terminal chat with a local model, with live per-token probabilities.
 
@@ -244,9 +252,13 @@ class ChatApp(ReportsFatalErrors, App[int]):
         try:
             self._stop_for_hang_up()
             self.save_conversation()
-            self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
-            code = 0 if self._autosave_error is None else 2
-            log.info("saved on hang-up" if code == 0 else "saving on hang-up failed")
+            saved = self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+            code = 0 if self._autosave_error is None and saved else 2
+            if code == 0:
+                log.info("saved on hang-up")
+            else:
+                log.error("saving on hang-up failed: %s", self._autosave_error)
+                self._rescue_copy()
         except BaseException:  # (the process ends whatever happened)
             log.exception("saving on hang-up failed")
         finally:
@@ -350,9 +362,13 @@ class ChatApp(ReportsFatalErrors, App[int]):
         return False
 
     async def action_quit(self) -> None:
-        """Stop any reply, keep the conversation, close the worker and exit; if the last save
-        failed or did not finish, say so on the terminal (quitting once waited 10 s
-        silently, the save's error report blocked behind the wait, and exited as if saved)."""
+        """Stop any reply, keep the conversation, close the worker and exit. If the save
+        fails (or does not finish), the conversation is written to the rescue folder
+        instead and the terminal says where (it quit with the conversation lost: seen with a
+        data folder that could not be written); if that fails too, the first Ctrl+Q only says
+        so (``/save PATH`` or ``/export`` can still keep it) and the second quits without it.
+        (Quitting once waited 10 s silently, the save's error report blocked behind the
+        wait, and exited as if saved.)"""
         try:
             await self.chat.stop_generation()
         except LookupError:
@@ -363,16 +379,52 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say why we wait
             self.notify("Saving the conversation before quitting…", timeout=SAVE_ON_EXIT_S)
         saved = await asyncio.to_thread(self.autosaver.flush, SAVE_ON_EXIT_S)
-        self.worker.close()
         error = self._autosave_error
-        if error is not None or not saved:
-            why = describe_error(error) if error is not None else (
-                f"the save did not finish within {SAVE_ON_EXIT_S:.0f} s")
-            self.exit(return_code=2,
-                      message=f"chatui quit, but the conversation could not be saved ({why}). "
-                      f"Details are in {self.config.resolved_log_file()}.")
+        if error is None and saved:
+            self.worker.close()
+            self.exit(0)
             return
-        self.exit(0)
+        why = describe_error(error) if error is not None else (
+            f"the save did not finish within {SAVE_ON_EXIT_S:.0f} s")
+        rescued = self._rescue_copy()
+        if rescued is None and not self._quit_refused and not self._quitting_on_signal:
+            self._quit_refused = True
+            self.notify(f"The conversation could not be saved ({why}), nor a copy in "
+                        f"{rescue_dir()}. /save PATH keeps it elsewhere; Ctrl+Q again quits "
+                        "without it.", title="Not saved", severity="error", timeout=30,
+                        markup=False)
+            return
+        self.worker.close()
+        where = (f"; a copy was saved to {rescued} (chatui --load {rescued} opens it)"
+                 if rescued is not None else "")
+        self.exit(return_code=2,
+                  message=f"chatui quit, but the conversation could not be saved ({why})"
+                  f"{where}. Details are in {self.config.resolved_log_file()}.")
+
+    _quit_refused = False
+    """Ctrl+Q was pressed once with the conversation unsaved anywhere (the next one quits)."""
+
+    def _rescue_copy(self) -> Path | None:
+        """The conversation written to :func:`rescue_dir` (its autosave failed); the file,
+        or None where that failed too (or there is nothing to keep)."""
+        from . import transcript
+
+        try:
+            conv = self.chat.state.conversation
+        except LookupError:
+            return None
+        if not conv.entries:
+            return None
+        try:
+            directory = rescue_dir()
+            directory.mkdir(parents=True, exist_ok=True)
+            path = transcript.autosave_path(conv, directory)
+            transcript.save_transcript(conv, path)
+        except Exception:  # (any failure: the caller says the conversation is not saved)
+            log.exception("the rescue copy could not be written")
+            return None
+        log.info("the conversation was saved to %s instead", path)
+        return path
 
     _model_ref: ModelRef | None = None
     _autosave_warned = False

@@ -62,19 +62,34 @@ async def test_the_context_toast_says_turns_are_left_out_when_they_already_are()
         assert toasts and "soon" not in toasts[-1], toasts
 
 
-async def test_quitting_after_a_failed_autosave_says_nothing_was_saved(tmp_path, monkeypatch):
+def unwritable_app(tmp_path, monkeypatch, rescue):
+    """An app whose data folder cannot be made (a file is in the way) and whose rescue folder
+    is ``rescue``; the messages it exits with are collected in its ``said``."""
+    import chatui.app as app_module
+
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x")
     monkeypatch.setenv("CHATUI_DATA_DIR", str(blocker / "data"))
+    monkeypatch.setattr(app_module, "rescue_dir", lambda: rescue)
     app = make_app()
-    said = []
+    app.said = []
     real_exit = app.exit
 
     def exit(*args, **kwargs):
-        said.append(str(kwargs.get("message", "")))
+        app.said.append(str(kwargs.get("message", "")))
         real_exit(*args, **kwargs)
 
     app.exit = exit  # type: ignore[method-assign]
+    return app
+
+
+async def test_quitting_after_a_failed_autosave_saves_a_rescue_copy(tmp_path, monkeypatch):
+    """The data folder cannot be written: quitting writes the conversation to the rescue
+    folder and says where (it quit saying only that nothing was saved: the conversation
+    was lost)."""
+    from chatui import transcript as tr
+
+    app = unwritable_app(tmp_path, monkeypatch, tmp_path / "rescue")
     async with app.run_test(size=(110, 40)) as pilot:
         await send(pilot, app, "keep me")
         await pilot.pause(0.2)
@@ -82,7 +97,28 @@ async def test_quitting_after_a_failed_autosave_says_nothing_was_saved(tmp_path,
         await pilot.press("ctrl+q")
         await pilot.pause(0.5)
     assert app.return_code == 2
-    assert "could not be saved" in " ".join(said), said
+    said = " ".join(app.said)
+    [copy] = (tmp_path / "rescue").glob("*.json")
+    assert "could not be saved" in said and f"a copy was saved to {copy}" in said, said
+    assert tr.load_transcript(copy).entries[0].text == "keep me"
+
+
+async def test_quitting_with_nowhere_to_save_asks_for_a_second_ctrl_q(tmp_path, monkeypatch):
+    """Neither the data folder nor the rescue folder can be written: the first Ctrl+Q says
+    so and leaves the app open (``/save PATH`` can keep the conversation); the second quits."""
+    app = unwritable_app(tmp_path, monkeypatch, tmp_path / "not-a-folder" / "rescue")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "keep me")
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.5)
+        assert app.is_running and not app.said
+        assert any(n.title == "Not saved" and "Ctrl+Q again" in n.message
+                   for n in app._notifications)
+        await send(pilot, app, f"/save {tmp_path / 'kept.json'}")
+        assert (tmp_path / "kept.json").exists()
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.5)
+    assert app.return_code == 2 and "could not be saved" in " ".join(app.said)
 
 
 async def test_a_long_prefill_says_the_prompt_is_being_read():
