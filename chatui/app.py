@@ -374,18 +374,12 @@ class ChatApp(ReportsFatalErrors, App[int]):
         except LookupError:
             pass
         await self._stop_notebook()
-        self._autosave_error = None
-        self.save_conversation()
-        if self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say why we wait
-            self.notify("Saving the conversation before quitting…", timeout=SAVE_ON_EXIT_S)
-        saved = await asyncio.to_thread(self.autosaver.flush, SAVE_ON_EXIT_S)
-        error = self._autosave_error
-        if error is None and saved:
+        why = await self._save_and_wait(
+            slow="Saving the conversation before quitting…")
+        if why is None:
             self.worker.close()
             self.exit(0)
             return
-        why = describe_error(error) if error is not None else (
-            f"the save did not finish within {SAVE_ON_EXIT_S:.0f} s")
         rescued = self._rescue_copy()
         if rescued is None and not self._quit_refused and not self._quitting_on_signal:
             self._quit_refused = True
@@ -403,6 +397,51 @@ class ChatApp(ReportsFatalErrors, App[int]):
 
     _quit_refused = False
     """Ctrl+Q was pressed once with the conversation unsaved anywhere (the next one quits)."""
+
+    async def _save_and_wait(self, slow: str = "") -> str | None:
+        """Save the open conversation and wait for the write (``SAVE_ON_EXIT_S`` at most,
+        ``slow`` shown after 0.2 s); why it is not saved, or None."""
+        self._autosave_error = None
+        self.save_conversation()
+        if slow and self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say so
+            self.notify(slow, timeout=SAVE_ON_EXIT_S)
+        saved = await asyncio.to_thread(self.autosaver.flush, SAVE_ON_EXIT_S)
+        error = self._autosave_error
+        if error is None and saved:
+            return None
+        return describe_error(error) if error is not None else (
+            f"the save did not finish within {SAVE_ON_EXIT_S:.0f} s")
+
+    async def keep_conversation(self) -> str | None:
+        """Before another conversation takes the screen (``/clear``, ``/load``): the open one
+        saved and the write waited for (they said "saved" while the save could still fail,
+        and the conversation was gone). Where its folder cannot be written, a rescue copy is
+        made and a notice says where. None when it is kept (or the user was already told it
+        cannot be, for this conversation: the command then goes on); else the sentence to
+        show, and the command should not replace it."""
+        try:
+            conv = self.chat.state.conversation
+        except LookupError:
+            return None
+        if not self.config.autosave or not conv.entries:
+            return None
+        why = await self._save_and_wait()
+        if why is None:
+            return None
+        rescued = await asyncio.to_thread(self._rescue_copy)
+        if rescued is not None:
+            self.notify(f"The conversation could not be saved in its folder ({why}); a copy "
+                        f"is in {rescued}.", title="Saved elsewhere", severity="warning",
+                        timeout=20, markup=False)
+            return None
+        if self._unsaved_warned == conv.id:
+            return None
+        self._unsaved_warned = conv.id
+        return (f"The conversation could not be saved ({why}), nor a copy in {rescue_dir()}. "
+                "/save PATH keeps it; the command again goes on without it.")
+
+    _unsaved_warned: str | None = None
+    """The conversation the user was told could not be saved anywhere (by ``keep_conversation``)."""
 
     def _rescue_copy(self) -> Path | None:
         """The conversation written to :func:`rescue_dir` (its autosave failed); the file,
@@ -539,16 +578,22 @@ class ChatApp(ReportsFatalErrors, App[int]):
 
     def fatal_error_message(self, error: BaseException | None) -> str:
         log.error("internal error", exc_info=error)
+        where = ""
         try:
+            self._autosave_error = None
             self.save_conversation()
-            self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+            saved = self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
+            if self._autosave_error is not None or not saved:
+                rescued = self._rescue_copy()
+                where = f" The conversation was saved to {rescued}." if rescued else (
+                    " The conversation could not be saved.")
         except Exception:  # noqa: BLE001
             pass
         try:
             self.worker.close()
         except Exception:  # noqa: BLE001
             pass
-        return (f"chatui stopped after an internal error: {error!s}. "
+        return (f"chatui stopped after an internal error: {error!s}.{where} "
                 f"Details are in {self.config.resolved_log_file()}.")
 
 

@@ -46,6 +46,8 @@ class AppServices(Protocol):
 
     def flush_autosaves(self) -> None: ...
 
+    async def keep_conversation(self) -> str | None: ...
+
     def open_saved(self, path: Path) -> Conversation: ...
 
 
@@ -128,8 +130,10 @@ async def cmd_exit(ctx: CommandContext, arg: str = "") -> None:
 async def cmd_clear(ctx: CommandContext, arg: str = "") -> None:
     await ctx.stop_generation()
     old = ctx.state.conversation
-    if old.entries:
-        ctx.services.save_conversation()  # (as it is now: the stopped reply with it)
+    unsaved = await ctx.services.keep_conversation()  # (as it is now: the stopped reply too)
+    if unsaved is not None:
+        ctx.notice(unsaved, "error")
+        return
     await ctx.show_conversation(Conversation(system_prompt=old.system_prompt), cleared=True)
     ctx.notice("Conversation cleared; the previous one is saved (/history lists it)."
                if old.entries and ctx.services.config.autosave else "Conversation cleared.")
@@ -597,7 +601,10 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
         path = state.history[n - 1].path
     else:
         path = Path(arg).expanduser()
-    ctx.services.save_conversation()  # what is open now is kept before another opens
+    unsaved = await ctx.services.keep_conversation()  # kept before another opens
+    if unsaved is not None:
+        ctx.notice(unsaved, "error")
+        return
     try:
         conv = await asyncio.to_thread(ctx.services.open_saved, path)
     except transcript.TranscriptError as exc:

@@ -184,3 +184,31 @@ def test_the_speed_of_a_comparison_counts_the_columns_that_ran():
     assert speed_label([reply(20.0), reply(6.5)], stable=False) == "26.5 tok/s (2 columns)"
     assert speed_label([reply(26.4), reply(None)], stable=False) == "26.4 tok/s (1 of 2 columns)"
     assert speed_label([reply(26.4)], stable=False) == "26.4 tok/s"
+
+
+async def test_clear_and_load_keep_a_conversation_that_could_not_be_saved(tmp_path, monkeypatch):
+    """/clear said "the previous one is saved" and /load opened another while the autosave
+    was failing: the conversation was gone. Now each waits for the save; where the folder
+    cannot be written a rescue copy is made and a notice says where, and where that fails
+    too the command refuses once (the same command again goes on)."""
+    from chatui import transcript as tr
+    from test_ux_commands import last_notice
+
+    rescue = tmp_path / "rescue"
+    app = unwritable_app(tmp_path, monkeypatch, rescue)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "keep me")
+        await send(pilot, app, "/clear")
+        [copy] = rescue.glob("*.json")
+        assert tr.load_transcript(copy).entries[0].text == "keep me"
+        assert any(n.title == "Saved elsewhere" and str(copy) in n.message
+                   for n in app._notifications)
+        assert not app.chat.conversation.entries
+        rescue.rename(tmp_path / "moved")
+        (tmp_path / "rescue").write_text("in the way")  # the rescue folder cannot be made
+        await send(pilot, app, "keep me too")
+        await send(pilot, app, "/clear")
+        assert "could not be saved" in last_notice(app, "error")
+        assert app.chat.conversation.entries[0].text == "keep me too"  # still open
+        await send(pilot, app, f"/load {tmp_path / 'moved' / copy.name}")
+        assert app.chat.conversation.entries[0].text == "keep me"  # the second time: goes on
