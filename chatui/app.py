@@ -398,14 +398,16 @@ class ChatApp(ReportsFatalErrors, App[int]):
     _quit_refused = False
     """Ctrl+Q was pressed once with the conversation unsaved anywhere (the next one quits)."""
 
-    async def _save_and_wait(self, slow: str = "") -> str | None:
+    async def _save_and_wait(self, slow: str = "", *, compact: bool = True) -> str | None:
         """Save the open conversation and wait for the write (``SAVE_ON_EXIT_S`` at most,
-        ``slow`` shown after 0.2 s); why it is not saved, or None."""
+        ``slow`` shown after 0.2 s; ``compact``: its journal folded into the document too);
+        why it is not saved, or None."""
         self._autosave_error = None
         self.save_conversation()
-        if slow and self.autosaver.flush(timeout=0.2) is False:  # a slow disk: say so
+        wait = self.autosaver.flush if compact else self.autosaver.wait
+        if slow and wait(timeout=0.2) is False:  # a slow disk: say so
             self.notify(slow, timeout=SAVE_ON_EXIT_S)
-        saved = await asyncio.to_thread(self.autosaver.flush, SAVE_ON_EXIT_S)
+        saved = await asyncio.to_thread(wait, SAVE_ON_EXIT_S)
         error = self._autosave_error
         if error is None and saved:
             return None
@@ -425,7 +427,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
             return None
         if not self.config.autosave or not conv.entries:
             return None
-        why = await self._save_and_wait()
+        why = await self._save_and_wait(compact=False)
         if why is None:
             return None
         rescued = await asyncio.to_thread(self._rescue_copy)
