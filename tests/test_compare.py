@@ -336,7 +336,7 @@ async def test_palette_offers_compare():
         assert "/compare" in titles
 
 
-async def test_narrow_terminal_stacks_and_medium_one_scrolls():
+async def test_narrow_terminal_stacks_and_medium_one_puts_the_columns_in_rows():
     app = make_app()
     async with app.run_test(size=(50, 60)) as pilot:
         await send(pilot, app, FOUR)
@@ -350,11 +350,15 @@ async def test_narrow_terminal_stacks_and_medium_one_scrolls():
         await send(pilot, app, FOUR)
         await send(pilot, app, "medium")
         [view] = compare_views(app)
-        assert not view.has_class("-stacked")
+        assert not view.has_class("-stacked") and view.has_class("-rows")
         assert all(c.size.width >= MIN_COLUMN - 1 for c in view.columns)
         scroller = view.query_one("HorizontalScroll")
-        assert scroller.max_scroll_x > 0  # the fourth column is reached by scrolling
-        assert len({c.region.y for c in view.columns}) == 1  # side by side
+        # two rows of two (the fourth column was off the screen's edge, behind a horizontal
+        # scroll whose bar was at the bottom of the comparison)
+        assert scroller.max_scroll_x == 0
+        first = view.columns[0].region
+        assert [(c.region.x > first.x, c.region.y > first.y) for c in view.columns] == [(False, False), (True, False), (False, True),
+                                           (True, True)]
         await pilot.press("ctrl+t")  # token view and inspector: the columns stay in the view
         await pilot.pause(0.3)
         assert all(c.outer_size.width <= view.size.width for c in view.columns)

@@ -14,6 +14,7 @@ changed; a click on a column's header posts :class:`CompareView.Picked`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Awaitable, Sequence
 
@@ -183,6 +184,7 @@ class CompareView(Vertical):
     CompareView > HorizontalScroll { height: auto; scrollbar-size-horizontal: 1; }
     CompareView.-stacked > HorizontalScroll { layout: vertical; }
     CompareView.-stacked CompareColumn { margin: 0 0 1 0; }
+    CompareView.-rows > HorizontalScroll { layout: grid; grid-rows: auto; grid-gutter: 1 0; }
     """
 
     @dataclass
@@ -237,12 +239,30 @@ class CompareView(Vertical):
         self._fit(self.size.width)  # the content width (event.size counts the border)
 
     def _fit(self, width: int) -> None:
-        """Side by side in equal widths (at least MIN_COLUMN, scrolling beyond), or stacked
-        when not even two columns fit. Widths are set, not ``1fr``: a token view would
+        """Side by side in equal widths where every column gets MIN_COLUMN; else in rows of
+        as many as fit, the rows as even as can be (4 columns in 2 rows of 2, not 3 and 1);
+        stacked when not even two fit. Every column is in view as the conversation scrolls:
+        side by side with a horizontal scroll, the columns past the screen's edge were hidden
+        and a long one left the screen blank, its scrollbar at the bottom of the comparison
+        (seen in tmux at 80 columns). Widths are set, not ``1fr``: a token view would
         otherwise widen its column to the whole scroll area."""
-        stacked = width < 2 * MIN_COLUMN
+        n = max(1, len(self.columns))
+        fit = max(1, width // MIN_COLUMN)
+        if fit >= n:
+            per_row = n
+        elif fit >= 2:
+            row_count = math.ceil(n / fit)
+            per_row = math.ceil(n / row_count)
+        else:
+            per_row = 1
+        stacked, rows = per_row == 1 and n > 1, 1 < per_row < n
         self.set_class(stacked, "-stacked")
-        each = max(MIN_COLUMN, width // max(1, len(self.columns)))
+        self.set_class(rows, "-rows")
+        each = max(1, width // per_row)
+        scroller = self.query_one(HorizontalScroll)
+        if rows:
+            scroller.styles.grid_size_columns = per_row
+            scroller.styles.grid_columns = f"{each}"
         for col in self.columns:
             col.styles.width = "100%" if stacked else each
 
