@@ -136,6 +136,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         held, self._held = self._held or [], None
         chat = self.chat
         chat.set_focus(chat.prompt)
+        chat.put_back_draft(typed=bool(held))
         for early in held:
             if isinstance(early, events.Key) and early.key == "ctrl+j":
                 # typed before the terminal left line mode, Enter arrives as a line feed
@@ -251,6 +252,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         code = 2
         try:
             self._stop_for_hang_up()
+            self._keep_draft()
             self.save_conversation()
             saved = self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
             code = 0 if self._autosave_error is None and saved else 2
@@ -374,6 +376,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         except LookupError:
             pass
         await self._stop_notebook()
+        self._keep_draft()
         why = await self._save_and_wait(
             slow="Saving the conversation before quitting…")
         if why is None:
@@ -394,6 +397,13 @@ class ChatApp(ReportsFatalErrors, App[int]):
         self.exit(return_code=2,
                   message=f"chatui quit, but the conversation could not be saved ({why})"
                   f"{where}. Details are in {self.config.resolved_log_file()}.")
+
+    def _keep_draft(self) -> None:
+        """The unsent text in the prompt box kept for the next start (never raises)."""
+        try:
+            self.chat.keep_draft()
+        except Exception:  # noqa: BLE001 - (no chat screen yet; an unwritable folder logs)
+            log.exception("the unsent message could not be kept")
 
     _quit_refused = False
     """Ctrl+Q was pressed once with the conversation unsaved anywhere (the next one quits)."""
@@ -581,6 +591,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
     def fatal_error_message(self, error: BaseException | None) -> str:
         log.error("internal error", exc_info=error)
         where = ""
+        self._keep_draft()
         try:
             self._autosave_error = None
             self.save_conversation()

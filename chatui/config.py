@@ -82,6 +82,15 @@ class AppConfig:
         """Where autosaves go; None means the transcript module's default."""
         return self.data_dir / "conversations" if self.data_dir else None
 
+    def prompt_history_dir(self) -> Path | None:
+        """Where the prompt box's history is kept (beside the conversations: see
+        :mod:`chatui.prompt_history`); None when nothing is autosaved."""
+        if not self.autosave:
+            return None
+        from .transcript import data_dir
+
+        return self.transcripts_dir() or data_dir()
+
     def resolved_log_file(self) -> Path:
         return self.log_file or self.resolved_data_dir() / "chatui.log"
 

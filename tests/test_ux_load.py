@@ -243,4 +243,3 @@ async def test_a_hang_up_saves_even_when_stopping_the_reply_fails(config_dir, mo
         path = tr.autosave_path(app.chat.conversation, app.config.transcripts_dir())
         saved = tr.load_transcript(path)
         assert saved.entries[1].replies[0].text.startswith("w0 w1 w2")
-        monkeypatch.undo()

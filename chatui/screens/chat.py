@@ -37,7 +37,7 @@ from inference.types import (AssistantPrefix, GenerationRequest, ModelInfo, Prom
                              Token)
 from inference.worker import describe_error
 
-from .. import commands, gcpolicy
+from .. import commands, gcpolicy, prompt_history
 from ..chat_commands import AppServices
 from ..conversation import Conversation, Entry, Reply, fork_points, index_of
 from ..messages import (
@@ -234,8 +234,56 @@ class ChatScreen(Screen[None]):
         self.query_one("#hint").display = False
         self.settings_changed()
         self.set_interval(0.3, self._follow_context)
+        self._recall_prompts()
         self.prompt.focus()
         self.post_message(InputReady())  # the app hands over keys typed before now
+
+    # ---- the prompt box's history across sessions (chatui.prompt_history) ----
+
+    _draft_put_back = False
+    _last_draft = ""
+
+    def _recall_prompts(self) -> None:
+        """Earlier sessions' prompts for Up; the message left unsent when chatui last ended
+        waits for :meth:`put_back_draft`."""
+        where = self.services.config.prompt_history_dir()
+        if where is None:
+            return
+        recalled = prompt_history.load(where)
+        self.prompt.prompt_history[:0] = recalled.prompts
+        self._last_draft = recalled.draft if recalled.draft.strip() else ""
+
+    def put_back_draft(self, *, typed: bool) -> None:
+        """The message left unsent when chatui last ended, back in the box, before the keys
+        typed at start are handed over; where keys were typed already, the draft goes to the
+        prompt history instead (Up brings it back: put in the box, the keys would have been
+        added to it, and an Enter among them would have sent both)."""
+        draft, self._last_draft = self._last_draft, ""
+        if not draft:
+            return
+        self._draft_put_back = True  # (an empty box at the end then says it is gone)
+        if typed or self.prompt.text:
+            self.prompt.prompt_history.append(draft)
+            self.notice("The message you had not sent when chatui last ended is in the prompt "
+                        "history: Up brings it back.")
+            return
+        self.prompt.set_text(draft)
+        self.notice("The message you had not sent when chatui last ended is back in the box "
+                    "(Ctrl+L empties it).")
+
+    def remember_prompt(self, text: str) -> None:
+        where = self.services.config.prompt_history_dir()
+        if where is not None:
+            prompt_history.append(where, text)
+            self._draft_put_back = False
+
+    def keep_draft(self) -> None:
+        """As chatui ends: what is in the box kept for the next start (or a draft put back
+        and since emptied marked gone, so it does not come back again)."""
+        where = self.services.config.prompt_history_dir()
+        text = self.prompt.text
+        if where is not None and (text.strip() or self._draft_put_back):
+            prompt_history.append(where, text if text.strip() else "", draft=True)
 
     # ---- model loading (the app calls these) ----
 
@@ -657,6 +705,7 @@ class ChatScreen(Screen[None]):
     @on(PromptSubmitted)
     async def _submitted(self, event: PromptSubmitted) -> None:
         text = event.text
+        self.remember_prompt(text)
         if commands.is_command(text):
             await self.run_command(text)
             return

@@ -16,7 +16,8 @@ from ..commands import help_rows
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send the message"),
     ("Ctrl+J / Shift+Enter", "new line in the message (pasting multi-line text also works)"),
-    ("Up / Down", "recall earlier prompts (on the first / last line of the box)"),
+    ("Up / Down", "recall earlier prompts, earlier sessions' too (on the first / last line "
+                  "of the box)"),
     ("PageUp / PageDown", "page the conversation (a message taller than its box pages itself)"),
     ("Tab", "complete a /command; otherwise move focus"),
     ("Ctrl+L", "empty the message box, however long (Ctrl+Z brings the text back)"),

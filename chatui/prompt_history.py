@@ -1,0 +1,120 @@
+"""The prompt box's history across sessions, and the message left unsent when chatui ended.
+
+Up in the prompt box recalls earlier prompts; they were kept in memory only, so a new session
+started with none (ollama's and a shell's history survive a restart), and a long message typed
+but not sent was lost when chatui quit, its terminal closed or it stopped on an error. Each
+prompt sent (message or command) is now appended to ``.prompt-history.jsonl`` beside the
+conversations, one JSON line each:
+
+    {"prompt": "text"}      // sent
+    {"draft": "text"}       // in the box when chatui ended ("" once a draft put back is gone)
+
+A draft on the last line is put back in the box at the next start (any later line means it
+was superseded, and it is then only one more entry for Up). The file keeps the last
+``MAX_PROMPTS`` entries: it is rewritten to them when it holds twice as many. Lines that do not
+parse (a write cut short) are skipped. Reading and writing never raise: a history that cannot
+be read or written is logged, and the box works as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = ".prompt-history.jsonl"
+MAX_PROMPTS = 1000
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What the history file holds: the prompts, oldest first, and the draft to put back."""
+
+    prompts: list[str] = field(default_factory=list)
+    draft: str = ""
+
+
+def history_path(directory: Path) -> Path:
+    return directory / FILE_NAME
+
+
+def _entries(path: Path) -> list[tuple[str, str]]:
+    """(kind, text) for every line that parses, in order; [] when there is no file."""
+    try:
+        raw = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("the prompt history %s could not be read: %s", path, exc)
+        return []
+    out: list[tuple[str, str]] = []
+    for line in raw.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and len(item) == 1:
+            [(kind, text)] = item.items()
+            if isinstance(text, str) and (kind == "draft" or kind == "prompt" and text.strip()):
+                out.append((kind, text))
+    return out
+
+
+def load(directory: Path) -> Recalled:
+    """The last ``MAX_PROMPTS`` prompts of the history in ``directory`` (consecutive repeats
+    once), and the draft left on its last line."""
+    entries = _entries(history_path(directory))
+    draft = ""
+    if entries and entries[-1][0] == "draft":
+        draft = entries.pop()[1]
+    prompts: list[str] = []
+    for _, text in entries[-MAX_PROMPTS:]:
+        if text.strip() and (not prompts or prompts[-1] != text):
+            prompts.append(text)
+    return Recalled(prompts, draft)
+
+
+def append(directory: Path, text: str, *, draft: bool = False) -> bool:
+    """One prompt (or the unsent ``draft``; "" says a draft put back is gone) added to the
+    history; whether it was written. Compacts the file to its last ``MAX_PROMPTS`` entries
+    when it holds twice as many."""
+    if not draft and not text.strip():
+        return False
+    path = history_path(directory)
+    line = json.dumps({"draft" if draft else "prompt": text}, ensure_ascii=False) + "\n"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            if f.tell() and not _ends_in_newline(path):  # (a write cut short before)
+                line = "\n" + line
+            f.write(line.encode("utf-8"))
+            size = f.tell()
+        if size > 4096 * 64:  # (a cheap guard before counting lines)
+            _compact(path)
+        return True
+    except OSError as exc:
+        log.warning("the prompt history %s could not be written: %s", path, exc)
+        return False
+
+
+def _ends_in_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+def _compact(path: Path) -> None:
+    from .transcript import TranscriptError, atomic_write
+
+    entries = _entries(path)
+    if len(entries) <= 2 * MAX_PROMPTS:
+        return
+    kept = "".join(json.dumps({kind: text}, ensure_ascii=False) + "\n"
+                   for kind, text in entries[-MAX_PROMPTS:])
+    try:
+        atomic_write(path, kept.encode("utf-8"))
+    except TranscriptError as exc:
+        log.warning("the prompt history %s could not be compacted: %s", path, exc)
