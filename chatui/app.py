@@ -34,7 +34,7 @@ from inference.types import Failed, Progress
 from inference.worker import InferenceWorker, describe_error
 from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
 
-from . import chat_commands, early_input, gcpolicy
+from . import chat_commands, early_input, gcpolicy, rescue
 from .autosaver import Autosaver
 from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
@@ -42,6 +42,7 @@ from .conversation import Conversation, ModelRef
 from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseComplete,
                        ResponseFailed)
 from .reporting import run_reported
+from .rescue import rescue_dir
 from .screens.chat import ChatScreen
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
 from .textual_compat import ReportsFatalErrors
@@ -50,14 +51,6 @@ log = logging.getLogger(__name__)
 
 SAVE_ON_EXIT_S = 10.0
 """How long quitting waits for the last autosave to be written."""
-
-
-def rescue_dir() -> Path:
-    """Where a conversation goes when its own folder cannot be written as chatui ends
-    (``chatui-rescue`` in the system's temporary folder)."""
-    import tempfile
-
-    return Path(tempfile.gettempdir()) / "chatui-rescue"
 
 
 class ChatApp(ReportsFatalErrors, App[int]):
@@ -456,26 +449,13 @@ class ChatApp(ReportsFatalErrors, App[int]):
     """The conversation the user was told could not be saved anywhere (by ``keep_conversation``)."""
 
     def _rescue_copy(self) -> Path | None:
-        """The conversation written to :func:`rescue_dir` (its autosave failed); the file,
-        or None where that failed too (or there is nothing to keep)."""
-        from . import transcript
-
+        """The chat's conversation written to the rescue folder (its autosave failed); the
+        file, or None where that failed too."""
         try:
             conv = self.chat.state.conversation
         except LookupError:
             return None
-        if not conv.entries:
-            return None
-        try:
-            directory = rescue_dir()
-            directory.mkdir(parents=True, exist_ok=True)
-            path = transcript.autosave_path(conv, directory)
-            transcript.save_transcript(conv, path)
-        except Exception:  # (any failure: the caller says the conversation is not saved)
-            log.exception("the rescue copy could not be written")
-            return None
-        log.info("the conversation was saved to %s instead", path)
-        return path
+        return rescue.write_rescue_copy(conv, rescue_dir())
 
     _model_ref: ModelRef | None = None
     _autosave_warned = False
