@@ -8,9 +8,12 @@ conversations, one JSON line each:
 
     {"prompt": "text"}      // sent
     {"draft": "text"}       // in the box when chatui ended ("" once a draft put back is gone)
+    {"notebook": "text"}    // raw mode's notebook when chatui ended (its document)
 
-A draft on the last line is put back in the box at the next start (any later line means it
-was superseded, and it is then only one more entry for Up). The file keeps the last
+A draft on the last prompt or draft line is put back in the box at the next start (a later
+prompt means it was superseded, and it is then only one more entry for Up). The last notebook
+line's text is what raw mode's notebook opens with next (it opened empty: a document typed or
+edited since its last continuation was lost). The file keeps the last
 ``MAX_PROMPTS`` entries: it is rewritten to them when it holds twice as many. Lines that do not
 parse (a write cut short) are skipped. Reading and writing never raise: a history that cannot
 be read or written is logged, and the box works as before.
@@ -35,6 +38,8 @@ class Recalled:
 
     prompts: list[str] = field(default_factory=list)
     draft: str = ""
+    notebook: str = ""
+    """Raw mode's notebook text when chatui last ended with it open."""
 
 
 def history_path(directory: Path) -> Path:
@@ -58,7 +63,8 @@ def _entries(path: Path) -> list[tuple[str, str]]:
             continue
         if isinstance(item, dict) and len(item) == 1:
             [(kind, text)] = item.items()
-            if isinstance(text, str) and (kind == "draft" or kind == "prompt" and text.strip()):
+            if isinstance(text, str) and (kind in ("draft", "notebook")
+                                          or kind == "prompt" and text.strip()):
                 out.append((kind, text))
     return out
 
@@ -66,7 +72,9 @@ def _entries(path: Path) -> list[tuple[str, str]]:
 def load(directory: Path) -> Recalled:
     """The last ``MAX_PROMPTS`` prompts of the history in ``directory`` (consecutive repeats
     once), and the draft left on its last line."""
-    entries = _entries(history_path(directory))
+    everything = _entries(history_path(directory))
+    notebook = next((text for kind, text in reversed(everything) if kind == "notebook"), "")
+    entries = [e for e in everything if e[0] != "notebook"]
     draft = ""
     if entries and entries[-1][0] == "draft":
         draft = entries.pop()[1]
@@ -74,17 +82,17 @@ def load(directory: Path) -> Recalled:
     for _, text in entries[-MAX_PROMPTS:]:
         if text.strip() and (not prompts or prompts[-1] != text):
             prompts.append(text)
-    return Recalled(prompts, draft)
+    return Recalled(prompts, draft, notebook)
 
 
-def append(directory: Path, text: str, *, draft: bool = False) -> bool:
-    """One prompt (or the unsent ``draft``; "" says a draft put back is gone) added to the
-    history; whether it was written. Compacts the file to its last ``MAX_PROMPTS`` entries
-    when it holds twice as many."""
-    if not draft and not text.strip():
+def append(directory: Path, text: str, *, kind: str = "prompt") -> bool:
+    """One line added to the history: a ``prompt`` sent, the unsent ``draft`` ("" says a
+    draft put back is gone) or the ``notebook``'s text; whether it was written. Compacts the
+    file to its last ``MAX_PROMPTS`` entries when it holds twice as many."""
+    if kind == "prompt" and not text.strip():
         return False
     path = history_path(directory)
-    line = json.dumps({"draft" if draft else "prompt": text}, ensure_ascii=False) + "\n"
+    line = json.dumps({kind: text}, ensure_ascii=False) + "\n"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as f:
@@ -112,8 +120,11 @@ def _compact(path: Path) -> None:
     entries = _entries(path)
     if len(entries) <= 2 * MAX_PROMPTS:
         return
-    kept = "".join(json.dumps({kind: text}, ensure_ascii=False) + "\n"
-                   for kind, text in entries[-MAX_PROMPTS:])
+    last = entries[-MAX_PROMPTS:]
+    notebook = [e for e in entries if e[0] == "notebook"][-1:]
+    if notebook and notebook[0] not in last:  # (the notebook's document stays)
+        last = notebook + last
+    kept = "".join(json.dumps({kind: text}, ensure_ascii=False) + "\n" for kind, text in last)
     try:
         atomic_write(path, kept.encode("utf-8"))
     except TranscriptError as exc:

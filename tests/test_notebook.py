@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import torch
-from test_app import SIZE, loaded, make_app
+from test_app import SIZE, config_dir, loaded, make_app, send  # noqa: F401
 
 from chatui.conversation import Conversation
 from chatui.screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
@@ -213,3 +213,35 @@ def test_raw_flag_with_a_system_prompt_is_refused_in_one_sentence():
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 2 and "--raw opens a notebook of plain text" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+async def test_the_notebook_keeps_its_text_when_closed_and_across_sessions():
+    """F4 back to the chat and /raw-mode again: the notebook opened empty, its document gone;
+    quitting lost a document typed or edited since its last continuation. Now it opens with
+    its text, and at the next start with the last session's (a notice says so)."""
+    app = make_app(raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.insert("A long document, never continued.")
+        await pilot.press("f4")
+        await pilot.pause(0.1)
+        await send(pilot, app, "/raw-mode")
+        nb = await notebook(pilot, app)
+        assert nb.text_area.text == "A long document, never continued."
+        assert not nb.query_one("#notebook-notice").display
+        nb.text_area.insert(" Edited.")
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.3)
+    app = make_app(raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        assert nb.text_area.text == "A long document, never continued. Edited."
+        notice = nb.query_one("#notebook-notice")
+        assert notice.display and "last ended is back" in str(notice.render())
+        nb.text_area.text = ""  # emptied: the next start opens empty
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.3)
+    app = make_app(raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        assert nb.text_area.text == ""

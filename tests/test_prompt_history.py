@@ -17,13 +17,13 @@ def test_the_file_keeps_prompts_and_the_last_draft(tmp_path):
     assert ph.load(tmp_path) == ph.Recalled([], "")
     for text in ("one", "two", "two", "  ", "/compare off"):
         ph.append(tmp_path, text)
-    ph.append(tmp_path, "half written", draft=True)
+    ph.append(tmp_path, "half written", kind="draft")
     assert ph.load(tmp_path) == ph.Recalled(["one", "two", "/compare off"], "half written")
     ph.append(tmp_path, "three")  # a later line: the draft is one more prompt for Up
     assert ph.load(tmp_path) == ph.Recalled(
         ["one", "two", "/compare off", "half written", "three"], "")
-    ph.append(tmp_path, "again", draft=True)
-    ph.append(tmp_path, "", draft=True)  # the draft put back was emptied: gone
+    ph.append(tmp_path, "again", kind="draft")
+    ph.append(tmp_path, "", kind="draft")  # the draft put back was emptied: gone
     assert ph.load(tmp_path).draft == ""
     with open(ph.history_path(tmp_path), "a", encoding="utf-8") as f:
         f.write('{"prompt": "cut sho')  # a write cut short, then more
@@ -95,7 +95,7 @@ async def test_a_closed_terminal_keeps_the_unsent_message(monkeypatch):
 async def test_keys_typed_at_start_are_not_added_to_the_unsent_message(tmp_path):
     """Keys typed before the box exists go into an empty box and the old draft to Up: put
     back first, an Enter among the keys would have sent it with them."""
-    ph.append(tmp_path / "data", "old draft", draft=True)
+    ph.append(tmp_path / "data", "old draft", kind="draft")
     app = make_app()
     app._held = [events.Key(c, c) for c in "new"]  # (as typed before the screen was ready)
     async with app.run_test(size=SIZE) as pilot:

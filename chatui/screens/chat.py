@@ -242,6 +242,13 @@ class ChatScreen(Screen[None]):
 
     _draft_put_back = False
     _last_draft = ""
+    notebook_text = ""
+    """Raw mode's notebook document while the notebook is closed (it opens with it): kept
+    here when it closes (F4 dismissed it, and /raw-mode opened an empty one) and across
+    sessions (:mod:`chatui.prompt_history`)."""
+    notebook_from_before = False
+    """Whether ``notebook_text`` is the last session's (its notebook then says so)."""
+    _notebook_kept = ""
 
     def _recall_prompts(self) -> None:
         """Earlier sessions' prompts for Up; the message left unsent when chatui last ended
@@ -252,6 +259,8 @@ class ChatScreen(Screen[None]):
         recalled = prompt_history.load(where)
         self.prompt.prompt_history[:0] = recalled.prompts
         self._last_draft = recalled.draft if recalled.draft.strip() else ""
+        self.notebook_text = self._notebook_kept = recalled.notebook
+        self.notebook_from_before = bool(recalled.notebook.strip())
 
     def put_back_draft(self, *, typed: bool) -> None:
         """The message left unsent when chatui last ended, back in the box, before the keys
@@ -279,11 +288,21 @@ class ChatScreen(Screen[None]):
 
     def keep_draft(self) -> None:
         """As chatui ends: what is in the box kept for the next start (or a draft put back
-        and since emptied marked gone, so it does not come back again)."""
+        and since emptied marked gone, so it does not come back again), and the notebook's
+        document where it changed."""
         where = self.services.config.prompt_history_dir()
+        if where is None:
+            return
         text = self.prompt.text
-        if where is not None and (text.strip() or self._draft_put_back):
-            prompt_history.append(where, text if text.strip() else "", draft=True)
+        if text.strip() or self._draft_put_back:
+            prompt_history.append(where, text if text.strip() else "", kind="draft")
+        from .notebook import NotebookScreen
+
+        document = next((s.text_area.text for s in self.app.screen_stack
+                         if isinstance(s, NotebookScreen)), self.notebook_text)
+        if document != self._notebook_kept:
+            prompt_history.append(where, document, kind="notebook")
+            self._notebook_kept = document
 
     # ---- model loading (the app calls these) ----
 

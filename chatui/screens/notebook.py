@@ -115,7 +115,15 @@ class NotebookScreen(Screen[None]):
         return self.query_one("#notebook-inspector", TokenInspector)
 
     def on_mount(self) -> None:
-        self.query_one("#notebook-notice").display = bool(self.initial_notice)
+        notice = self.initial_notice
+        if not self.initial_text and self.chat.notebook_text:  # its document, as left
+            self.text_area.text = self.chat.notebook_text
+            if self.chat.notebook_from_before:
+                self.chat.notebook_from_before = False
+                notice = " ".join(filter(None, (notice, "The text from when chatui last "
+                                                "ended is back (F7 then Delete empties it).")))
+                self.query_one("#notebook-notice", Static).update(Content(safe_text(notice)))
+        self.query_one("#notebook-notice").display = bool(notice)
         self.text_area.focus()
         self.text_area.move_cursor(self.text_area.document.end)
 
@@ -313,4 +321,5 @@ class NotebookScreen(Screen[None]):
 
     async def action_chat(self) -> None:
         await self.action_stop()
+        self.chat.notebook_text = self.text_area.text  # (the notebook opens with it again)
         self.dismiss()
