@@ -876,3 +876,23 @@ def test_chatui_has_no_import_cycle():
 
     cycles = sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a in reaches(b))
     assert not cycles, "import cycles: " + ", ".join(cycles)
+
+
+async def test_a_narrow_terminal_puts_the_inspector_below_the_conversation():
+    """Under 72 cells the token inspector (46 cells beside the conversation) goes below it:
+    at 40 cells it took the whole width and the conversation was gone."""
+    app = make_app()
+    async with app.run_test(size=(50, 30)) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.2)
+        log, inspector = app.chat.log_view.region, app.chat.inspector.region
+        assert inspector.y >= log.bottom and inspector.width == 50 and log.width == 50
+        assert log.height >= 5 and inspector.height >= 5
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.2)
+        log, inspector = app.chat.log_view.region, app.chat.inspector.region
+        assert inspector.x >= log.right and inspector.y == log.y  # beside it

@@ -79,8 +79,15 @@ the question and an empty reply). A save of a 2,000-token reply takes ~2 ms of t
 snapshot and its JSON line are written on the autosaver's thread)."""
 
 
+NARROW_BELOW = 72
+"""Terminal widths under this put the token inspector (46 cells) below the conversation."""
+
+
 class ChatScreen(Screen[None]):
     """The main screen. The app hands it its services and the config (attributes down)."""
+
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
+    """Under ``NARROW_BELOW`` cells the token inspector goes below the conversation."""
 
     BINDINGS = [
         Binding("escape", "cancel_edit", "Cancel edit", id="chat.cancel_edit",
