@@ -16,7 +16,8 @@ line's text is what raw mode's notebook opens with next (it opened empty: a docu
 edited since its last continuation was lost). The file keeps the last
 ``MAX_PROMPTS`` entries: it is rewritten to them when it holds twice as many. Lines that do not
 parse (a write cut short) are skipped. Reading and writing never raise: a history that cannot
-be read or written is logged, and the box works as before.
+be read or written is logged, and the box works as before. :class:`Carryover` is the one
+owner of what a session reads from the file and writes back to it.
 """
 
 from __future__ import annotations
@@ -129,3 +130,49 @@ def _compact(path: Path) -> None:
         atomic_write(path, kept.encode("utf-8"))
     except TranscriptError as exc:
         log.warning("the prompt history %s could not be compacted: %s", path, exc)
+
+
+class Carryover:
+    """What a session carries over to the next one, with one owner: the prompts for Up, the
+    message left unsent and raw mode's notebook document. The chat screen reads it at start
+    and hands it the box's text as chatui ends (plain strings; ``directory`` None: autosave is
+    off, and nothing is read or written)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        recalled = load(directory) if directory is not None else Recalled()
+        self.prompts = recalled.prompts
+        """Earlier sessions' prompts, oldest first."""
+        self.notebook_text = recalled.notebook
+        """Raw mode's notebook document while the notebook is closed (it opens with it): the
+        last session's at first, then what the notebook held when it was closed (F4)."""
+        self.notebook_from_before = bool(recalled.notebook.strip())
+        """Whether ``notebook_text`` is still the last session's (the notebook says so)."""
+        self._draft = recalled.draft if recalled.draft.strip() else ""
+        self._draft_given = False
+        self._notebook_kept = recalled.notebook
+
+    def take_draft(self) -> str:
+        """The message left unsent when chatui last ended ("" if none), once."""
+        draft, self._draft = self._draft, ""
+        self._draft_given = self._draft_given or bool(draft)
+        return draft
+
+    def sent(self, text: str) -> None:
+        """A prompt was sent (a message or a command)."""
+        if self.directory is not None:
+            append(self.directory, text)
+            self._draft_given = False  # (a later prompt supersedes the draft line)
+
+    def at_exit(self, box: str, notebook: str | None) -> None:
+        """As chatui ends: the box's text kept as the draft (or the draft given back and since
+        emptied marked gone, so it does not come back again), and the notebook's document
+        (``notebook``: the open notebook's text, None when it is closed) where it changed."""
+        if self.directory is None:
+            return
+        if box.strip() or self._draft_given:
+            append(self.directory, box if box.strip() else "", kind="draft")
+        document = self.notebook_text if notebook is None else notebook
+        if document != self._notebook_kept:
+            append(self.directory, document, kind="notebook")
+            self._notebook_kept = document

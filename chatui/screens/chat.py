@@ -146,6 +146,8 @@ class ChatScreen(Screen[None]):
         self.stable_timings = stable_timings
         self.compare = CompareFlow(self)
         self.meter = ContextMeter(lambda: self.status, self.notify)
+        self.carryover = prompt_history.Carryover(services.config.prompt_history_dir())
+        """The prompts, unsent message and notebook document the last session left."""
         self._token_focus: TokenView | None = None
         """The token view to focus as the token view switches on (/score's message), once;
         None: the last reply's."""
@@ -245,39 +247,21 @@ class ChatScreen(Screen[None]):
         self.prompt.focus()
         self.post_message(InputReady())  # the app hands over keys typed before now
 
-    # ---- the prompt box's history across sessions (chatui.prompt_history) ----
-
-    _draft_put_back = False
-    _last_draft = ""
-    notebook_text = ""
-    """Raw mode's notebook document while the notebook is closed (it opens with it): kept
-    here when it closes (F4 dismissed it, and /raw-mode opened an empty one) and across
-    sessions (:mod:`chatui.prompt_history`)."""
-    notebook_from_before = False
-    """Whether ``notebook_text`` is the last session's (its notebook then says so)."""
-    _notebook_kept = ""
+    # ---- what a session carries over to the next (chatui.prompt_history.Carryover) ----
 
     def _recall_prompts(self) -> None:
         """Earlier sessions' prompts for Up; the message left unsent when chatui last ended
         waits for :meth:`put_back_draft`."""
-        where = self.services.config.prompt_history_dir()
-        if where is None:
-            return
-        recalled = prompt_history.load(where)
-        self.prompt.prompt_history[:0] = recalled.prompts
-        self._last_draft = recalled.draft if recalled.draft.strip() else ""
-        self.notebook_text = self._notebook_kept = recalled.notebook
-        self.notebook_from_before = bool(recalled.notebook.strip())
+        self.prompt.prompt_history[:0] = self.carryover.prompts
 
     def put_back_draft(self, *, typed: bool) -> None:
         """The message left unsent when chatui last ended, back in the box, before the keys
         typed at start are handed over; where keys were typed already, the draft goes to the
         prompt history instead (Up brings it back: put in the box, the keys would have been
         added to it, and an Enter among them would have sent both)."""
-        draft, self._last_draft = self._last_draft, ""
+        draft = self.carryover.take_draft()
         if not draft:
             return
-        self._draft_put_back = True  # (an empty box at the end then says it is gone)
         if typed or self.prompt.text:
             self.prompt.prompt_history.append(draft)
             self.notice("The message you had not sent when chatui last ended is in the prompt "
@@ -287,29 +271,13 @@ class ChatScreen(Screen[None]):
         self.notice("The message you had not sent when chatui last ended is back in the box "
                     "(Ctrl+L empties it).")
 
-    def remember_prompt(self, text: str) -> None:
-        where = self.services.config.prompt_history_dir()
-        if where is not None:
-            prompt_history.append(where, text)
-            self._draft_put_back = False
-
     def keep_draft(self) -> None:
-        """As chatui ends: what is in the box kept for the next start (or a draft put back
-        and since emptied marked gone, so it does not come back again), and the notebook's
-        document where it changed."""
-        where = self.services.config.prompt_history_dir()
-        if where is None:
-            return
-        text = self.prompt.text
-        if text.strip() or self._draft_put_back:
-            prompt_history.append(where, text if text.strip() else "", kind="draft")
+        """As chatui ends: the box's text and the open notebook's document carried over."""
         from .notebook import NotebookScreen
 
-        document = next((s.text_area.text for s in self.app.screen_stack
-                         if isinstance(s, NotebookScreen)), self.notebook_text)
-        if document != self._notebook_kept:
-            prompt_history.append(where, document, kind="notebook")
-            self._notebook_kept = document
+        notebook = next((s.text_area.text for s in self.app.screen_stack
+                         if isinstance(s, NotebookScreen)), None)
+        self.carryover.at_exit(self.prompt.text, notebook)
 
     # ---- model loading (the app calls these) ----
 
@@ -731,7 +699,7 @@ class ChatScreen(Screen[None]):
     @on(PromptSubmitted)
     async def _submitted(self, event: PromptSubmitted) -> None:
         text = event.text
-        self.remember_prompt(text)
+        self.carryover.sent(text)
         if commands.is_command(text):
             await self.run_command(text)
             return

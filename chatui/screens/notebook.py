@@ -116,10 +116,11 @@ class NotebookScreen(Screen[None]):
 
     def on_mount(self) -> None:
         notice = self.initial_notice
-        if not self.initial_text and self.chat.notebook_text:  # its document, as left
-            self.text_area.text = self.chat.notebook_text
-            if self.chat.notebook_from_before:
-                self.chat.notebook_from_before = False
+        kept = self.chat.carryover
+        if not self.initial_text and kept.notebook_text:  # its document, as left
+            self.text_area.text = kept.notebook_text
+            if kept.notebook_from_before:
+                kept.notebook_from_before = False
                 notice = " ".join(filter(None, (notice, "The text from when chatui last "
                                                 "ended is back (F7 then Delete empties it).")))
                 self.query_one("#notebook-notice", Static).update(Content(safe_text(notice)))
@@ -321,5 +322,5 @@ class NotebookScreen(Screen[None]):
 
     async def action_chat(self) -> None:
         await self.action_stop()
-        self.chat.notebook_text = self.text_area.text  # (the notebook opens with it again)
+        self.chat.carryover.notebook_text = self.text_area.text  # (it opens with it again)
         self.dismiss()
