@@ -20,6 +20,7 @@ import torch
 from .chat import PromptTooLongError, TemplateOptions, encode_messages, encode_request
 from .detok import IncrementalDetokenizer, StopStringFilter, ids_decoder
 from .reasoning import ChannelSplitter, detect_format
+from .fast_llama import Interrupted
 from .runner import HFRunner
 from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams
@@ -297,7 +298,9 @@ class LocalBackend:
             chunk = ids[pos: pos + self.prefill_chunk]
             x = torch.tensor([chunk], device=self.device)
             try:
-                logits = self.runner.forward(self._cache, x)
+                logits = self.runner.forward(self._cache, x, should_stop=cancel.is_set)
+            except Interrupted:  # (Esc between two layers; the cache holds what came before)
+                return None
             except BaseException:
                 self.reset()
                 raise

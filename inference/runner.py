@@ -63,10 +63,11 @@ class HFRunner:
     @torch.inference_mode()
     def forward(self, cache: Any, input_ids: torch.Tensor, *,
                 attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, all_logits: bool = False
-                ) -> torch.Tensor:
+                position_ids: torch.Tensor | None = None, all_logits: bool = False,
+                should_stop: Callable[[], bool] | None = None) -> torch.Tensor:
         """input_ids: [B, T] -> logits of the last position [B, V] (every position [B, T, V]
-        with ``all_logits``); the cache grows by T."""
+        with ``all_logits``); the cache grows by T. ``should_stop`` is not asked here
+        (transformers' forward runs whole; the fast runner's stops between layers)."""
         kwargs: dict[str, Any] = {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask

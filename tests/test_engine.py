@@ -326,3 +326,34 @@ def test_an_alternative_is_spelled_as_the_tokenizer_decodes_it(tiny_ckpt, tiny_b
             assert "\ufffd" not in got or got == expected, i
         else:
             assert got == expected, i
+
+
+class _SetAfter(threading.Event):
+    """A cancel event that reads as set from its ``n``-th question on (Esc pressed while a
+    prefill chunk is between two layers)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.asked, self.n = 0, n
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        return self.asked >= self.n or super().is_set()
+
+
+def test_cancel_stops_a_prefill_between_two_layers(tiny_ckpt, tiny_backend):
+    """Esc during a long prompt's prefill stops it before the next layer, not after the
+    chunk (seconds deep in a long context), and the cache stays consistent: the next reply
+    is the one a fresh backend gives."""
+    long = [Message("user", "word " * 300)]
+    tiny_backend.prefill_chunk = 1024  # (the whole prompt in one forward)
+    req = GenerationRequest(tuple(long), (GREEDY.with_values(max_tokens=8),))
+    cancel = _SetAfter(3)  # before the chunk, before layer 0, then before layer 1: stop
+    ev = list(tiny_backend.generate(req, cancel))
+    assert done(ev).finish_reason == "cancelled" and not tokens(ev)
+    assert cancel.asked == 3
+    from inference.engine import LocalBackend
+
+    after = [t.id for t in tokens(run(tiny_backend, long, GREEDY))]
+    fresh = LocalBackend.from_checkpoint(tiny_ckpt)
+    assert after and after == [t.id for t in tokens(run(fresh, long, GREEDY))]
