@@ -151,3 +151,14 @@ def test_a_tiny_probability_never_reads_zero():
     reply = Reply(SamplingParams(), " a school", [Token(0, 1, " a", -0.1, None),
                                                   Token(1, 2, " school", math.log(1.7e-5), None)])
     assert "least likely ' school' 0.0017%" in reply_stats(reply, stable_timings=True)
+
+
+def test_a_reply_stopped_while_its_prompt_was_read_says_so():
+    """Esc during a long prefill: the stats line said "0 tokens · 0.0 tok/s · TTFT 0.00s"."""
+    from chatui.conversation import Reply
+    from chatui.widgets.reply import reply_stats
+    from inference.settings import SamplingParams
+    from inference.types import Usage
+
+    reply = Reply(SamplingParams(), "", [], "cancelled", Usage(6037, 0, 0, 0.0, 0.0))
+    assert reply_stats(reply) == "0 tokens · stopped before its first token"

@@ -197,7 +197,9 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     least = running.least
     if least is not None and least.logprob is not None:
         parts.append(f"least likely {token_label(least.text)} {show_prob(math.exp(least.logprob))}")
-    if stable_timings:
+    if reply.usage is not None and not reply.usage.completion_tokens and not reply.tokens:
+        parts.append("stopped before its first token")  # ("0.0 tok/s · TTFT 0.00s", it said)
+    elif stable_timings:
         parts.append("– tok/s")
     elif reply.usage is not None:
         parts.append(f"{reply.usage.decode_tokens_per_s:.1f} tok/s")
