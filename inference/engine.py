@@ -336,7 +336,11 @@ class LocalBackend:
                 return
             chunk = ids[pos: pos + self.prefill_chunk]
             x = torch.tensor([chunk], device=self.device)
-            logits = self.runner.forward(cache, x, all_logits=True)[0]  # [T, V]
+            try:
+                logits = self.runner.forward(cache, x, all_logits=True,
+                                             should_stop=cancel.is_set)[0]  # [T, V]
+            except Interrupted:  # (its own cache: nothing to keep)
+                return
             end = pos + len(chunk)
             targets = ids[pos + 1: end + 1]  # the last position of the text predicts nothing
             if targets:
@@ -375,7 +379,11 @@ class LocalBackend:
             if cancel.is_set():
                 return
             chunk = ctx[pos: min(pos + self.prefill_chunk, len(ctx) - 1)]
-            self.runner.forward(cache, torch.tensor([chunk], device=self.device))
+            try:
+                self.runner.forward(cache, torch.tensor([chunk], device=self.device),
+                                    should_stop=cancel.is_set)
+            except Interrupted:
+                return
             if len(ctx) > self.prefill_chunk:
                 yield PromptProgress(pos + len(chunk), len(ctx), time.perf_counter() - t0)
         x = torch.tensor([ctx[-1:] + text_ids[:-1]], device=self.device)

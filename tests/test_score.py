@@ -173,3 +173,17 @@ def test_cli_score_bad_input_is_one_sentence_and_exit_2(args, words):
     r = chatui(*args, "--backend", "scripted")
     assert r.returncode == 2, r.stderr
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cancel_stops_scoring_a_long_text_between_two_layers(tiny_backend):
+    """/score of a long text stops before the model's next layer when cancelled (it finished
+    the 512-token chunk it was reading first), and says nothing (no Scored)."""
+    from test_engine import _SetAfter
+
+    tiny_backend.prefill_chunk = 1024
+    cancel = _SetAfter(3)  # before the chunk, before layer 0, then before layer 1: stop
+    events = list(tiny_backend.score(ScoreRequest("word " * 300, top_logprobs=3), cancel))
+    assert not any(isinstance(e, Scored) for e in events) and cancel.asked == 3
+    scored = list(tiny_backend.score(ScoreRequest("word " * 300, top_logprobs=3),
+                                     threading.Event()))
+    assert isinstance(scored[-1], Scored)  # (the backend is still usable)
