@@ -42,7 +42,6 @@ from .conversation import Conversation, ModelRef
 from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseComplete,
                        ResponseFailed)
 from .reporting import run_reported
-from .rescue import rescue_dir
 from .screens.chat import ChatScreen
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
 from .textual_compat import ReportsFatalErrors
@@ -246,14 +245,9 @@ class ChatApp(ReportsFatalErrors, App[int]):
         try:
             self._stop_for_hang_up()
             self._keep_draft()
-            self.save_conversation()
-            saved = self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
-            code = 0 if self._autosave_error is None and saved else 2
-            if code == 0:
-                log.info("saved on hang-up")
-            else:
-                log.error("saving on hang-up failed: %s", self._autosave_error)
-                self._rescue_copy()
+            saved, _ = self._save_before_exit()
+            code = 0 if saved else 2
+            log.info("saved on hang-up" if saved else "saving on hang-up failed")
         except BaseException:  # (the process ends whatever happened)
             log.exception("saving on hang-up failed")
         finally:
@@ -380,8 +374,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if rescued is None and not self._quit_refused and not self._quitting_on_signal:
             self._quit_refused = True
             self.notify(f"The conversation could not be saved ({why}), nor a copy in "
-                        f"{rescue_dir()}. /save PATH keeps it elsewhere; Ctrl+Q again quits "
-                        "without it.", title="Not saved", severity="error", timeout=30,
+                        f"{rescue.rescue_dir()}. /save PATH keeps it elsewhere; Ctrl+Q again "
+                        "quits without it.", title="Not saved", severity="error", timeout=30,
                         markup=False)
             return
         self.worker.close()
@@ -442,8 +436,9 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if self._unsaved_warned == conv.id:
             return None
         self._unsaved_warned = conv.id
-        return (f"The conversation could not be saved ({why}), nor a copy in {rescue_dir()}. "
-                "/save PATH keeps it; the command again goes on without it.")
+        return (f"The conversation could not be saved ({why}), nor a copy in "
+                f"{rescue.rescue_dir()}. /save PATH keeps it; the command again goes on "
+                "without it.")
 
     _unsaved_warned: str | None = None
     """The conversation the user was told could not be saved anywhere (by ``keep_conversation``)."""
@@ -455,7 +450,18 @@ class ChatApp(ReportsFatalErrors, App[int]):
             conv = self.chat.state.conversation
         except LookupError:
             return None
-        return rescue.write_rescue_copy(conv, rescue_dir())
+        return rescue.write_rescue_copy(conv)
+
+    def _save_before_exit(self) -> tuple[bool, Path | None]:
+        """As the process ends (a hang-up, an internal error; the loop may not run again): the
+        conversation saved, waiting on this thread, or else a rescue copy written; (whether it
+        was saved, the rescue copy or None)."""
+        self._autosave_error = None
+        self.save_conversation()
+        saved = self.autosaver.flush(timeout=SAVE_ON_EXIT_S) and self._autosave_error is None
+        if not saved:
+            log.error("the save before exiting failed: %s", self._autosave_error)
+        return saved, None if saved else self._rescue_copy()
 
     _model_ref: ModelRef | None = None
     _autosave_warned = False
@@ -573,11 +579,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
         where = ""
         self._keep_draft()
         try:
-            self._autosave_error = None
-            self.save_conversation()
-            saved = self.autosaver.flush(timeout=SAVE_ON_EXIT_S)
-            if self._autosave_error is not None or not saved:
-                rescued = self._rescue_copy()
+            saved, rescued = self._save_before_exit()
+            if not saved:
                 where = f" The conversation was saved to {rescued}." if rescued else (
                     " The conversation could not be saved.")
         except Exception:  # noqa: BLE001

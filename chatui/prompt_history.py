@@ -96,9 +96,11 @@ def append(directory: Path, text: str, *, kind: str = "prompt") -> bool:
     line = json.dumps({kind: text}, ensure_ascii=False) + "\n"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as f:
-            if f.tell() and not _ends_in_newline(path):  # (a write cut short before)
-                line = "\n" + line
+        with open(path, "a+b") as f:  # (writes go to the end whatever the position)
+            if f.seek(0, 2):
+                f.seek(-1, 2)
+                if f.read(1) != b"\n":  # (a write cut short before)
+                    line = "\n" + line
             f.write(line.encode("utf-8"))
             size = f.tell()
         if size > 4096 * 64:  # (a cheap guard before counting lines)
@@ -107,12 +109,6 @@ def append(directory: Path, text: str, *, kind: str = "prompt") -> bool:
     except OSError as exc:
         log.warning("the prompt history %s could not be written: %s", path, exc)
         return False
-
-
-def _ends_in_newline(path: Path) -> bool:
-    with open(path, "rb") as f:
-        f.seek(-1, 2)
-        return f.read(1) == b"\n"
 
 
 def _compact(path: Path) -> None:

@@ -21,15 +21,15 @@ def rescue_dir() -> Path:
     return Path(tempfile.gettempdir()) / "chatui-rescue"
 
 
-def write_rescue_copy(conv: Conversation, directory: Path | None = None) -> Path | None:
-    """``conv`` written to ``directory`` (default :func:`rescue_dir`); the file, or None where
-    that failed too or there is nothing to keep (never raises: the caller says so)."""
+def write_rescue_copy(conv: Conversation) -> Path | None:
+    """``conv`` written to :func:`rescue_dir`; the file, or None where that failed too or
+    there is nothing to keep (never raises: the caller says so)."""
     from . import transcript
 
     if not conv.entries:
         return None
     try:
-        directory = directory if directory is not None else rescue_dir()
+        directory = rescue_dir()
         directory.mkdir(parents=True, exist_ok=True)
         path = transcript.autosave_path(conv, directory)
         transcript.save_transcript(conv, path)

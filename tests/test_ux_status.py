@@ -65,12 +65,12 @@ async def test_the_context_toast_says_turns_are_left_out_when_they_already_are()
 def unwritable_app(tmp_path, monkeypatch, rescue):
     """An app whose data folder cannot be made (a file is in the way) and whose rescue folder
     is ``rescue``; the messages it exits with are collected in its ``said``."""
-    import chatui.app as app_module
+    import chatui.rescue as rescue_module
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x")
     monkeypatch.setenv("CHATUI_DATA_DIR", str(blocker / "data"))
-    monkeypatch.setattr(app_module, "rescue_dir", lambda: rescue)
+    monkeypatch.setattr(rescue_module, "rescue_dir", lambda: rescue)
     app = make_app()
     app.said = []
     real_exit = app.exit

@@ -28,7 +28,8 @@ SEQUENCE_STARTS = frozenset("[O]P_\\^")
 _original: Callable[..., Iterable[Any]] | None = None
 
 
-def _split(original: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any]]:
+def split_escape_keys(original: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any]]:
+    """``XTermParser._sequence_to_key_events`` (``original``) reading ESC and a key as both."""
     from textual import events
     from textual._ansi_sequences import ANSI_SEQUENCES_KEYS
 
@@ -52,6 +53,13 @@ def _split(original: Callable[..., Iterable[Any]]) -> Callable[..., Iterable[Any
     return sequence_to_key_events
 
 
+def unpatched() -> Callable[..., Iterable[Any]]:
+    """Textual's own ``XTermParser._sequence_to_key_events``, patched or not."""
+    from textual._xterm_parser import XTermParser
+
+    return _original if _original is not None else XTermParser._sequence_to_key_events
+
+
 def apply() -> bool:
     """Patch the parser (idempotent); whether it is patched."""
     global _original
@@ -65,5 +73,6 @@ def apply() -> bool:
         _original = XTermParser._sequence_to_key_events
     except (ImportError, AttributeError):
         return False
-    XTermParser._sequence_to_key_events = _split(_original)  # type: ignore[method-assign]
+    patched = split_escape_keys(_original)
+    XTermParser._sequence_to_key_events = patched  # type: ignore[method-assign]
     return True
