@@ -655,3 +655,41 @@ def test_a_tree_label_of_long_words_keeps_its_statistics_in_view() -> None:
     words = label.split(": ", 1)[1].split(" · ")[0]
     assert words.endswith("…") and WORDS_CELLS - 2 <= cell_len(words) <= WORDS_CELLS
     assert " · 1 message" in label and cell_len(label) <= 88  # (the view is 96 wide)
+
+
+async def test_the_tree_view_fits_each_line_to_its_width(config_dir) -> None:  # noqa: F811
+    """Each line of the tree view is fitted to the room its depth leaves when drawn: in a
+    narrow terminal a deep branch keeps its line (it was cut at the view's edge under ~60
+    columns, its statistics out of sight) and says as much as fits; in a wide one the first
+    words take the room (six words were shown in a line of 100 with 40 columns blank)."""
+    from textual.widgets import Tree
+
+    question = "tell me about the many uses of a humble paperclip in an office at level {}"
+
+    async def lines_at(size: tuple[int, int]) -> tuple[list[str], int, int]:
+        app = make_app(_numbered())
+        async with app.run_test(size=size) as pilot:
+            for level in range(4):  # a fork at each of four depths
+                await send(pilot, app, question.format(level))
+                await send(pilot, app, "/retry")
+            await pilot.press("f5")
+            await pilot.pause(0.2)
+            tree = app.screen.query_one(Tree)
+            room = tree.scrollable_content_region.width
+            text = [tree.render_line(y).text.rstrip() for y in range(tree.last_line + 1)]
+            return text, room, tree.virtual_size.width
+
+    narrow, room, virtual = await lines_at((56, 40))
+    from rich.cells import cell_len
+    # a branch runs to the next fork: the question, then two replies at each of four depths
+    assert len(narrow) == 9 and virtual <= room, (narrow, virtual, room)
+    assert all(cell_len(line) <= room for line in narrow)
+    assert narrow[0].startswith("▼ ● you: tell me about the") and "· 1 message" in narrow[0]
+    assert all(" · mean lp " in line for line in narrow[1:5]), narrow  # two levels down
+    assert "● assistant: reply-7 with a" in narrow[-1], narrow  # four levels down
+
+    wide, room, virtual = await lines_at((150, 40))
+    assert virtual <= room
+    top = wide[0]
+    assert "you: tell me about the many uses of a humble paperclip in an office at level 0" \
+        " · 1 message" in top, top  # the whole question, not six words of it

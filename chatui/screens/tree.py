@@ -14,12 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.cells import cell_len, set_cell_size
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static, Tree
+from textual.widgets.tree import TreeNode
 
 from ..conversation import Conversation, Entry
 
@@ -62,41 +64,111 @@ def shared_words(entries: list[Entry]) -> int:
 
 
 WORDS_CELLS = 36
-"""The most columns a branch's first words take, so that its statistics stay on its line."""
+"""The most columns a branch's first words take where the line's width is not known, so that
+its statistics stay on its line."""
+
+MIN_WORDS_CELLS = 12
+"""The fewest columns the first words get before statistics are left out to make room (a deep
+branch in a narrow terminal: the tree view cut such lines at its edge)."""
 
 
-def branch_label(branch: Branch, on_path: bool, shared: int = 0) -> str:
+def branch_label(branch: Branch, on_path: bool, shared: int = 0,
+                 width: int | None = None) -> str:
     """``● assistant: first words… · mean lp -0.42 · 37 tok · 4 messages``; ``shared``: how
     many words it starts with that its siblings start with too (a fork late in a reply, or a
     retry that began the same way): its words are then shown from the word before they part,
-    ``…the keeper named Olf, who…``, so siblings can be told apart."""
+    ``…the keeper named Olf, who…``, so siblings can be told apart.
+
+    ``width``: the columns the line has. The first words then take what the statistics leave
+    (as many words as fit, not six), and where even ``MIN_WORDS_CELLS`` would not fit, the
+    statistics go from the last (messages, tokens, mean logprob) until they do; the label is
+    never wider than ``width``. Without it, six words of at most ``WORDS_CELLS`` columns."""
     first = branch.first
     all_words = first.text.split()
     # from the word before they part; from the start when nothing of it comes after the part
     # it shares (siblings with the same text, as a retry of a deterministic reply gives)
     start = shared - 1 if 0 < shared < len(all_words) else 0
-    words = " ".join(all_words[start:start + 6]) or "(empty)"
-    more = len(all_words) > start + 6
-    if cell_len(words) > WORDS_CELLS:  # long "words" (a URL, emoji, code): the statistics
-        words = set_cell_size(words, WORDS_CELLS - 1).rstrip()  # after them were cut off
-        space = words.rfind(" ")
-        if space > len(words) // 2:  # at a word's end where there is one near
-            words = words[:space]
-        more = True
-    if start:
-        words = "…" + words
-    if more:
-        words += "…"
     who = "you" if first.role == "user" else "assistant"
-    parts = [f"{'●' if on_path else '○'} {who}: {words}"]
+    head = f"{'●' if on_path else '○'} {who}: "
+    stats = []
     reply = next((e.reply for e in branch.entries if e.reply is not None), None)
     if reply is not None:
         mean = reply.mean_logprob
-        parts.append("mean lp " + (f"{mean:.2f}" if mean is not None else "n/a"))
-        parts.append(f"{reply.token_count} tok")
+        stats.append("mean lp " + (f"{mean:.2f}" if mean is not None else "n/a"))
+        stats.append(f"{reply.token_count} tok")
     n = len(branch.entries)
-    parts.append(f"{n} message{'s' if n != 1 else ''}")
-    return " · ".join(parts)
+    stats.append(f"{n} message{'s' if n != 1 else ''}")
+    if width is None:
+        room, count = WORDS_CELLS, 6
+    else:
+        def tail_len() -> int:
+            return sum(3 + cell_len(p) for p in stats)
+        while stats and width - cell_len(head) - tail_len() < MIN_WORDS_CELLS:
+            stats.pop()
+        room, count = max(1, width - cell_len(head) - tail_len()), len(all_words)
+    words = _first_words(all_words[start:], count, room, ellipsis_before=bool(start))
+    label = " · ".join([head + words, *stats])
+    return set_cell_size(label, width).rstrip() if width is not None else label
+
+
+def _first_words(words: list[str], count: int, room: int, ellipsis_before: bool) -> str:
+    """At most ``count`` of ``words`` in at most ``room`` columns, an ellipsis where some were
+    left out: cut at a word's end where one is near, else mid-word (a URL, emoji, code)."""
+    if not words:
+        return "(empty)"
+    budget = room - (1 if ellipsis_before else 0)
+    text = " ".join(words[:count])
+    more = len(words) > count
+    if cell_len(text) > budget or (more and cell_len(text) + 1 > budget):
+        cut = set_cell_size(text, max(1, budget - 1)).rstrip()
+        space = cut.rfind(" ")
+        if space > len(cut) // 2:  # at a word's end where there is one near
+            cut = cut[:space]
+        text, more = cut, True
+    return ("…" if ellipsis_before else "") + text + ("…" if more else "")
+
+
+@dataclass(frozen=True)
+class BranchLine:
+    """What a line of the tree view shows: a branch, whether the conversation goes on with it,
+    and how many first words it shares with its siblings."""
+
+    branch: Branch
+    on_path: bool
+    shared: int
+
+    @property
+    def node(self) -> str:
+        """The node id Enter opens: the branch's last message."""
+        return self.branch.last.node
+
+
+TOGGLE = Style.from_meta({"toggle": True})
+"""The meta a tree's click handler reads on an expand icon (as Textual's own ``render_label``
+marks it)."""
+
+
+class BranchTree(Tree[BranchLine]):
+    """A tree whose lines are fitted to its width when drawn: a branch's first words take the
+    room its depth and the statistics leave (a resize fits them again)."""
+
+    def render_label(self, node: TreeNode[BranchLine], base_style: Style, style: Style) -> Text:
+        line = node.data
+        if line is None:
+            return super().render_label(node, base_style, style)
+        depth = 0
+        parent = node.parent
+        while parent is not None and parent is not self.root:
+            depth += 1
+            parent = parent.parent
+        icon = cell_len(self.ICON_NODE) if node.allow_expand else 0
+        width = self.scrollable_content_region.width - depth * self.guide_depth - icon
+        label = Text(branch_label(line.branch, line.on_path, line.shared, width=max(width, 1)))
+        label.stylize(style)
+        if not node.allow_expand:
+            return label
+        icon_text = self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE
+        return Text.assemble((icon_text, base_style + TOGGLE), label)
 
 
 class TreeScreen(ModalScreen[str | None]):
@@ -104,9 +176,9 @@ class TreeScreen(ModalScreen[str | None]):
 
     DEFAULT_CSS = """
     TreeScreen { align: center middle; }
-    TreeScreen > Vertical { width: 100; max-width: 100%; height: 80%;
+    TreeScreen > Vertical { width: 100%; max-width: 150; height: 80%;
         border: round $primary; background: $surface; padding: 0 1; }
-    TreeScreen .tree-help { color: $text-muted; height: 1; }
+    TreeScreen .tree-help { color: $text-muted; height: auto; }
     TreeScreen Tree { height: 1fr; }
     """
 
@@ -120,7 +192,7 @@ class TreeScreen(ModalScreen[str | None]):
         with Vertical():
             yield Static("Branches of this conversation (● the one shown). Enter opens a "
                          "branch, Esc closes.", classes="tree-help", markup=False)
-            tree: Tree[str] = Tree(Text("conversation"), id="tree")
+            tree = BranchTree(Text("conversation"), id="tree")
             tree.auto_expand = False
             tree.show_root = False
             yield tree
@@ -136,7 +208,7 @@ class TreeScreen(ModalScreen[str | None]):
             branch = branch_from(entry)
             on_path = all(id(e) in path for e in branch.entries)
             node = parent.add(Text(branch_label(branch, on_path, shared)),
-                              data=branch.last.node, expand=True,
+                              data=BranchLine(branch, on_path, shared), expand=True,
                               allow_expand=bool(branch.last.children))
             if on_path:
                 cursor = node
@@ -148,10 +220,10 @@ class TreeScreen(ModalScreen[str | None]):
         if cursor is not None:  # on the branch shown (once the lines exist)
             self.call_after_refresh(tree.move_cursor, cursor)
 
-    def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
+    def on_tree_node_selected(self, event: Tree.NodeSelected[BranchLine]) -> None:
         event.stop()
         if event.node.data is not None:
-            self.dismiss(event.node.data)
+            self.dismiss(event.node.data.node)
 
     def action_close(self) -> None:
         self.dismiss(None)
