@@ -210,9 +210,23 @@ def test_damaged_journals_with_retries_and_switches_never_crash(cut: int, flips:
         _damage_and_load(Path(d), cut, flips, tail, switches=True)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                                       max_size=4), st.binary(max_size=40))
+def test_damaged_journals_with_picks_never_crash(cut: int, flips: list, tail: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        _damage_and_load(Path(d), cut, flips, tail, picks=True)
+
+
 def _damage_and_load(tmp_path: Path, cut: int, flips: list, tail: bytes,
-                     switches: bool = False) -> None:
-    if switches:  # lines that graft a sibling and lines that select another branch
+                     switches: bool = False, picks: bool = False) -> None:
+    if picks:  # lines that choose another column of a comparison
+        w, conv, path = _compared(tmp_path, columns=3, tokens=4)
+        for column in (2, 1):
+            conv.entries[3].chosen = column
+            w.write(conv.snapshot(), tmp_path, conv)
+        written = [conv]
+    elif switches:  # lines that graft a sibling and lines that select another branch
         w, conv, written = branched(tmp_path)
         conv.step_sibling(conv.entries[3], -1)
         w.write(conv.snapshot(), tmp_path, conv)
@@ -558,3 +572,88 @@ def test_the_readme_describes_this_journal_and_the_fan_out_flag() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert f'{{"format": "chatui-journal", "version": {JOURNAL_VERSION},' in text
     assert '"select": <node id>' in text and '"fan_out": true' in text
+    assert '"chosen": {<node id>: column}' in text
+
+
+def _compared(tmp_path: Path, columns: int = 8, tokens: int = 64
+              ) -> tuple[AutosaveWriter, Conversation, Path]:
+    """An exchange, then a comparison of ``columns`` settings with a follow-up below it,
+    autosaved after each as the app does."""
+    w = AutosaveWriter()
+    conv = Conversation(id="cmp")
+    add_exchange(conv, 0)
+    w.write(conv.snapshot(), tmp_path, conv)
+    conv.add_user("compare these")
+    entry = conv.add_assistant([SamplingParams(seed=c) for c in range(columns)])
+    for c, reply in enumerate(entry.replies):
+        reply.tokens = [Token(i, 100 + i, f" c{c}.{i}", -0.5, 1.25,
+                              tuple(Alternative(j, f" a{j}", -2.0 - j) for j in range(5)))
+                        for i in range(tokens)]
+        reply.text = "".join(t.text for t in reply.tokens)
+        reply.finish_reason = "stop"
+    w.write(conv.snapshot(), tmp_path, conv)
+    conv.add_user("and then?")
+    w.write(conv.snapshot(), tmp_path, conv)
+    return w, conv, autosave_path(conv, tmp_path)
+
+
+def test_a_pick_of_a_column_is_a_line_of_a_few_bytes(tmp_path: Path) -> None:
+    """F6 / /pick / a click on a column's header gives a comparison another chosen column:
+    the journal line says so in a few bytes (it held the whole group again, every column's
+    tokens: ~200 KB a press at 8 columns of 512 tokens); a reload, and a reload of a line cut
+    at any byte, gives the column chosen then or before."""
+    w, conv, path = _compared(tmp_path)
+    group = conv.entries[3]
+    doc = path.read_bytes()
+    jpath = journal_path(path)
+    before_pick = conv.snapshot()
+    for column in (5, 2, 2, 0):  # (the same column twice: nothing to write the second time)
+        size = jpath.stat().st_size
+        group.chosen = column
+        assert w.write(conv.snapshot(), tmp_path, conv).id == conv.id
+        assert path.read_bytes() == doc  # not rewritten
+        added = jpath.read_bytes()[size:]
+        if column == 2 and added == b"":
+            continue
+        assert json.loads(added) == {"at": len(conv.entries), "messages": [],
+                                     "chosen": {group.node: column}}, added
+        assert len(added) < 100
+        loaded = load_transcript(path)
+        assert loaded == conv and loaded.entries[3].chosen == column
+        assert loaded.entries[3].text == group.replies[column].text
+    assert json.loads(jpath.read_bytes().split(b"\n")[-2])["chosen"] == {group.node: 0}
+    # a line cut at any byte: the pick before it or the one it writes
+    full = jpath.read_bytes()
+    start = full.rstrip(b"\n").rfind(b"\n") + 1
+    group.chosen = 2
+    before = conv.snapshot()
+    group.chosen = 0
+    for cut in range(start, len(full) + 1):
+        jpath.write_bytes(full[:cut])
+        got = load_transcript(path)
+        assert got == (conv if cut == len(full) else before), cut
+    assert before_pick.entries[3].chosen == 0  # (snapshots are not changed by a pick)
+    # and a pick together with a new message is one line with both
+    group.chosen = 7
+    add_exchange(conv, 9)
+    jpath.write_bytes(full)
+    w2 = AutosaveWriter()
+    assert w2.write(conv.snapshot(), tmp_path, conv).id == conv.id
+    line = json.loads(jpath.read_bytes().split(b"\n")[-2])
+    assert line["chosen"] == {group.node: 7} and len(line["messages"]) == 2
+    assert load_transcript(path) == conv
+
+
+def test_a_pick_naming_no_group_or_column_ends_the_journal(tmp_path: Path) -> None:
+    w, conv, path = _compared(tmp_path, columns=3, tokens=4)
+    held = load_transcript(path)
+    group = conv.entries[3]
+    for bad in ({"nosuchnode": 1}, {group.node: 3}, {group.node: -1}, {group.node: "1"},
+                {conv.entries[2].node: 0}, [group.node, 1], {group.node: True}):
+        with open(journal_path(path), "ab") as f:
+            f.write(json.dumps({"at": 5, "messages": [], "chosen": bad}).encode() + b"\n")
+            f.write(json.dumps({"at": 5, "messages": [], "title": "after"}).encode() + b"\n")
+        loaded = load_transcript(path)
+        assert loaded == held and loaded.title != "after", bad
+        jpath = journal_path(path)
+        jpath.write_bytes(b"\n".join(jpath.read_bytes().split(b"\n")[:-3]) + b"\n")

@@ -10,6 +10,7 @@ appends one fsynced JSON line per change to ``<document>.journal``:
     {"at": 6, "messages": [...], "title": "...", "system_prompt": "...", "model": {...},
      "parent": {"id": ..., "messages": n}}                   // changed fields only
     {"select": "<node>", "at": 9, "messages": []}            // another branch chosen
+    {"at": 9, "messages": [], "chosen": {"<node>": 2}}       // a comparison's column picked
 
 A line's ``select`` (version 2) first makes the chosen path end at the message with that node
 id (every message above it chooses the branch that leads to it): a sibling switch
@@ -18,6 +19,13 @@ message of the branch the conversation goes on with, rather than the whole docum
 whole path below the switch written again. ``at`` then counts from the top of that path.
 Version 1 journals (no ``select``) load as before; a version 2 journal is ignored by a chatui
 that only knows version 1.
+
+A line's ``chosen`` (optional, so the version stays 2) gives messages already in the files
+another chosen column: a comparison's pick (F6, ``/pick``, a click on a header)
+was a line holding the whole group again (every column's tokens: ~200 KB a press for 8
+columns of 512 tokens), and is now a few bytes. It is applied after the rest of the line. A
+chatui that does not know it ignores it, as any unknown key, and shows the column chosen
+before.
 
 The header's ``base`` is the ``rev`` of the document the journal extends: a journal left
 beside a newer document (a kill between writing the document and removing the journal) no
@@ -91,6 +99,7 @@ def _apply(conv: Conversation, data: Any, where: str) -> None:
     system_prompt = o.str("system_prompt", conv.system_prompt)
     model = _model(o.d["model"]) if "model" in o.d else conv.model
     parent = _parent(o.d["parent"]) if "parent" in o.d else None
+    picks = _picks(conv, o) if "chosen" in o.d else []
     if selected is not None:  # everything is checked: from here on nothing fails
         conv.select(selected)
         selected.active = -1
@@ -104,9 +113,30 @@ def _apply(conv: Conversation, data: Any, where: str) -> None:
                 conv.discard(path[at])
         for e in entries:
             conv.append(e)
+    for entry, column in picks:
+        entry.chosen = column
     conv.title, conv.system_prompt, conv.model = title, system_prompt, model
     if parent is not None:
         conv.parent, conv.branched_at = parent.get("parent", ""), parent.get("branched_at", 0)
+
+
+def _picks(conv: Conversation, o: _Obj) -> list[tuple[Entry, int]]:
+    """A line's ``chosen``: the messages it names (each a group of replies already there) with
+    the column each now goes on with (raises :class:`_Bad` if one is not there)."""
+    where = o.at("chosen")
+    raw = o.d["chosen"]
+    if not isinstance(raw, dict) or len(raw) > _MAX_INDEX:
+        raise _Bad(f"{where} is not an object of message ids and columns")
+    held = {e.node: e for _, e in walk(conv.tops)}
+    out = []
+    for node, column in raw.items():
+        entry = held.get(node)
+        if entry is None or not entry.replies:
+            raise _Bad(f"{where} names no group of replies ({node!r})")
+        if type(column) is not int or not 0 <= column < len(entry.replies):
+            raise _Bad(f"{where}[{node!r}] is not a column of its {len(entry.replies)}")
+        out.append((entry, column))
+    return out
 
 
 def _chain(conv: Conversation, node: str) -> list[Entry] | None:
@@ -253,6 +283,9 @@ class Change:
     positions: tuple[int, ...]
     same: bool = False
     """The tree is as the files hold it (a line would say nothing about it)."""
+    chosen: tuple[tuple[str, int], ...] = ()
+    """Messages the files hold as they are but for the column they go on with (a pick):
+    their node ids and new columns."""
 
 
 def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
@@ -275,6 +308,18 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
     old_sk = skeleton if skeleton is not None else Skeleton(old)
     new_sk = Skeleton(new)
     new_path = new.entries
+    picks: list[tuple[str, int]] = []
+
+    def held_as_is(o: Entry, e: Entry) -> bool:
+        """``o`` (held) and ``e`` are the same message, perhaps with another column chosen
+        (then noted in ``picks``: a line says it without writing the message)."""
+        if _same(o, e):
+            return True
+        if o.chosen != e.chosen and _same(o, e, chosen=False):
+            picks.append((e.node, e.chosen))
+            return True
+        return False
+
     # How many messages of the new path are in the files as they are, at the same place.
     k = 0
     above: str | None = None
@@ -285,7 +330,7 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
         o = old_entry.get(node)
         if (o is None or old_parent[node] != above
                 or old_kids[above].index(node) != new_kids[above].index(node)
-                or not _same(o, e)):
+                or not held_as_is(o, e)):
             break
         above = node
         k += 1
@@ -328,19 +373,21 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
         return None
     checked = {e.node for e in new_path}  # on the path: written, or compared above
     for node, e in new_sk.entry.items():
-        if node not in checked and not _same(old_sk.entry[node], e):
+        if node not in checked and not held_as_is(old_sk.entry[node], e):
             return None
-    same = select is None and not entries and k == len(old_path)
-    return Change(select, k, entries, positions, same), new_sk
+    same = select is None and not entries and k == len(old_path) and not picks
+    return Change(select, k, entries, positions, same, tuple(picks)), new_sk
 
 
-def _same(a: Entry, b: Entry) -> bool:
-    """``a == b`` (what the entries say), cheapest tests first and without deriving texts: the
-    replies' equality compares their texts, and their token columns by identity when a
-    snapshot shares them (the autosave asks this of every message, issue 21)."""
+def _same(a: Entry, b: Entry, chosen: bool = True) -> bool:
+    """``a == b`` (what the entries say; with ``chosen`` false, whatever column each goes on
+    with), cheapest tests first and without deriving texts: the replies' equality compares
+    their texts, and their token columns by identity when a snapshot shares them (the
+    autosave asks this of every message, issue 21)."""
     if a is b:
         return True
-    if a.time != b.time or a.chosen != b.chosen or a.fan_out != b.fan_out or a.role != b.role:
+    if a.time != b.time or (chosen and a.chosen != b.chosen) or a.fan_out != b.fan_out \
+            or a.role != b.role:
         return False
     if a.replies or b.replies:
         return a.replies == b.replies

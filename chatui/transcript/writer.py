@@ -236,6 +236,8 @@ class AutosaveWriter:
             line["model"] = model_json(conv.model)
         if (conv.parent, conv.branched_at) != (old.parent, old.branched_at) and conv.parent:
             line["parent"] = parent_json(conv)
+        if change.chosen:
+            line["chosen"] = dict(change.chosen)
         if not line and change.same:
             rec.conv, rec.skeleton = conv, skeleton
             return  # nothing changed
