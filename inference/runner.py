@@ -9,6 +9,7 @@ model file holds the model only.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from typing import Any, Callable
@@ -17,7 +18,7 @@ import torch
 
 from . import q8kernel
 from .decode_graph import use_compile
-from .fast_llama import FastRunner, model_device, unsupported_reason
+from .fast_llama import FastRunner, Interrupted, model_device, unsupported_reason
 from .paths import cache_root, inductor_dir
 from .quant import int8_cache_path, load_int8, q8_available, save_int8
 from .types import Progress
@@ -35,6 +36,28 @@ class RunnerError(ValueError):
         self.user_message = message
 
 
+def decoder_layers(model: Any) -> Any:
+    """A transformers model's decoder layers: the first list of modules as long as its text
+    config's ``num_hidden_layers`` (``model.layers``, ``transformer.h``, ``gpt_neox.layers``,
+    a multimodal model's language model's); None where there is none."""
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    n = getattr(text, "num_hidden_layers", None)
+    return next((m for m in model.modules()
+                 if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward's name for the KV cache: ``cache`` since transformers 5.2x, which warns that
+    ``past_key_values`` (the name before, still taken by models that ship their own code)
+    goes in 5.40."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 class HFRunner:
     """A transformers causal LM with a dynamic KV cache.
 
@@ -47,6 +70,8 @@ class HFRunner:
         self.quantize = quantize
         self.int8_path: Any = None
         """Where the int8 weights are cached on disk (None when not quantized)."""
+        self._layers = decoder_layers(model)
+        self._cache_kw = cache_keyword(model)
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -66,8 +91,11 @@ class HFRunner:
                 position_ids: torch.Tensor | None = None, all_logits: bool = False,
                 should_stop: Callable[[], bool] | None = None) -> torch.Tensor:
         """input_ids: [B, T] -> logits of the last position [B, V] (every position [B, T, V]
-        with ``all_logits``); the cache grows by T. ``should_stop`` is not asked here
-        (transformers' forward runs whole; the fast runner's stops between layers)."""
+        with ``all_logits``); the cache grows by T. ``should_stop``: asked before each decoder
+        layer of a prefill (T > 1) whose cache can be cut back; True raises
+        :class:`~.fast_llama.Interrupted` with the cache as it was before the call, as the fast
+        runner does (a model only transformers runs, or one sharded over GPUs, read a whole
+        512-token chunk after Esc). Elsewhere (a sliding-window cache) the forward runs whole."""
         kwargs: dict[str, Any] = {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
@@ -75,9 +103,43 @@ class HFRunner:
             if position_ids.shape[-1] != input_ids.shape[-1]:
                 position_ids = position_ids[:, -input_ids.shape[-1]:]
             kwargs["position_ids"] = position_ids
-        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True,
-                         logits_to_keep=0 if all_logits else 1, **kwargs)
+
+        def run() -> Any:
+            return self.model(input_ids=input_ids, **{self._cache_kw: cache}, use_cache=True,
+                              logits_to_keep=0 if all_logits else 1, **kwargs)
+
+        if should_stop is not None and input_ids.shape[-1] > 1 and self.can_crop(cache):
+            out = self._stoppable(cache, should_stop, run)
+        else:
+            out = run()
         return out.logits if all_logits else out.logits[:, -1, :]
+
+    def _stoppable(self, cache: Any, should_stop: Callable[[], bool],
+                   run: Callable[[], Any]) -> Any:
+        """``run()`` with ``should_stop`` asked before each decoder layer; on True the layers
+        that took the chunk already are cut back, and :class:`Interrupted` is raised."""
+        layers = self._layers
+        if not layers:
+            return run()
+
+        def check(module: Any, args: Any) -> None:
+            if should_stop():
+                raise Interrupted
+
+        before = [layer.get_seq_length() for layer in cache.layers]
+        handles = [layer.register_forward_pre_hook(check) for layer in layers]
+        try:
+            return run()
+        except Interrupted:
+            for i, layer in enumerate(cache.layers):
+                extra = layer.get_seq_length() - (before[i] if i < len(before) else 0)
+                if extra > 0:
+                    layer.crop(-extra)
+            raise
+        finally:
+            for h in handles:
+                h.remove()
+
 
 
 PRECISIONS = ("auto", "model", "float32", "bfloat16", "float16")

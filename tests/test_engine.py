@@ -357,3 +357,46 @@ def test_cancel_stops_a_prefill_between_two_layers(tiny_ckpt, tiny_backend):
     after = [t.id for t in tokens(run(tiny_backend, long, GREEDY))]
     fresh = LocalBackend.from_checkpoint(tiny_ckpt)
     assert after and after == [t.id for t in tokens(run(fresh, long, GREEDY))]
+
+
+def test_cancel_stops_an_hf_runner_prefill_between_two_layers(tiny_ckpt):
+    """The transformers runner (models the fast runner does not know, or sharded over GPUs)
+    stops a prefill before the next decoder layer too (it read the whole 512-token chunk
+    after Esc): the layers that took the chunk are cut back, so every layer of the cache
+    holds what it held before, and the next reply is the one a fresh backend gives."""
+    import torch
+
+    from inference.engine import LocalBackend
+    from inference.fast_llama import Interrupted
+
+    backend = LocalBackend.from_checkpoint(tiny_ckpt, runner="hf")
+    runner = backend.runner
+    assert type(runner).__name__ == "HFRunner" and runner._layers is not None
+    cache = runner.new_cache()
+    runner.forward(cache, torch.tensor([[5, 6, 7, 8]]))
+    asked = []
+
+    def stop_at_layer_1() -> bool:
+        asked.append(1)
+        return len(asked) == 2  # before layer 0: go on; before layer 1: stop
+
+    with pytest.raises(Interrupted):
+        runner.forward(cache, torch.tensor([[9, 10, 11, 12, 13]]), should_stop=stop_at_layer_1)
+    assert len(asked) == 2 and [layer.get_seq_length() for layer in cache.layers] == \
+        [4] * len(cache.layers)
+    again = runner.forward(cache, torch.tensor([[9, 10, 11, 12, 13]]))
+    whole = runner.forward(fresh := runner.new_cache(), torch.tensor([[5, 6, 7, 8, 9, 10, 11,
+                                                                       12, 13]]))
+    assert fresh.get_seq_length() == cache.get_seq_length() == 9
+    torch.testing.assert_close(again, whole, rtol=1e-4, atol=1e-4)
+    # through the engine, as Esc during a long prompt's reading
+    long = [Message("user", "word " * 300)]
+    backend.prefill_chunk = 1024
+    req = GenerationRequest(tuple(long), (GREEDY.with_values(max_tokens=8),))
+    cancel = _SetAfter(3)  # before the chunk, before layer 0, then before layer 1: stop
+    ev = list(backend.generate(req, cancel))
+    assert done(ev).finish_reason == "cancelled" and not tokens(ev)
+    assert cancel.asked == 3
+    after = [t.id for t in tokens(run(backend, long, GREEDY))]
+    fresh_backend = LocalBackend.from_checkpoint(tiny_ckpt, runner="hf")
+    assert after and after == [t.id for t in tokens(run(fresh_backend, long, GREEDY))]
