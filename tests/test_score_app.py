@@ -98,3 +98,28 @@ async def test_score_shows_its_message_at_the_end_of_a_long_conversation():
         assert log.scroll_y >= log.max_scroll_y - 1
         assert scored.region.height and log.region.contains_region(scored.region), (
             scored.region, log.region)
+
+
+def test_the_score_header_wraps_between_tokens_never_inside_one():
+    """``least likely: ' capital' 0.87%, ' is' 1.70%``: the header broke at the space inside
+    a quoted token (``, '`` ending a line, ``is' 1.70%`` starting the next, seen in tmux);
+    it now breaks only after a separator, at any width."""
+    from chatui.widgets.parts_line import joined, pack
+    from chatui.widgets.scored import score_summary, score_summary_pieces
+    from inference.types import Token
+
+    tokens = [Token(0, 1, "What", None, None), Token(1, 2, " is", -4.07, 0.0),
+              Token(2, 3, " the", -0.5, 0.0), Token(3, 4, " capital", -4.74, 0.0),
+              Token(4, 5, " of", -0.2, 0.0), Token(5, 6, " France", -2.0, 0.0)]
+    least = sorted(tokens[1:], key=lambda t: t.logprob)[:3]
+    pieces = score_summary_pieces("message 1 (user)", tokens, 7.499, 5, least)
+    line = score_summary("message 1 (user)", tokens, 7.499, 5, least)
+    assert line == joined(pieces) == ("scored message 1 (user): perplexity 7.499 over 5 of 6 "
+                                      "tokens · least likely: ' capital' 0.87%, ' is' 1.71%, "
+                                      "' France' 13.53%")
+    for width in range(20, 110):
+        lines = pack(pieces, width).split("\n")
+        assert all(any(text in row for row in lines) for text, _ in pieces
+                   if len(text) <= width), (width, lines)  # each part whole on a line
+        for text in lines:
+            assert text.rstrip(",·").rstrip().endswith(("%", "tokens")), (width, lines)

@@ -155,3 +155,29 @@ async def test_continuing_from_an_alternative_keeps_max_tokens_for_the_whole_rep
         assert len(reply.tokens) == 10, [t.text for t in reply.tokens]
         assert reply.finish_reason == "length"
         assert reply.settings.max_new_tokens == 10
+
+
+async def test_a_stats_line_wraps_between_its_parts_never_inside_a_token():
+    """The least likely token is quoted with its leading space (``' acrylic'``): Textual
+    wrapped the statistics line at that space, so a line ended in ``least likely '`` and the
+    next began ``acrylic' 0.068%`` (seen in tmux). At every width the line now breaks only
+    after a separator, and the view's height is the lines it draws."""
+    from rich.cells import cell_len
+
+    from chatui.widgets.parts_line import pack
+
+    for cols in range(44, 100, 3):
+        app = make_app(backend=_LowBackend("", " acrylic"))
+        async with app.run_test(size=(cols, 30)) as pilot:
+            await send(pilot, app, "go")
+            await pilot.pause(0.05)
+            stats = replies(app)[0].query_one(".reply-stats")
+            width = stats.content_region.width
+            lines = [line.text.rstrip() for line in stats.render_lines(
+                stats.region.reset_offset.shrink(stats.styles.gutter))]
+            lines = [line for line in lines if line]
+            assert any("least likely ' acrylic' 0.012%" in line for line in lines), \
+                (cols, lines)
+            assert all(cell_len(line) <= width and not line.endswith("'") for line in lines)
+            assert stats.size.height == len(pack(stats.pieces, width).split("\n")) \
+                == len(lines), (cols, lines)

@@ -398,16 +398,17 @@ class ChatScreen(Screen[None]):
         """Show a scored message under the conversation in the token view (token mode on,
         the inspector on its least likely token). Kept in memory only (see
         :mod:`chatui.widgets.scored`)."""
-        from ..widgets.scored import ScoredMessage, score_summary
+        from ..widgets.parts_line import joined
+        from ..widgets.scored import ScoredMessage, score_summary_pieces
 
         widget_id = self._next_id("scored")
         tokens = list(scored.tokens)
         self._scores[widget_id] = tokens
-        summary = score_summary(label, tokens, scored.perplexity, scored.scored,
-                                scored.least_likely(3))
+        summary = score_summary_pieces(label, tokens, scored.perplexity, scored.scored,
+                                       scored.least_likely(3))
         raw = self.raw
         item = Item(build=lambda: [ScoredMessage(summary, tokens, raw=raw, id=widget_id)],
-                    estimate=lambda width: estimate_lines(summary, width - 2)
+                    estimate=lambda width: estimate_lines(joined(summary), width - 2)
                     + estimate_lines("".join(t.text for t in tokens), width - 2) + 1,
                     tag="scored")
         widget = self.window.append(item)[0]

@@ -34,6 +34,7 @@ from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
                               forget_arrangement)
 from ..token_records import TokenRecords
 from .markdown_lines import MarkdownLines
+from .parts_line import PartsLine
 from .reasoning import ReasoningBlock
 from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
 from .text import safe_text, show_prob, show_token
@@ -181,9 +182,17 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
     """One line of statistics: tokens, mean logprob, perplexity, least likely token, speed.
 
     ``running`` (kept by a streaming view) saves walking all of ``reply.tokens``."""
+    return " · ".join(reply_stats_parts(reply, live_rate=live_rate,
+                                        stable_timings=stable_timings, running=running))
+
+
+def reply_stats_parts(reply: Reply, *, live_rate: float | None = None,
+                      stable_timings: bool = False,
+                      running: RunningStats | None = None) -> list[str]:
+    """:func:`reply_stats`'s parts (the view wraps the line between them)."""
     if not reply.tokens and reply.text and reply.finish_reason is not None \
             and reply.usage is None:  # (opened from a messages file: "0 tokens", it said)
-        return "text only: no tokens were recorded with it"
+        return ["text only: no tokens were recorded with it"]
     running = running.sync(reply.tokens) if running is not None \
         else RunningStats().sync(reply.tokens)
     parts = [f"{running.count} tokens"]
@@ -206,7 +215,7 @@ def reply_stats(reply: Reply, *, live_rate: float | None = None,
         parts.append(f"TTFT {reply.usage.ttft_s:.2f}s")
     elif live_rate is not None:
         parts.append(f"{live_rate:.1f} tok/s")
-    return " · ".join(parts)
+    return parts
 
 
 class SharedParser:
@@ -426,7 +435,7 @@ class ReplyView(SettledSize, Vertical):
         elif self.token_mode or self.reply.finish_reason is None:  # shown, or streams
             yield self._new_token_view()
         yield Static(classes="reply-finish")
-        yield Static(classes="reply-stats")
+        yield PartsLine(classes="reply-stats")
 
     def on_mount(self) -> None:
         if self._token_view is not None:
@@ -605,16 +614,17 @@ class ReplyView(SettledSize, Vertical):
             finish.update(Content(label))
             finish.set_class(reply.finish_reason == "error", "-error")
             finish.display = bool(label)
-        stats = self.query_one(".reply-stats", Static)
-        line = reply_stats(reply, live_rate=live, running=self._stats,
-                           stable_timings=self.stable_timings)
+        stats = self.query_one(".reply-stats", PartsLine)
+        parts = reply_stats_parts(reply, live_rate=live, running=self._stats,
+                                  stable_timings=self.stable_timings)
+        line = " · ".join(parts)
         if line != self._shown[1]:
+            pieces = [(p, " · ") for p in parts[:-1]] + [(parts[-1], "")]
             # a layout of the conversation only when the line's height changes
-            content = Content(line)
             width = stats.content_region.width
-            fit = (width, content.get_height(stats.styles, width)) if width > 0 else None
+            fit = (width, stats.height_at(width, pieces)) if width > 0 else None
             same = fit is not None and fit == self._stats_fit and stats.display
-            stats.update(content, layout=not same)
+            stats.show(pieces, layout=not same)
             self._stats_fit = fit
         stats.display = bool(reply.tokens) or reply.finish_reason is not None
         self._shown = (label, line)

@@ -11,28 +11,37 @@ from typing import Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.content import Content
-from textual.widgets import Static
 
 from inference.types import Token
 
-from .text import safe_text, show_prob
+from .parts_line import PartsLine, Piece, joined
+from .text import show_prob
 from .token_view import TokenView
 
 
 def score_summary(label: str, tokens: Sequence[Token], perplexity: float, scored: int,
                   least: Sequence[Token]) -> str:
     """The header's one line: what was scored, its perplexity and least likely tokens."""
-    worst = ", ".join(f"{(t.text or t.raw)!r} {show_prob(t.prob, 2)}" for t in least)
-    return (f"scored {label}: perplexity {perplexity:.4g} over {scored} of {len(tokens)} "
-            f"tokens" + (f" · least likely: {worst}" if worst else ""))
+    return joined(score_summary_pieces(label, tokens, perplexity, scored, least))
+
+
+def score_summary_pieces(label: str, tokens: Sequence[Token], perplexity: float, scored: int,
+                         least: Sequence[Token]) -> list[Piece]:
+    """:func:`score_summary` in parts, each token with its probability one of them (the
+    header wraps between them, never inside a quoted token)."""
+    head = f"scored {label}: perplexity {perplexity:.4g} over {scored} of {len(tokens)} tokens"
+    worst = [f"{(t.text or t.raw)!r} {show_prob(t.prob, 2)}" for t in least]
+    if not worst:
+        return [(head, "")]
+    worst[0] = "least likely: " + worst[0]
+    return [(head, " · "), *[(w, ", ") for w in worst[:-1]], (worst[-1], "")]
 
 
 class ScoredMessage(Vertical):
     """A scored text: a summary line and a token view of its tokens (see module docstring).
 
     Args:
-        summary: the header line (:func:`score_summary`).
+        summary: the header line (:func:`score_summary_pieces`).
         tokens: the scored tokens (``Scored.tokens``).
         view_id: the id the token view reports its cursor under (``TokenSelected``).
     """
@@ -42,7 +51,7 @@ class ScoredMessage(Vertical):
     ScoredMessage > .score-header { color: $text-muted; padding: 0 1; }
     """
 
-    def __init__(self, summary: str, tokens: Sequence[Token], *, raw: bool = False,
+    def __init__(self, summary: Sequence[Piece], tokens: Sequence[Token], *, raw: bool = False,
                  id: str | None = None) -> None:
         super().__init__(id=id)
         self.summary = summary
@@ -53,5 +62,7 @@ class ScoredMessage(Vertical):
         self.token_view.owner_id = id or ""
 
     def compose(self) -> ComposeResult:
-        yield Static(Content(safe_text(self.summary)), classes="score-header")
+        header = PartsLine(classes="score-header")
+        header.show(self.summary)
+        yield header
         yield self.token_view
