@@ -349,3 +349,39 @@ def test_a_key_typed_right_after_esc_is_both_keys(typed, keys):
     got = list(parser.feed(typed)) + list(parser.feed(""))
     names = [f"paste:{e.text}" if isinstance(e, events.Paste) else e.key for e in got]
     assert names == keys
+
+
+PASTES = [
+    ("\x1b[200~colour codes: \x1b[31mred\x1b[0m and done /clear\x1b[201~x",
+     ["paste:colour codes: red and done /clear", "x"]),
+    ("\x1b[200~line\r\nnext\x1b[1mbold\x1b[m\x1b[201~\r", ["paste:line\r\nnextbold", "enter"]),
+    ("\x1b[200~a\x1bb\x1b[201~", ["paste:a\u241bb"]),  # no CSI: the ESC shown, never typed
+    ("\x1b[200~a\x1b\x1b[201~", ["paste:a\u241b"]),
+    ("\x1b[200~a\x1b[20\x1b[201~", ["paste:a\u241b[20"]),  # (a closing sequence begun)
+    ("\x1b[A\x1b[200~x\x1b[201~\x1b[B\x1b/", ["up", "paste:x", "down", "escape", "slash"]),
+]
+
+
+@pytest.mark.parametrize("typed, events_", PASTES)
+def test_a_paste_holding_esc_is_one_paste_however_it_is_read(typed, events_):
+    """Textual ended a bracketed paste's text at its first ESC and read the rest as keys,
+    after the pasted part: pasted coloured text (``ls --color``, a log) came out shuffled,
+    and a line break after an ESC would have been Enter. Read in one piece or cut in three
+    anywhere (a large paste arrives in several reads), it is one paste, colours out."""
+    from textual import events
+    from textual._xterm_parser import XTermParser
+
+    from chatui.textual_compat import keys as compat_keys
+
+    class Parser(XTermParser):  # (the patches themselves, whether the gate applied them or not)
+        _sequence_to_key_events = compat_keys.split_escape_keys(compat_keys.unpatched())
+        feed = compat_keys.paste_whole(compat_keys.unpatched_feed())
+
+    def read(chunks: list[str]) -> list[str]:
+        parser = Parser()
+        got = [e for c in chunks if c for e in parser.feed(c)] + list(parser.feed(""))
+        return [f"paste:{e.text}" if isinstance(e, events.Paste) else e.key for e in got]
+
+    for i in range(len(typed) + 1):
+        for j in range(i, len(typed) + 1):
+            assert read([typed[:i], typed[i:j], typed[j:]]) == events_, (i, j)

@@ -212,3 +212,24 @@ def test_esc_and_a_command_typed_at_once_are_both_read(tmp_path):
         assert "lemon" not in shown and "^/" not in shown, shown
     finally:
         tmux("kill-session", "-t", name)
+
+
+def test_a_paste_of_coloured_text_is_pasted_whole(tmp_path):
+    """Text copied from a coloured terminal holds ESC sequences: Textual ended the paste at its
+    first ESC and typed the rest as keys after it ("^[31mred^[0m and done /clearcolour codes:
+    " in the message box). The paste arrives whole, in order, its colours taken out, and its
+    line break is a newline in the box, not Enter."""
+    name = f"chatui-paste-{uuid.uuid4().hex[:8]}"
+    start_chatui(name, tmp_path)
+    pasted = tmp_path / "coloured.txt"
+    pasted.write_bytes(b"colour codes: \x1b[31mred\x1b[0m and done\nsecond \x1b[1mline\x1b[0m"
+                       b" end")
+    try:
+        wait_for(name, "Message the model")
+        tmux("load-buffer", "-b", name, str(pasted))
+        tmux("paste-buffer", "-p", "-d", "-b", name, "-t", name)  # bracketed, as a terminal
+        shown = wait_for(name, "line end")
+        assert "colour codes: red and done" in shown and "second line end" in shown, shown
+        assert "^[" not in shown and "\u241b" not in shown and "You said" not in shown, shown
+    finally:
+        tmux("kill-session", "-t", name)

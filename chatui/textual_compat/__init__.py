@@ -18,7 +18,9 @@ private names chatui needs:
 - :mod:`.app_hooks`: one sentence instead of a traceback after an internal error (overrides
   ``App._fatal_error``);
 - :mod:`.keys`: a key typed right after Esc is both keys (patches
-  ``XTermParser._sequence_to_key_events``: Textual dropped the Esc, or typed it as "^");
+  ``XTermParser._sequence_to_key_events``: Textual dropped the Esc, or typed it as "^"); a
+  paste holding ESC is one paste, its colour codes out (wraps ``XTermParser.feed``: Textual
+  read what followed the first ESC as keys);
 - :mod:`.markdown`: Markdown block classes from ``textual.widgets._markdown``, with a public
   fallback.
 - :mod:`.testing` (for tests and benchmarks only, not imported by the app): events delivered
