@@ -345,17 +345,22 @@ def test_cancel_stops_a_prefill_between_two_layers(tiny_ckpt, tiny_backend):
     """Esc during a long prompt's prefill stops it before the next layer, not after the
     chunk (seconds deep in a long context), and the cache stays consistent: the next reply
     is the one a fresh backend gives."""
-    long = [Message("user", "word " * 300)]
-    tiny_backend.prefill_chunk = 1024  # (the whole prompt in one forward)
-    req = GenerationRequest(tuple(long), (GREEDY.with_values(max_tokens=8),))
-    cancel = _SetAfter(3)  # before the chunk, before layer 0, then before layer 1: stop
-    ev = list(tiny_backend.generate(req, cancel))
-    assert done(ev).finish_reason == "cancelled" and not tokens(ev)
-    assert cancel.asked == 3
     from inference.engine import LocalBackend
 
-    after = [t.id for t in tokens(run(tiny_backend, long, GREEDY))]
-    fresh = LocalBackend.from_checkpoint(tiny_ckpt)
+    _stop_mid_prefill_then_reply_as_fresh(tiny_backend, LocalBackend.from_checkpoint(tiny_ckpt))
+
+
+def _stop_mid_prefill_then_reply_as_fresh(backend, fresh) -> None:
+    """Esc before the second layer of a long prompt's one chunk: the reply is cancelled with
+    no token, and the next reply is the one ``fresh`` (a new backend) gives."""
+    long = [Message("user", "word " * 300)]
+    backend.prefill_chunk = 1024  # (the whole prompt in one forward)
+    req = GenerationRequest(tuple(long), (GREEDY.with_values(max_tokens=8),))
+    cancel = _SetAfter(3)  # before the chunk, before layer 0, then before layer 1: stop
+    ev = list(backend.generate(req, cancel))
+    assert done(ev).finish_reason == "cancelled" and not tokens(ev)
+    assert cancel.asked == 3
+    after = [t.id for t in tokens(run(backend, long, GREEDY))]
     assert after and after == [t.id for t in tokens(run(fresh, long, GREEDY))]
 
 
@@ -390,13 +395,5 @@ def test_cancel_stops_an_hf_runner_prefill_between_two_layers(tiny_ckpt):
     assert fresh.get_seq_length() == cache.get_seq_length() == 9
     torch.testing.assert_close(again, whole, rtol=1e-4, atol=1e-4)
     # through the engine, as Esc during a long prompt's reading
-    long = [Message("user", "word " * 300)]
-    backend.prefill_chunk = 1024
-    req = GenerationRequest(tuple(long), (GREEDY.with_values(max_tokens=8),))
-    cancel = _SetAfter(3)  # before the chunk, before layer 0, then before layer 1: stop
-    ev = list(backend.generate(req, cancel))
-    assert done(ev).finish_reason == "cancelled" and not tokens(ev)
-    assert cancel.asked == 3
-    after = [t.id for t in tokens(run(backend, long, GREEDY))]
-    fresh_backend = LocalBackend.from_checkpoint(tiny_ckpt, runner="hf")
-    assert after and after == [t.id for t in tokens(run(fresh_backend, long, GREEDY))]
+    _stop_mid_prefill_then_reply_as_fresh(
+        backend, LocalBackend.from_checkpoint(tiny_ckpt, runner="hf"))
