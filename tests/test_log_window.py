@@ -344,7 +344,7 @@ async def test_a_finished_exchange_mounts_few_widgets_and_makes_the_rest_when_as
         assert views
         for view in views:
             assert [type(w).__name__ for w in view.children] == [
-                "Static", "MarkdownLines", "Static", "Static"]
+                "Static", "MarkdownLines", "Static", "PartsLine"]
         assert not list(chat.query(TokenView))
         assert all(not message.children for message in chat.query(UserMessage))
         await pilot.press("ctrl+t")  # token mode

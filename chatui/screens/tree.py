@@ -105,7 +105,8 @@ def branch_label(branch: Branch, on_path: bool, shared: int = 0,
             return sum(3 + cell_len(p) for p in stats)
         while stats and width - cell_len(head) - tail_len() < MIN_WORDS_CELLS:
             stats.pop()
-        room, count = max(1, width - cell_len(head) - tail_len()), len(all_words)
+        room = max(1, width - cell_len(head) - tail_len())
+        count = min(len(all_words), room)  # (a word and its space take two cells or more)
     words = _first_words(all_words[start:], count, room, ellipsis_before=bool(start))
     label = " · ".join([head + words, *stats])
     return set_cell_size(label, width).rstrip() if width is not None else label

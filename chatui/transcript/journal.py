@@ -298,8 +298,8 @@ def plan(old: Conversation, new: Conversation, skeleton: Skeleton | None = None
     The line is checked by applying it to ``old``'s skeleton exactly as :func:`_apply` will
     on load and comparing the result with ``new``'s: the same children in the same order,
     the same choices everywhere, and every message not written by the line equal to the one
-    the files hold. A retry, an edit, a continuation, a fan-out and a sibling switch are all
-    one line; the path is written from the first message that differs, except for messages
+    the files hold (but for a column picked: ``chosen``). A retry, an edit, a continuation, a
+    fan-out, a sibling switch and a pick are all one line; the path is written from the first message that differs, except for messages
     that are in the files already (a switch to another branch only names it).
 
     Cost (issue 21): one pass over ``new``'s tree, a dictionary look-up and an equality test
