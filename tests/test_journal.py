@@ -600,8 +600,8 @@ def _compared(tmp_path: Path, columns: int = 8, tokens: int = 64
 def test_a_pick_of_a_column_is_a_line_of_a_few_bytes(tmp_path: Path) -> None:
     """F6 / /pick / a click on a column's header gives a comparison another chosen column:
     the journal line says so in a few bytes (it held the whole group again, every column's
-    tokens: 1.13 MB a press at 8 columns of 512 tokens with top-5); a reload, and a reload of a line cut
-    at any byte, gives the column chosen then or before."""
+    tokens: 1.13 MB a press at 8 columns of 512 tokens with top-5); a reload, and a reload of
+    a line cut at any byte, gives the column chosen then or before."""
     w, conv, path = _compared(tmp_path)
     group = conv.entries[3]
     doc = path.read_bytes()
