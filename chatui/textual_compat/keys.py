@@ -164,6 +164,7 @@ def apply() -> bool:
         _original_feed = XTermParser.feed
     except (ImportError, AttributeError):
         return False
-    XTermParser._sequence_to_key_events = split_escape_keys(_original)  # type: ignore[method-assign]
+    patched_keys = split_escape_keys(_original)
+    XTermParser._sequence_to_key_events = patched_keys  # type: ignore[method-assign]
     XTermParser.feed = paste_whole(_original_feed)  # type: ignore[method-assign]
     return True

@@ -24,9 +24,9 @@ A line's ``chosen`` (optional, so the version stays 2) gives messages already in
 another chosen column: a comparison's pick (F6, ``/pick``, a click on a header)
 was a line holding the whole group again (every column's tokens with their alternatives:
 1.13 MB a press for 8 columns of 512 tokens with top-5, fsynced), and is now 49 bytes (both
-measured with ``tests/test_journal.py``'s ``_compared``). It is applied after the rest of the line. A
-chatui that does not know it ignores it, as any unknown key, and shows the column chosen
-before.
+measured with ``tests/test_journal.py``'s ``_compared``). It is applied after the rest of
+the line. A chatui that does not know it ignores it, as any unknown key, and shows the
+column chosen before.
 
 The header's ``base`` is the ``rev`` of the document the journal extends: a journal left
 beside a newer document (a kill between writing the document and removing the journal) no
