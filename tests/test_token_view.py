@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inference.scripted import ScriptedBackend
 from inference.settings import SamplingParams
@@ -181,3 +183,38 @@ async def test_a_stats_line_wraps_between_its_parts_never_inside_a_token():
             assert all(cell_len(line) <= width and not line.endswith("'") for line in lines)
             assert stats.size.height == len(pack(stats.pieces, width).split("\n")) \
                 == len(lines), (cols, lines)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(alphabet=" ab'%日.", min_size=1, max_size=14)
+                          .filter(lambda t: t.strip() == t),
+                          st.sampled_from([" · ", ", ", " "])), min_size=1, max_size=8),
+       st.integers(4, 60))
+def test_packed_parts_keep_each_part_whole_and_fit_where_they_can(pieces, width):
+    """Random parts at random widths: no line is wider than the width unless one part alone
+    is; a part is never split over two lines; nothing is lost or reordered."""
+    from rich.cells import cell_len
+
+    from chatui.widgets.parts_line import pack
+
+    pieces[-1] = (pieces[-1][0], "")
+    lines = pack(pieces, width).split("\n")
+    texts = [t for t, _ in pieces]
+    at = 0
+    for line in lines:
+        inside: list[str] = []
+        rest = line
+        while at < len(texts) and rest.startswith(texts[at]):
+            inside.append(texts[at])
+            rest = rest[len(texts[at]):]
+            sep = pieces[at][1]
+            at += 1
+            if rest.startswith(sep):
+                rest = rest[len(sep):]
+            elif rest.startswith(sep.rstrip()):
+                rest = rest[len(sep.rstrip()):]
+            else:
+                rest = rest.lstrip()
+        assert rest == "" and inside, (pieces, width, lines)
+        assert cell_len(line) <= width or len(inside) == 1, (pieces, width, lines)
+    assert at == len(texts)
