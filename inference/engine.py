@@ -19,8 +19,8 @@ import torch
 
 from .chat import PromptTooLongError, TemplateOptions, encode_messages, encode_request
 from .detok import IncrementalDetokenizer, StopStringFilter, ids_decoder
-from .reasoning import ChannelSplitter, detect_format
 from .fast_llama import Interrupted
+from .reasoning import ChannelSplitter, detect_format
 from .runner import HFRunner
 from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
 from .settings import SamplingParams

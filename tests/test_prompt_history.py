@@ -69,11 +69,7 @@ async def test_prompts_and_an_unsent_message_survive_a_restart():
         assert prompt.text == "first question"
         await pilot.press("ctrl+l", "ctrl+q")  # emptied: the draft does not come back
         await pilot.pause(0.3)
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot, app)
-        await pilot.pause(0.1)
-        assert app.chat.prompt.text == ""
+    assert await box_at_next_start() == ""
 
 
 async def test_a_closed_terminal_keeps_the_unsent_message(monkeypatch):
@@ -85,11 +81,7 @@ async def test_a_closed_terminal_keeps_the_unsent_message(monkeypatch):
         await loaded(pilot, app)
         app.chat.prompt.text = "typing when the window closed"
         app._hung_up(signal.SIGHUP)
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot, app)
-        await pilot.pause(0.1)
-        assert app.chat.prompt.text == "typing when the window closed"
+    assert await box_at_next_start() == "typing when the window closed"
 
 
 async def test_keys_typed_at_start_are_not_added_to_the_unsent_message(tmp_path):
@@ -106,3 +98,12 @@ async def test_keys_typed_at_start_are_not_added_to_the_unsent_message(tmp_path)
         deliver(app, events.Key("ctrl+l", None))
         await pilot.press("up")
         assert app.chat.prompt.text == "old draft"
+
+
+async def box_at_next_start() -> str:
+    """What the prompt box holds when chatui starts again (the same data folder)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.pause(0.1)
+        return app.chat.prompt.text
