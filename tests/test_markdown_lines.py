@@ -211,9 +211,9 @@ async def test_a_text_mounted_again_is_not_laid_out_again(monkeypatch):
     calls = []
     real = markdown_lines.layout_markdown
 
-    def counting(source, width, highlight=None):
+    def counting(source, width, highlight=None, **options):
         calls.append((source, width))
-        return real(source, width, highlight)
+        return real(source, width, highlight, **options)
 
     monkeypatch.setattr(markdown_lines, "layout_markdown", counting)
     app = Many()
@@ -276,3 +276,49 @@ async def test_a_mouse_drag_selects_what_is_under_it():
         await pilot.mouse_up(new, offset=(6, 2))
         await pilot.pause(0.05)
         assert app.screen.get_selected_text() == "ome bold text here.\n\n• an i"  # (inclusive)
+
+
+def _top_level_starts(source: str) -> list[int]:
+    """Where each top-level block of ``source`` begins (character offsets)."""
+    from chatui.widgets.markdown_lines import _PARSER
+
+    lines = source.splitlines(keepends=True)
+    starts = sorted({token.map[0] for token in _PARSER.parse(source)
+                     if token.level == 0 and token.map is not None})
+    return [sum(len(line) for line in lines[:n]) for n in starts]
+
+
+def test_blocks_laid_out_in_two_parts_are_the_whole_layout():
+    """A streaming reply's settled blocks are laid out a few at a time and put after the
+    lines before (``StreamingMarkdown``): cut between any two top-level blocks, the two parts
+    are the whole text's lines."""
+    from chatui.widgets.markdown_lines import BLOCK_BOTTOM
+
+    def key(lines):
+        return [(line.plain, list(line.spans)) for line in lines]
+
+    text = SAMPLE + "\n\nAfter the table.\n\n# Title after a paragraph\n\n- a\n- b\n\n```\nx\n```\n"
+    cuts = _top_level_starts(text)[1:]
+    assert len(cuts) >= 12
+    for width in (30, 72):
+        whole = key(layout_markdown(text, width))
+        for cut in cuts:
+            first = layout_markdown(text[:cut], width, last_margin=False)
+            rest = layout_markdown(text[cut:], width, previous=BLOCK_BOTTOM)
+            assert key(first + rest) == whole, (width, text[cut:cut + 30])
+
+
+def test_line_store_extended_equals_one_store():
+    from rich.style import Style
+
+    bold, red = Style(bold=True), Style(color="red")
+    lines = [[("ab", bold), ("cd", None)], [], [("e", red), ("fg", bold)], [("h", red)]]
+    one = LineStore(10, lines)
+    for cut in range(len(lines) + 1):
+        grown = LineStore(10, lines[:cut])
+        grown.extend(lines[cut:])
+        assert len(grown) == len(one)
+        for y in range(len(one)):
+            assert grown.line_text(y) == one.line_text(y)
+            assert [(s.text, s.style) for s in grown.segments(y)] == \
+                [(s.text, s.style) for s in one.segments(y)]

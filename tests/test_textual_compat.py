@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 import textual
-from textual.widgets import Markdown
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -235,31 +234,6 @@ def test_tested_versions_match_the_pin_and_the_installed_textual():
     assert all(version in spec for version in TESTED_VERSIONS)
     assert textual_version() in spec
     assert textual_version() in TESTED_VERSIONS
-
-
-def test_markdown_blocks_from_the_public_table_are_the_private_classes():
-    """The fallback for a release that moves ``textual.widgets._markdown`` finds the same
-    classes through ``Markdown.BLOCKS``."""
-    from chatui.textual_compat.markdown import (MarkdownHeader, MarkdownParagraph,
-                                                blocks_from_table)
-
-    assert blocks_from_table(Markdown.BLOCKS) == (MarkdownParagraph, MarkdownHeader)
-    assert MarkdownHeader.__name__ == "MarkdownHeader"
-
-
-def test_the_markdown_fallback_is_taken_when_the_private_module_is_gone(monkeypatch):
-    import importlib
-
-    import chatui.textual_compat.markdown as compat_markdown
-
-    private = compat_markdown.MarkdownParagraph, compat_markdown.MarkdownHeader
-    monkeypatch.setitem(sys.modules, "textual.widgets._markdown", None)  # import fails
-    try:
-        fallback = importlib.reload(compat_markdown)
-        assert (fallback.MarkdownParagraph, fallback.MarkdownHeader) == private
-    finally:
-        monkeypatch.undo()
-        importlib.reload(compat_markdown)
 
 
 def _reproduction(note: str) -> str:

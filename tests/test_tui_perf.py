@@ -334,7 +334,7 @@ async def test_streaming_reply_grows_in_steps(token_view):
             await asyncio.sleep(0.01)
         assert replies(app), "no reply appeared"
         view = replies(app)[0]
-        shown = view.token_view if token_view else view.query_one("ReplyMarkdown")
+        shown = view.token_view if token_view else view.query_one("StreamingMarkdown")
         log = app.chat.log_view
         steps, heights, scrolls = set(), set(), set()
         deadline = asyncio.get_running_loop().time() + 60

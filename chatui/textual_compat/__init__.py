@@ -21,8 +21,6 @@ private names chatui needs:
   ``XTermParser._sequence_to_key_events``: Textual dropped the Esc, or typed it as "^"); a
   paste holding ESC is one paste, its colour codes out (wraps ``XTermParser.feed``: Textual
   read what followed the first ESC as keys);
-- :mod:`.markdown`: Markdown block classes from ``textual.widgets._markdown``, with a public
-  fallback.
 - :mod:`.testing` (for tests and benchmarks only, not imported by the app): events delivered
   as the terminal driver does, the updates written to the terminal, the screen rendered anew.
 
@@ -38,14 +36,11 @@ from __future__ import annotations
 from . import compositor, keys, strips, styles_cache
 from .app_hooks import ReportsFatalErrors
 from .gate import ENABLED, ENV_VAR, TESTED_VERSIONS, patches_enabled, textual_version
-from .markdown import MarkdownHeader, MarkdownParagraph, MarkdownStream
-from .widget_hooks import (NoLayoutOnResize, RepaintsNewRowsOnly, forget_arrangement,
-                           forget_measured_size)
+from .widget_hooks import NoLayoutOnResize, RepaintsNewRowsOnly, forget_measured_size
 
 __all__ = [
-    "ENABLED", "ENV_VAR", "TESTED_VERSIONS", "MarkdownHeader", "MarkdownParagraph",
-    "MarkdownStream", "NoLayoutOnResize", "RepaintsNewRowsOnly", "ReportsFatalErrors", "apply",
-    "forget_arrangement", "forget_measured_size", "patches_enabled", "textual_version",
+    "ENABLED", "ENV_VAR", "TESTED_VERSIONS", "NoLayoutOnResize", "RepaintsNewRowsOnly",
+    "ReportsFatalErrors", "apply", "forget_measured_size", "patches_enabled", "textual_version",
 ]
 
 

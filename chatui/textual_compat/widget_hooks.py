@@ -16,8 +16,6 @@ screen.
   only the rows between the two heights are new.
 - :func:`forget_measured_size`: drop a widget's cached box model so that the layout its
   parent is about to run measures it again, without asking for a layout of its own.
-- :func:`forget_arrangement`: drop a container's cached arrangement of its children (it is
-  keyed on the container's size and its list of children, not on their heights).
 """
 
 from __future__ import annotations
@@ -27,11 +25,10 @@ from textual.widget import Widget
 
 from .gate import ENABLED
 
-__all__ = ["NoLayoutOnResize", "RepaintsNewRowsOnly", "forget_arrangement",
-           "forget_measured_size"]
+__all__ = ["NoLayoutOnResize", "RepaintsNewRowsOnly", "forget_measured_size"]
 
 _HOOKS = ENABLED and all(hasattr(Widget, name) for name in (
-    "_size_updated", "_set_dirty", "_clear_arrangement_cache"))
+    "_size_updated", "_set_dirty"))
 
 
 if _HOOKS:
@@ -68,11 +65,6 @@ if _HOOKS:
         (``_layout_updates`` is part of the box model cache's key)."""
         widget._layout_updates += 1
 
-    def forget_arrangement(widget: Widget) -> None:
-        """The heights of the widget's children changed: arrange them anew in the next
-        layout."""
-        widget._clear_arrangement_cache()
-
 else:
 
     class NoLayoutOnResize:  # type: ignore[no-redef]
@@ -84,9 +76,3 @@ else:
     def forget_measured_size(widget: Widget) -> None:
         """Patches off: the widget asks for a layout of its own (one more layout)."""
         widget.refresh(layout=True)
-
-    def forget_arrangement(widget: Widget) -> None:
-        """Patches off: a child asks for a layout, which clears the arrangement cache of each of
-        its ancestors up to the first of fixed size (one more layout)."""
-        children = widget.children
-        (children[-1] if children else widget).refresh(layout=True)

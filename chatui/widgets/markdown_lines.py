@@ -36,7 +36,7 @@ import re
 import weakref
 from array import array
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Protocol, Sequence
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token as MdToken
@@ -66,6 +66,14 @@ together, by text, width and style: a reply whose widgets the conversation's win
 again (PageUp back over it, or the reply that just streamed at the bottom) is not laid out
 again. Issue 21, held PageUp over 60 replies (``benchmarks/bench_long.py``): laying out the
 Markdown of the replies each page brought in was ~11 % of a page's work."""
+
+HIGHLIGHT_CACHE = 64
+"""Highlighted fences kept for all :class:`MarkdownLines` together: a reply that finishes is
+laid out again from its text (its fences were highlighted as they streamed), and so is a reply
+at a new width or theme."""
+
+BLOCK_BOTTOM = 1
+"""The bottom margin of every top-level block (as Textual's Markdown CSS sets them)."""
 
 BULLETS = ("• ", "▪ ", "‣ ", "⭑ ", "◦ ")
 """Bullets by list depth, as Textual's Markdown draws them."""
@@ -151,17 +159,18 @@ def _crop(line: Content, width: int) -> Content:
     return line[:cut]
 
 
-def _join(blocks: Sequence[_Block]) -> list[Content]:
+def _join(blocks: Sequence[_Block], *, previous: int = 0,
+          last_margin: bool = True) -> list[Content]:
     """Blocks stacked with collapsed margins (the larger of two neighbouring margins); the
-    first block's top margin and the last one's bottom margin are kept."""
+    first block's top margin is kept (collapsed with ``previous``, the bottom margin of a block
+    drawn before these), and the last one's bottom margin with ``last_margin``."""
     out: list[Content] = []
-    previous = 0
-    for n, block in enumerate(blocks):
-        gap = block.top if n == 0 else max(previous, block.top)
+    for block in blocks:
+        gap = max(previous, block.top)
         out.extend(Content("") for _ in range(gap))
         out.extend(block.lines)
         previous = block.bottom
-    if blocks:
+    if blocks and last_margin:
         out.extend(Content("") for _ in range(previous))
     return out
 
@@ -222,9 +231,10 @@ class _Layout:
         return out
 
     def lines(self, tokens: Sequence[MdToken], width: int, *, top_level: bool = True,
-              in_list: bool = False, depth: int = 0) -> list[Content]:
+              in_list: bool = False, depth: int = 0, previous: int = 0,
+              last_margin: bool = True) -> list[Content]:
         return _join(self.blocks(tokens, width, top_level=top_level, in_list=in_list,
-                                 depth=depth))
+                                 depth=depth), previous=previous, last_margin=last_margin)
 
     def _list(self, tokens: Sequence[MdToken], width: int, *, ordered: bool,
               depth: int) -> list[Content]:
@@ -359,15 +369,35 @@ class _Layout:
 
 
 def layout_markdown(source: str, width: int,
-                    highlight: Callable[[str, str], Content] | None = None) -> list[Content]:
+                    highlight: Callable[[str, str], Content] | None = None, *,
+                    previous: int = 0, last_margin: bool = True) -> list[Content]:
     """The lines of ``source`` at ``width`` cells, as Content whose span styles are names
     resolved when drawn (``.h2``, ``.code_inline``, ``.fence``... and the highlighter's
     ``$variables``). ``highlight(code, language)`` colours fenced code (default: Textual's
-    highlighter with its dark theme)."""
+    highlighter with its dark theme). ``previous`` is the bottom margin of what is drawn
+    above (the first block's top margin collapses with it); without ``last_margin`` the last
+    block's bottom margin (blank lines) is left out.
+
+    Top-level blocks end where the next begins, so source cut between two of them lays out in
+    two parts as in one: ``layout(a + b) == layout(a, last_margin=False) + layout(b,
+    previous=BLOCK_BOTTOM)`` (every top-level block's bottom margin is ``BLOCK_BOTTOM``)."""
+    return layout_tokens(_PARSER.parse(source), width, highlight, previous=previous,
+                         last_margin=last_margin)
+
+
+def layout_tokens(tokens: Sequence[MdToken], width: int,
+                  highlight: Callable[[str, str], Content] | None = None, *,
+                  previous: int = 0, last_margin: bool = True) -> list[Content]:
+    """:func:`layout_markdown` of parsed Markdown (top-level blocks' tokens, whole)."""
     if highlight is None:
         def highlight(code: str, language: str) -> Content:
             return MarkdownFence.highlight(code, language, dark=True)
-    return _Layout(highlight).lines(_PARSER.parse(source), width)
+    return _Layout(highlight).lines(tokens, width, previous=previous, last_margin=last_margin)
+
+
+def parse_markdown(source: str) -> list[MdToken]:
+    """``source`` parsed as Textual's Markdown parses it (on the event loop only)."""
+    return _PARSER.parse(source)
 
 
 # ---- compact storage of rendered lines ----
@@ -382,13 +412,19 @@ class LineStore:
 
     def __init__(self, width: int, lines: Iterable[Sequence[tuple[str, RichStyle | None]]]):
         self.width = width
-        texts: list[str] = []
+        self.text = ""
         self.line_starts = array("I", [0])
         self.run_starts = array("I", [0])
         self.run_offsets = array("I")
         self.run_styles = array("H")
-        table: dict[RichStyle | None, int] = {}
-        offset = 0
+        self.styles: tuple[RichStyle | None, ...] = ()
+        self.extend(lines)
+
+    def extend(self, lines: Iterable[Sequence[tuple[str, RichStyle | None]]]) -> None:
+        """Add ``lines`` after the last line (the lines before are left as they are)."""
+        texts: list[str] = [self.text]
+        table: dict[RichStyle | None, int] = {style: n for n, style in enumerate(self.styles)}
+        offset = self.line_starts[-1]
         for line in lines:
             within = 0
             for text, style in line:
@@ -402,7 +438,7 @@ class LineStore:
             self.line_starts.append(offset)
             self.run_starts.append(len(self.run_offsets))
         self.text = "".join(texts)
-        self.styles: tuple[RichStyle | None, ...] = tuple(table)
+        self.styles = tuple(table)
 
     def __len__(self) -> int:
         return len(self.line_starts) - 1
@@ -424,6 +460,18 @@ class LineStore:
             end = self.run_offsets[r + 1] if r + 1 < last else len(line)
             out.append(Segment(line[start:end], self.styles[self.run_styles[r]]))
         return out
+
+
+class DrawnLines(Protocol):
+    """Drawn lines as :class:`MarkdownLines` reads them (a :class:`LineStore`, or several)."""
+
+    width: int
+
+    def __len__(self) -> int: ...
+
+    def line_text(self, y: int) -> str: ...
+
+    def segments(self, y: int) -> list[Segment]: ...
 
 
 # ---- the widget ----
@@ -471,6 +519,9 @@ class MarkdownLines(Widget):
     """Rendered lines of every MarkdownLines, keyed by (widget, generation, line)."""
     _stores: ClassVar[LRUCache[tuple[object, ...], LineStore]] = LRUCache(STORE_CACHE)
     """Laid-out lines of every MarkdownLines, keyed by (text, width, style, theme)."""
+    _highlighted: ClassVar[LRUCache[tuple[str, str, bool, bool], Content]] = LRUCache(
+        HIGHLIGHT_CACHE)
+    """Highlighted code of fences, by (code, language, ANSI colours, dark theme)."""
     _serial: ClassVar[Iterable[int]] = itertools.count()
     _drawn: ClassVar[dict[int, weakref.ref[MarkdownLines]]] = {}
     """The widgets that drew lines, the most recent last (see :meth:`_drawn_now`)."""
@@ -479,7 +530,7 @@ class MarkdownLines(Widget):
                  classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._source = markdown
-        self._store: LineStore | None = None
+        self._store: DrawnLines | None = None
         self._key: object = None
         self._uid = next(self._serial)  # type: ignore[call-overload]
         self._generation = 0
@@ -571,10 +622,14 @@ class MarkdownLines(Widget):
 
     def _highlight(self, code: str, language: str) -> Content:
         app = self.app
-        return MarkdownFence.highlight(code, language, ansi=app.native_ansi_color,
-                                       dark=app.current_theme.dark)
+        key = (code, language, app.native_ansi_color, app.current_theme.dark)
+        highlighted = self._highlighted.get(key)
+        if highlighted is None:
+            highlighted = self._highlighted[key] = MarkdownFence.highlight(
+                code, language, ansi=app.native_ansi_color, dark=app.current_theme.dark)
+        return highlighted
 
-    def lines(self, width: int) -> LineStore:
+    def lines(self, width: int) -> DrawnLines:
         """The rendered lines at ``width`` (laid out once per text, width, theme and base
         style, and shared by every widget showing the same text: :data:`STORE_CACHE`)."""
         width = max(1, width)
@@ -592,14 +647,19 @@ class MarkdownLines(Widget):
         return self._store
 
     def _lay_out(self, width: int, base: Style) -> LineStore:
+        return LineStore(width, self._runs(layout_markdown(self._source, width,
+                                                           self._highlight), base))
+
+    def _runs(self, laid_out: list[Content],
+              base: Style) -> list[list[tuple[str, RichStyle | None]]]:
+        """Laid-out lines as runs of text and Rich style, on the ``base`` style."""
         rich_base = base.rich_style
-        laid_out = layout_markdown(self._source, width, self._highlight)
         rendered = []
         for line in laid_out:
             runs = [(text, (base + style).rich_style if style is not None else rich_base)
                     for text, style in line.render(Style.null(), "", self._parse_style)]
             rendered.append(runs)
-        return LineStore(width, rendered)
+        return rendered
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
@@ -610,8 +670,8 @@ class MarkdownLines(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         store = self.lines(width)
-        cache_key = (self._uid, self._generation, y)
-        strip = self._strips.get(cache_key)
+        cache_key = self._strip_key(y)
+        strip = self._strips.get(cache_key) if cache_key is not None else None
         if y == 0 or strip is None:
             self._drawn_now()
         if strip is None:
@@ -620,8 +680,13 @@ class MarkdownLines(Widget):
             # with the offsets Textual reads where a mouse selection starts and ends (without
             # them a drag over part of a reply selected all of it)
             strip = Strip(segments).adjust_cell_length(width, rich_base).apply_offsets(0, y)
-            self._strips[cache_key] = strip
+            if cache_key is not None and y < len(store):  # (a line past the end may be
+                self._strips[cache_key] = strip  # drawn once it is there)
         return with_selection(self, strip, y, store.line_text)
+
+    def _strip_key(self, y: int) -> tuple[int, int, int] | None:
+        """The key of line ``y``'s strip in :data:`STRIP_CACHE` (None: not kept there)."""
+        return (self._uid, self._generation, y)
 
     # ---- selection and copying ----
 

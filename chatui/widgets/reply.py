@@ -10,33 +10,28 @@ up into its parent. The process-wide GC policy is the streaming loop's business,
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Self, Sequence
+from typing import Callable, Sequence
 
-from markdown_it import MarkdownIt
 from textual.app import ComposeResult
-from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
 from textual.content import Content
-from textual.geometry import Region
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import AwaitMount, Widget
-from textual.widgets import Markdown, Static
+from textual.widgets import Static
 
 from inference.types import Token
 
 from ..conversation import Reply
 from ..recorder import Delta, TokensAdded
-from ..textual_compat import (MarkdownHeader, MarkdownParagraph, MarkdownStream,
-                              forget_arrangement)
 from ..token_records import TokenRecords
 from .markdown_lines import MarkdownLines
 from .parts_line import PartsLine
 from .reasoning import ReasoningBlock
-from .settled import FillsRoom, GrowsInSteps, KeepHeight, SettledSize, settled
+from .settled import SettledSize
+from .streaming_markdown import StreamingMarkdown
 from .text import safe_text, show_prob, show_token
 from .token_view import REFRESH_S, TokenView
 
@@ -218,93 +213,6 @@ def reply_stats_parts(reply: Reply, *, live_rate: float | None = None,
     return parts
 
 
-class SharedParser:
-    """Textual's Markdown parser ("gfm-like"), built once: Textual builds a new one for every
-    append otherwise (a third of an append's time). Its linkify state is not thread-safe and
-    ``Markdown.update`` parses on executor threads, so one parse runs at a time."""
-
-    def __init__(self) -> None:
-        self._parser = MarkdownIt("gfm-like")
-        self._lock = threading.Lock()
-
-    def parse(self, src: str, env: Any = None) -> list[Any]:
-        with self._lock:
-            return self._parser.parse(src, env)
-
-
-_PARSER = SharedParser()
-
-
-def _parser() -> MarkdownIt:
-    return _PARSER  # type: ignore[return-value]  # Textual only calls its parse()
-
-
-class ReplyMarkdown(GrowsInSteps, SettledSize, Markdown):
-    """The reply's Markdown: it and its blocks ask for no second layout when a layout resized
-    them, a paragraph that an append left as tall as it was is only repainted, and while it
-    streams it grows in steps whose room its last paragraph fills, so that most appends that
-    add a line to it are only a repaint too (see :mod:`chatui.widgets.settled`)."""
-
-    BLOCKS = {name: (settled(block, FillsRoom, KeepHeight)
-                     if issubclass(block, (MarkdownParagraph, MarkdownHeader))
-                     else settled(block))
-              for name, block in Markdown.BLOCKS.items()}
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, parser_factory=_parser, **kwargs)
-        self._filling: FillsRoom | None = None
-        """The last block while it fills the room of the step."""
-
-    def append(self, markdown: str) -> AwaitComplete:
-        appended = super().append(markdown)
-
-        async def then() -> None:
-            await appended
-            self._fill_with_last_block()
-
-        return AwaitComplete(then())
-
-    def set_step(self, step: int) -> None:
-        super().set_step(step)
-        self._fill_with_last_block()
-
-    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
-                recompose: bool = False) -> Self:
-        # While the reply streams, the Markdown lays out for blocks mounted or removed (each
-        # mount asks for a layout and a repaint of the whole Markdown, some 30 rows) and for
-        # its steps; the layout repaints the blocks that appeared or moved, and the rows a
-        # step adds (GrowsInSteps), and nothing of its own changed.
-        if self.step and layout and not regions:
-            repaint = False
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-
-    def mount_all(self, widgets: Iterable[Widget], *, before: int | str | Widget | None = None,
-                  after: int | str | Widget | None = None) -> AwaitMount:
-        # Blocks appended while streaming: the last one fills the room from the layout that
-        # places it, and the one before stops filling in that same layout.
-        widgets = list(widgets)
-        if self.step and widgets and before is None and after is None:
-            self._hand_fill_to(widgets[-1])
-        return super().mount_all(widgets, before=before, after=after)
-
-    def _hand_fill_to(self, block: Widget | None) -> None:
-        if self._filling is not None and self._filling is not block \
-                and self._filling.is_attached:
-            self._filling.set_fill(False, layout=False)
-        self._filling = block if isinstance(block, FillsRoom) else None
-        if self._filling is not None:
-            self._filling.set_fill(True)
-
-    def _fill_with_last_block(self) -> None:
-        """Only the last block fills the room while the reply streams: the one before it is
-        exactly as tall as its text again."""
-        last = self.children[-1] if self.children and self.step else None
-        if last is not self._filling:
-            self._hand_fill_to(last)
-            forget_arrangement(self)
-            self.refresh(layout=True)
-
-
 class ReplyView(SettledSize, Vertical):
     """One assistant reply. Set ``token_mode``/``raw`` to switch views (attributes down)."""
 
@@ -314,10 +222,8 @@ class ReplyView(SettledSize, Vertical):
     ReplyView > .reply-stats { color: $text-muted; height: auto; }
     ReplyView > .reply-finish { color: $warning; height: auto; }
     ReplyView > .reply-finish.-error { color: $error; }
-    ReplyView > Markdown { margin: 0; padding: 0 1; background: transparent; }
     ReplyView > MarkdownLines { margin: 0; padding: 0 1; background: transparent; }
     ReplyView > TokenView { display: none; }
-    ReplyView.-tokens > Markdown { display: none; }
     ReplyView.-tokens > MarkdownLines { display: none; }
     ReplyView.-tokens > TokenView { display: block; }
     ReplyView.-tokens > ReasoningBlock { display: none; }
@@ -336,10 +242,9 @@ class ReplyView(SettledSize, Vertical):
         self.finish_labels = finish_labels
         """What the marker under a finished reply says, by finish reason."""
         self.stable_timings = stable_timings
-        self._stream: MarkdownStream | None = None
         self._streaming = False
         """Between :meth:`begin` and :meth:`end`."""
-        self._markdown: ReplyMarkdown | MarkdownLines | None = None
+        self._markdown: StreamingMarkdown | MarkdownLines | None = None
         """What draws the text: the streaming Markdown, or (finished) MarkdownLines. Kept
         here, never found with ``query_one``: its cache would keep a removed one alive."""
         self._restoring: AwaitMount | None = None
@@ -372,7 +277,7 @@ class ReplyView(SettledSize, Vertical):
     # ---- typed accessors ----
 
     @property
-    def markdown(self) -> ReplyMarkdown | MarkdownLines:
+    def markdown(self) -> StreamingMarkdown | MarkdownLines:
         """The widget that shows the reply's text (``source`` is the text shown)."""
         assert self._markdown is not None
         return self._markdown
@@ -428,7 +333,7 @@ class ReplyView(SettledSize, Vertical):
         # a finished reply is drawn from its text (issue 21: a streaming Markdown keeps
         # ~12,000 objects alive per reply); one still streaming, or empty, streams
         self._markdown = (MarkdownLines(text) if self.reply.finish_reason is not None
-                          else ReplyMarkdown(text, open_links=False))
+                          else StreamingMarkdown(text))
         yield self._markdown
         if self._token_view is not None:
             yield self._token_view
@@ -447,9 +352,8 @@ class ReplyView(SettledSize, Vertical):
     def begin(self) -> None:
         """Start (or resume, for /continue) streaming into this view."""
         self._streaming = True
-        if self._markdown is not None and not isinstance(self._markdown, ReplyMarkdown):
-            self._restoring = self._swap_markdown(
-                ReplyMarkdown(safe_text(self.reply.text), open_links=False))
+        if self._markdown is not None and not isinstance(self._markdown, StreamingMarkdown):
+            self._restoring = self._swap_markdown(StreamingMarkdown(safe_text(self.reply.text)))
         self._first_token_at = None
         self._streamed = 0
         self.reasoning_block.streaming = True
@@ -469,12 +373,12 @@ class ReplyView(SettledSize, Vertical):
         return max(low, min(high, (height or self.app.size.height) // STEP_FRACTION))
 
     def _set_step(self, step: int) -> None:
-        if isinstance(self._markdown, ReplyMarkdown):
+        if isinstance(self._markdown, StreamingMarkdown):
             self._markdown.set_step(step)
         if self._token_view is not None:
             self._token_view.set_step(step)
 
-    def _swap_markdown(self, new: ReplyMarkdown | MarkdownLines) -> AwaitMount:
+    def _swap_markdown(self, new: StreamingMarkdown | MarkdownLines) -> AwaitMount:
         """Show the text with ``new`` instead of the widget that shows it now."""
         old = self._markdown
         self._markdown = new
@@ -484,17 +388,6 @@ class ReplyView(SettledSize, Vertical):
         if old is not None:
             old.remove()
         return mounted
-
-    async def _streaming_markdown(self) -> MarkdownStream:
-        """The stream into the Markdown (made on the first write of a generation)."""
-        if self._restoring is not None:
-            restoring, self._restoring = self._restoring, None
-            await restoring
-            self._set_step(self._growth_step())
-        if self._stream is None:
-            assert isinstance(self._markdown, ReplyMarkdown)
-            self._stream = Markdown.get_stream(self._markdown)
-        return self._stream
 
     async def add(self, delta: TokensAdded) -> None:
         """Show tokens the recorder just added to the reply; they reach the screen on the
@@ -540,8 +433,13 @@ class ReplyView(SettledSize, Vertical):
         if self._pending and self._streaming:
             text = "".join(self._pending)
             self._pending.clear()
-            stream = await self._streaming_markdown()
-            await stream.write(safe_text(text))
+            if self._restoring is not None:  # (/continue: the streaming Markdown is mounting)
+                restoring, self._restoring = self._restoring, None
+                await restoring
+                self._set_step(self._growth_step())
+            markdown = self._markdown
+            assert isinstance(markdown, StreamingMarkdown)
+            markdown.append(safe_text(text))
 
     async def end(self) -> None:
         """The reply finished: its text is drawn from ``reply.text`` by a
@@ -550,15 +448,10 @@ class ReplyView(SettledSize, Vertical):
             if self._clock is not None:
                 self._clock.stop()
                 self._clock = None
-            # what is pending goes to the streaming Markdown first: stopping a stream whose
-            # task never ran raises CancelledError (textual 8.2.8's MarkdownStream.stop)
             await self._write_pending()
             if self._restoring is not None:
                 restoring, self._restoring = self._restoring, None
                 await restoring
-            if self._stream is not None:
-                await self._stream.stop()
-                self._stream = None
             self._streaming = False
             self.reasoning_block.streaming = False
             self._redraw_reasoning()
@@ -580,11 +473,7 @@ class ReplyView(SettledSize, Vertical):
 
     async def rebuild(self) -> None:
         """Show ``reply`` afresh (its tokens were replaced, e.g. continue-from-alternative)."""
-        markdown = self.markdown
-        if isinstance(markdown, MarkdownLines):
-            markdown.update(safe_text(self.reply.text))
-        else:
-            await markdown.update(safe_text(self.reply.text))
+        self.markdown.update(safe_text(self.reply.text))
         self._stats = RunningStats()
         self._fence = FenceTracker()
         self._fence.feed(safe_text(self.reply.text))
