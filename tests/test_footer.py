@@ -107,3 +107,42 @@ async def test_a_binding_only_enabled_or_disabled_greys_its_key_in_place():
         await pilot.pause()
         await pilot.pause()
         assert [k.key for k in keys(app)][:3] == ["f5", "f6", "ctrl+p"]
+
+
+async def test_no_key_is_shown_in_part(tmp_path, monkeypatch):
+    """Textual's footer scrolls the keys that do not fit out of view mid-word ("f2 C" for
+    "f2 Copy" at 100 cells, in front of the palette's key); ours hides them whole, and shows
+    them again when the terminal is wider."""
+    monkeypatch.setenv("CHATUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "data"))
+    from chatui.textual_compat.testing import render_screen
+    from test_app import loaded, make_app, send
+
+    def shown(app) -> list[str]:
+        """The footer's keys as drawn left of the palette's key; each must be whole."""
+        line = render_screen(app)[-1].text
+        left, bar, right = line.partition("▏")
+        assert bar and "^p palette" in right
+        keys = [key for key in app.screen.query("FooterKey")
+                if not key.has_class("-command-palette") and key.display]
+        texts = [" ".join(key.render().plain.split()) for key in keys]
+        assert " ".join(left.split()) == " ".join(texts)  # nothing cut, nothing more
+        return texts
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot, app)
+        await pilot.pause(0.3)
+        at_100 = shown(app)
+        assert at_100[-1] == "^o Continue"
+        await pilot.resize_terminal(140, 30)
+        await pilot.pause(0.3)
+        at_140 = shown(app)
+        assert len(at_140) > len(at_100) and "f2 Copy" in at_140
+        await pilot.resize_terminal(60, 30)
+        await pilot.pause(0.3)
+        assert 2 <= len(shown(app)) < len(at_100)
+        await send(pilot, app, "/compare temperature=0 | temperature=1")
+        await send(pilot, app, "hello")  # "f6 Pick" comes first: the footer composed anew
+        await pilot.pause(0.3)
+        assert shown(app)[0] == "f6 Pick"

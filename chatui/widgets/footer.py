@@ -12,6 +12,10 @@ alive; measured with ``benchmarks/bench_long.py``, see docs/long-sessions.md).
 recompose. The watcher list is a private attribute of Textual's reactive machinery
 (``__watchers``, textual 8.2.8), read in :mod:`chatui.textual_compat.internals` behind its gate.
 
+Keys that do not fit the width are hidden whole (:meth:`ChatFooter._hide_cut_keys`): Textual's
+footer scrolls them out of view at the edge, mid-word ("f2 C" for "f2 Copy" at 100 cells, in
+front of the command palette's key, which lists every key).
+
 A change that only enables or disables bindings (Esc "Stop" when a reply starts and ends,
 Ctrl+L "Clear" when the prompt gets its first character and when it is emptied: four per
 exchange) greys the keys in place instead of recomposing: a recompose mounts the ~20 keys
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
+from textual.widget import Widget
 from textual.widgets import Footer
 
 from ..textual_compat.internals import (bindings_ready, drop_detached_watchers,
@@ -58,6 +64,30 @@ class ChatFooter(Footer):
         self._shown = signature
         await super().recompose()
         drop_detached_watchers(self, "compact")
+        self.call_after_refresh(self._hide_cut_keys)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # a wider footer may have room for keys hidden before: shown again, each key is hidden
+        # once more if the layout that places it finds it cut
+        for child in self._row():
+            child.display = True
+        self.call_after_refresh(self._hide_cut_keys)
+
+    def _row(self) -> list[Widget]:
+        """The keys (and groups of keys) in the row, left to right: not the palette's key."""
+        return [child for child in self.children if not child.has_class("-command-palette")]
+
+    def _hide_cut_keys(self) -> None:
+        """Hide every key from the first that the footer's edge (or the palette's key, docked
+        at the right) cuts, so that no key is shown in part."""
+        palette = [child for child in self.children
+                   if child.has_class("-command-palette") and child.display]
+        edge = palette[0].virtual_region.x if palette else self.scrollable_content_region.width
+        cut = False
+        for child in self._row():
+            cut = cut or child.virtual_region.right > edge
+            if cut and child.display:
+                child.display = False
 
     def _enable_in_place(self, signature: Any) -> bool:
         """Where the new bindings differ from the shown ones only in being enabled, grey the
