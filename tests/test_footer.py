@@ -146,3 +146,10 @@ async def test_no_key_is_shown_in_part(tmp_path, monkeypatch):
         await send(pilot, app, "hello")  # "f6 Pick" comes first: the footer composed anew
         await pilot.pause(0.3)
         assert shown(app)[0] == "f6 Pick"
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause(0.3)
+        await send(pilot, app, "/compare off")
+        for _ in range(2):  # the token view's keys, then the chat's again: composed anew
+            await pilot.press("ctrl+t")
+            await pilot.pause(0.5)
+            shown(app)

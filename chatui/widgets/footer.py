@@ -77,9 +77,13 @@ class ChatFooter(Footer):
         """The keys (and groups of keys) in the row, left to right: not the palette's key."""
         return [child for child in self.children if not child.has_class("-command-palette")]
 
-    def _hide_cut_keys(self) -> None:
+    def _hide_cut_keys(self, tries: int = 10) -> None:
         """Hide every key from the first that the footer's edge (or the palette's key, docked
-        at the right) cuts, so that no key is shown in part."""
+        at the right) cuts, so that no key is shown in part (once the keys are laid out: keys
+        just mounted may wait for the next frame's layout)."""
+        if tries and any(child.display and not child.virtual_region for child in self._row()):
+            self.call_after_refresh(self._hide_cut_keys, tries - 1)
+            return
         palette = [child for child in self.children
                    if child.has_class("-command-palette") and child.display]
         edge = palette[0].virtual_region.x if palette else self.scrollable_content_region.width
