@@ -629,13 +629,17 @@ class MarkdownLines(Widget):
                 code, language, ansi=app.native_ansi_color, dark=app.current_theme.dark)
         return highlighted
 
+    def _layout_key(self, width: int) -> tuple[int, Style, str, bool]:
+        """What the lines' layout depends on: the width (at least 1), the base style, the
+        theme and whether colours are the terminal's own."""
+        app = self.app
+        return max(1, width), self.visual_style, app.theme, app.native_ansi_color
+
     def lines(self, width: int) -> DrawnLines:
         """The rendered lines at ``width`` (laid out once per text, width, theme and base
         style, and shared by every widget showing the same text: :data:`STORE_CACHE`)."""
-        width = max(1, width)
-        app = self.app
-        base = self.visual_style
-        key = (width, base, app.theme, app.native_ansi_color)
+        key = self._layout_key(width)
+        width, base = key[0], key[1]
         if self._store is None or key != self._key:
             self._generation += 1
             shared = (self._source, *key)

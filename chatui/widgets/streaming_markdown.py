@@ -136,10 +136,8 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
     def lines(self, width: int) -> DrawnLines:
         """The drawn lines at ``width``: the settled blocks' (laid out as they settle, all
         again for a new width or style), then the tail's."""
-        width = max(1, width)
-        app = self.app
-        base = self.visual_style
-        key = (width, base, app.theme, app.native_ansi_color)
+        key = self._layout_key(width)
+        width, base = key[0], key[1]
         if self._head is None or key != self._key:
             self._generation += 1
             self._key = key
