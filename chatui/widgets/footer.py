@@ -12,7 +12,7 @@ alive; measured with ``benchmarks/bench_long.py``, see docs/long-sessions.md).
 recompose. The watcher list is a private attribute of Textual's reactive machinery
 (``__watchers``, textual 8.2.8), read in :mod:`chatui.textual_compat.internals` behind its gate.
 
-Keys that do not fit the width are hidden whole (:meth:`ChatFooter._hide_cut_keys`): Textual's
+Keys that do not fit the width are hidden whole (:meth:`ChatFooter._fit_keys`): Textual's
 footer scrolls them out of view at the edge, mid-word ("f2 C" for "f2 Copy" at 100 cells, in
 front of the command palette's key, which lists every key).
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual import events
+from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import Footer
 
@@ -64,34 +65,42 @@ class ChatFooter(Footer):
         self._shown = signature
         await super().recompose()
         drop_detached_watchers(self, "compact")
-        self.call_after_refresh(self._hide_cut_keys)
+        self._fit_keys()
 
     def on_resize(self, event: events.Resize) -> None:
-        # a wider footer may have room for keys hidden before: shown again, each key is hidden
-        # once more if the layout that places it finds it cut
-        for child in self._row():
-            child.display = True
-        self.call_after_refresh(self._hide_cut_keys)
+        self._fit_keys()
 
-    def _row(self) -> list[Widget]:
-        """The keys (and groups of keys) in the row, left to right: not the palette's key."""
-        return [child for child in self.children if not child.has_class("-command-palette")]
-
-    def _hide_cut_keys(self, tries: int = 10) -> None:
-        """Hide every key from the first that the footer's edge (or the palette's key, docked
-        at the right) cuts, so that no key is shown in part (once the keys are laid out: keys
-        just mounted may wait for the next frame's layout)."""
-        if tries and any(child.display and not child.virtual_region for child in self._row()):
-            self.call_after_refresh(self._hide_cut_keys, tries - 1)
+    def _fit_keys(self) -> None:
+        """Hide every key from the first that the footer's width (less the palette's key,
+        docked at the right) would cut, so that no key is shown in part. The keys are
+        measured, not looked up after a layout, so the layout that places them is already
+        the right one (a fit after it drew the cut key for a frame or more, and snapshots
+        taken meanwhile differed)."""
+        size = self.size
+        if not size.width:
             return
-        palette = [child for child in self.children
-                   if child.has_class("-command-palette") and child.display]
-        edge = palette[0].virtual_region.x if palette else self.scrollable_content_region.width
-        cut = False
-        for child in self._row():
-            cut = cut or child.virtual_region.right > edge
-            if cut and child.display:
-                child.display = False
+        viewport = self.app.size
+        room = size.width
+        row: list[Widget] = []
+        for child in self.children:
+            if child.has_class("-command-palette"):
+                if child.styles.display != "none":
+                    room -= self._outer_width(child, size, viewport)
+            else:
+                row.append(child)
+        x, cut = (row[0].styles.margin.left if row else 0), False
+        for n, child in enumerate(row):
+            margin = child.styles.margin
+            right = x + self._outer_width(child, size, viewport)
+            cut = cut or right > room
+            child.display = not cut
+            following = row[n + 1].styles.margin.left if n + 1 < len(row) else 0
+            x = right + max(margin.right, following)
+
+    @staticmethod
+    def _outer_width(widget: Widget, container: Size, viewport: Size) -> int:
+        """A key's width with its padding and border (its CSS width is auto)."""
+        return widget.get_content_width(container, viewport) + widget.styles.gutter.width
 
     def _enable_in_place(self, signature: Any) -> bool:
         """Where the new bindings differ from the shown ones only in being enabled, grey the
