@@ -108,9 +108,9 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
         if drawn is None or not self.is_mounted or not width or self._key is None:
             self.refresh(layout=True)
             return
-        first = len(drawn.head)
+        first, before = len(drawn.head), len(drawn)  # (the head grows in place)
         rows = len(self.lines(width))
-        self.refresh(Region(0, first, width, max(len(drawn), rows) - first))
+        self.refresh(Region(0, first, width, max(before, rows) - first))
         if round_up(rows, self.step) != self.size.height:
             forget_measured_size(self)
             self.refresh(layout=True, repaint=False)  # the new rows are repainted (a new step)
