@@ -433,10 +433,6 @@ class ReplyView(SettledSize, Vertical):
         if self._pending and self._streaming:
             text = "".join(self._pending)
             self._pending.clear()
-            if self._restoring is not None:  # (/continue: the streaming Markdown is mounting)
-                restoring, self._restoring = self._restoring, None
-                await restoring
-                self._set_step(self._growth_step())
             markdown = self._markdown
             assert isinstance(markdown, StreamingMarkdown)
             markdown.append(safe_text(text))

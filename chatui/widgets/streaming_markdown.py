@@ -72,8 +72,6 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
         super().__init__("", name=name, id=id, classes=classes)
         self._settled_end = 0
         """Characters of the source in settled blocks."""
-        self._settled_blocks = False
-        """Whether the settled text holds a block (the tail's top margin collapses with it)."""
         self._pending: list[MdToken] = []
         """Settled blocks' tokens not laid out yet."""
         self._tail_tokens: list[MdToken] = []
@@ -90,7 +88,7 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
         """Show ``markdown`` instead (laid out afresh)."""
         if markdown == self._source:
             return
-        self._source, self._settled_end, self._settled_blocks = "", 0, False
+        self._source, self._settled_end = "", 0
         self._pending = []
         self._add(markdown)
         self._head = None
@@ -105,7 +103,7 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
         drawn = self._store if isinstance(self._store, JoinedLines) else None
         self._add(markdown)
         width = self.size.width
-        if drawn is None or not self.is_mounted or not width or self._key is None:
+        if drawn is None or not self.is_mounted or not width:
             self.refresh(layout=True)
             return
         first, before = len(drawn.head), len(drawn)  # (the head grows in place)
@@ -124,9 +122,7 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
         start = tokens[last].map[0] if last is not None and tokens[last].map else 0
         if last is not None and start > 0:
             self._settled_end += sum(len(line) for line in tail.splitlines(keepends=True)[:start])
-            settled = tokens[:last]
-            self._pending.extend(settled)
-            self._settled_blocks = self._settled_blocks or _last_block(settled) is not None
+            self._pending.extend(tokens[:last])
             tokens = tokens[last:]
         self._tail_tokens = tokens
         self._tail = None
@@ -141,32 +137,28 @@ class StreamingMarkdown(GrowsInSteps, SettledSize, MarkdownLines):
         if self._head is None or key != self._key:
             self._generation += 1
             self._key = key
-            settled = parse_markdown(self._source[:self._settled_end])
-            self._head = LineStore(width, self._lay_out_tokens(settled, width, base, first=True))
-            self._pending = []
+            self._head = LineStore(width, [])
+            self._pending = parse_markdown(self._source[:self._settled_end])
             self._tail = None
         if self._pending:
-            first = not self._head_has_blocks()
-            self._head.extend(self._lay_out_tokens(self._pending, width, base, first=first))
+            self._head.extend(self._lay_out_tokens(self._pending, width, base,
+                                                   last_margin=False))
             self._pending = []
         if self._tail is None:
-            self._tail = LineStore(width, self._runs(layout_tokens(
-                self._tail_tokens, width, self._highlight,
-                previous=BLOCK_BOTTOM if self._settled_blocks else 0), base))
+            self._tail = LineStore(width, self._lay_out_tokens(self._tail_tokens, width, base,
+                                                               last_margin=True))
         self._store = JoinedLines(self._head, self._tail)
         return self._store
 
-    def _head_has_blocks(self) -> bool:
-        """Whether the settled lines laid out so far hold a block (before the pending ones)."""
-        return len(self._head or ()) > 0
-
     def _lay_out_tokens(self, tokens: list[MdToken], width: int, base: Style, *,
-                        first: bool) -> list[list[tuple[str, RichStyle | None]]]:
-        """Settled blocks' lines: their last bottom margin left out (the next block's top
-        margin collapses with it), the first top margin collapsed with the blocks before."""
-        return self._runs(layout_tokens(tokens, width, self._highlight,
-                                        previous=0 if first else BLOCK_BOTTOM,
-                                        last_margin=False), base)
+                        last_margin: bool) -> list[list[tuple[str, RichStyle | None]]]:
+        """Lines of blocks drawn after the settled lines laid out so far: their first top
+        margin collapses with the bottom margin of the blocks there (a block draws at least a
+        line); settled blocks leave their last bottom margin out (the next block's top margin
+        collapses with it)."""
+        previous = BLOCK_BOTTOM if self._head is not None and len(self._head) else 0
+        return self._runs(layout_tokens(tokens, width, self._highlight, previous=previous,
+                                        last_margin=last_margin), base)
 
     def _strip_key(self, y: int) -> tuple[int, int, int] | None:
         head = self._head
