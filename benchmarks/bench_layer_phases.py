@@ -78,7 +78,8 @@ def timed_library(folder: Path) -> q8kernel.Q8Kernel:
         (folder / src.name).write_text(text)
         if src in q8kernel.SOURCES:
             sources.append(folder / src.name)
-    flags = ["-O3", "-march=native", "-fPIC"] + (["-fopenmp"] if plan.openmp else [])
+    flags = (["-O3", "-march=native", "-fPIC"] + (["-fopenmp"] if plan.openmp else [])
+             + list(plan.defines))
     objects = []
     for src in sources:
         obj = src.with_suffix(".o")

@@ -33,7 +33,7 @@ def build_all(force: bool = False) -> list[Path]:
         raise KernelBuildError(f"Cannot build chatui's kernels: {exc}.") from None
     try:
         if force or not plan.path.is_file():
-            q8kernel.compile_library(plan.cc, plan.path, plan.openmp)
+            q8kernel.compile_library(plan.cc, plan.path, plan.openmp, defines=plan.defines)
         q8kernel.open_library(plan.path, plan.openmp)
     except subprocess.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()

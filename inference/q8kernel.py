@@ -271,6 +271,32 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
+def _cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id (``AuthenticAMD``, ``GenuineIntel``...); empty if unknown."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+WEIGHT_FETCHES = ("nontemporal", "l2")
+
+
+def weight_fetch_defines(vendor: str, override: str = "") -> tuple[str, ...]:
+    """How the int8 kernel fetches the weights it streams (``q8.c``'s AHEAD): non-temporal on
+    AMD, where that keeps the KV cache in the L3 (issue 18's seventh pass), into L2 elsewhere:
+    on an Intel Xeon a non-temporal fetch fills L1 alone and decoding ran at a third of its
+    speed (58.5 against 194 tok/s). ``override`` (``CHATUI_WEIGHT_FETCH``: ``nontemporal`` or
+    ``l2``) picks one on any CPU, to measure both on one machine."""
+    choice = override.strip().lower()
+    if choice not in WEIGHT_FETCHES:
+        choice = "nontemporal" if vendor in ("AuthenticAMD", "HygonGenuine") else "l2"
+    return ("-DCHATUI_WEIGHTS_NT=1",) if choice == "nontemporal" else ()
+
+
 def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
@@ -289,6 +315,8 @@ class KernelPlan:
     path: Path
     runtimes: frozenset[str]
     """The OpenMP runtimes mapped before the library loads (a second one is a problem)."""
+    defines: tuple[str, ...] = ()
+    """Preprocessor flags chosen for this CPU (``weight_fetch_defines``)."""
 
 
 def plan_build() -> KernelPlan:
@@ -305,19 +333,24 @@ def plan_build() -> KernelPlan:
         raise KernelUnavailable("no C compiler found (install gcc or set CC)")
     runtimes = frozenset(_omp_runtimes())
     openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
+    defines = weight_fetch_defines(_cpu_vendor(), os.environ.get("CHATUI_WEIGHT_FETCH", ""))
     key = hashlib.sha256(b"\0".join([
         *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
-        str(openmp).encode()]))
-    return KernelPlan(cc, openmp, kernels_dir() / f"q8-{key.hexdigest()[:20]}.so", runtimes)
+        str(openmp).encode(), " ".join(defines).encode()]))
+    return KernelPlan(cc, openmp, kernels_dir() / f"q8-{key.hexdigest()[:20]}.so", runtimes,
+                      defines)
 
 
-def compile_library(cc: str, out: Path, openmp: bool, march: str = "native") -> None:
+def compile_library(cc: str, out: Path, openmp: bool, march: str = "native",
+                    defines: tuple[str, ...] = ()) -> None:
     """Compile the kernels into ``out`` (atomically). ``march`` other than native lets the
-    tests build the code paths of other CPUs (AVX2 only, or none) on this one."""
+    tests build the code paths of other CPUs (AVX2 only, or none) on this one; ``defines``
+    are ``KernelPlan.defines``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = Path(tmp) / out.name
-        flags = ["-O3", f"-march={march}", "-fPIC"] + (["-fopenmp"] if openmp else [])
+        flags = (["-O3", f"-march={march}", "-fPIC"] + (["-fopenmp"] if openmp else [])
+                 + list(defines))
         # one compiler a source, all at once, then one link: 3.1 s -> 2.1-2.5 s on this 2-core
         # machine for the eight sources (the first start of chatui waits for it)
         objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
@@ -367,7 +400,7 @@ def load_kernel() -> Q8Kernel | None:
         return None
     try:
         if not plan.path.is_file():
-            compile_library(plan.cc, plan.path, plan.openmp)
+            compile_library(plan.cc, plan.path, plan.openmp, defines=plan.defines)
         kernel = open_library(plan.path, plan.openmp, kernel_abi.debug_enabled())
     except kernel_abi.KernelABIError as exc:
         log.warning("chatui's kernel library at %s does not match this code (%s); int8 uses "

@@ -17,9 +17,7 @@ from chatui.widgets.markdown_lines import STORE_CACHE, STRIP_CACHE, LineStore, M
 
 SAMPLE = """## Notes on the protocol (3)
 
-The **protocol** is a small system, with its `protocol_state` and the `step_3()` call that
-advances it, so that you can follow along *without* running anything yourself, and ~~never~~
-more.
+The **protocol** is a small system, with its `protocol_state` and the `step_3()` call that advances it, so that you can follow along *without* running anything yourself, and ~~never~~ more.
 
 - The first part reads the input and checks it with `validate()`.
 - The second part keeps a **running total**.
@@ -136,6 +134,20 @@ def test_layout_wraps_to_the_width_and_crops_code():
     assert any(line.startswith("  - nested") or line.startswith("  ▪ nested") for line in lines)
     assert any(line.startswith("  1. Write") for line in lines)
     assert any(line.startswith(" 10. Ten.") for line in lines)
+
+
+def test_a_single_newline_breaks_the_line():
+    """A model's poem (one line each, no Markdown) keeps its lines; a blank line still ends a
+    paragraph, and a line longer than the width still wraps."""
+    poem = ("In twilight's cloak, where shadows play,\nThe sea's beat its fins, a roaring beast.\n"
+            "A lighthouse's prow, a ghostly sight,\nA mate, a hero, on his way to shore.\n\nEnd.")
+    lines = [line.plain.rstrip() for line in layout_markdown(poem, 50)]
+    assert lines[:4] == ["In twilight's cloak, where shadows play,",
+                         "The sea's beat its fins, a roaring beast.",
+                         "A lighthouse's prow, a ghostly sight,",
+                         "A mate, a hero, on his way to shore."]
+    assert lines[4:6] == ["", "End."]
+    assert [line.plain.rstrip() for line in layout_markdown("a b c d e f", 5)][:2] == ["a b c", "d e f"]
 
 
 def test_line_store_round_trips_runs():

@@ -104,6 +104,38 @@ def test_the_fp16_cache_stores_what_torch_rounds_to(march, tmp_path, x86_gcc, ke
     assert torch.allclose(out[finite], ref[finite], rtol=1e-5, atol=1e-6)
 
 
+def test_the_weights_are_fetched_non_temporally_on_amd_only():
+    """q8.c's weight stream: non-temporal on AMD (the KV cache stays in its L3), into L2 on
+    Intel, where non-temporal fetches left decoding at a third of its speed (README, issue 18);
+    ``CHATUI_WEIGHT_FETCH`` picks one anywhere."""
+    nt = ("-DCHATUI_WEIGHTS_NT=1",)
+    assert q8kernel.weight_fetch_defines("AuthenticAMD") == nt
+    assert q8kernel.weight_fetch_defines("HygonGenuine") == nt
+    assert q8kernel.weight_fetch_defines("GenuineIntel") == ()
+    assert q8kernel.weight_fetch_defines("") == ()
+    assert q8kernel.weight_fetch_defines("GenuineIntel", "nontemporal") == nt
+    assert q8kernel.weight_fetch_defines("AuthenticAMD", " L2 ") == ()
+    assert q8kernel.weight_fetch_defines("AuthenticAMD", "bogus") == nt
+
+
+def test_either_weight_fetch_gives_the_same_bits(tmp_path, x86_gcc, kernel, monkeypatch):
+    """The other CPU family's fetch, built here, multiplies to the same bits at every row count
+    (a fetch is a hint; the arithmetic must not depend on it); the plan's key tells them apart."""
+    plan = q8kernel.plan_build()
+    other = () if plan.defines else ("-DCHATUI_WEIGHTS_NT=1",)
+    monkeypatch.setenv("CHATUI_WEIGHT_FETCH", "l2" if plan.defines else "nontemporal")
+    assert q8kernel.plan_build().path != plan.path
+    path = tmp_path / "kernels-other-fetch.so"
+    q8kernel.compile_library(x86_gcc, path, openmp=True, defines=other)
+    theirs = q8kernel.open_library(path, openmp=True)
+    torch.manual_seed(11)
+    w = Q8Weight.quantize(torch.randn(200, 1536))  # 48 groups: the fetches run past blocks
+    for m in (1, 2, 4, 8):
+        x = torch.randn(m, 1536)
+        assert torch.equal(theirs.matmul(x, w.packed, w.scales, 200),
+                           kernel.matmul(x, w.packed, w.scales, 200))
+
+
 @pytest.mark.parametrize("march", ["haswell", "x86-64"])
 def test_kernels_built_for_other_cpus_give_the_same_results(march, tmp_path, x86_gcc):
     """The AVX2 code (an older or smaller CPU) and the portable C code, built here for those

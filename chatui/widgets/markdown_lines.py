@@ -23,7 +23,8 @@ depth and right-aligned numbers; fenced code highlighted by Textual's own highli
 and the ``$boost`` background; inline code, emphasis, strong and strikethrough styled as
 Textual styles them. Differences (documented in docs/long-sessions.md): translucent
 backgrounds (inline code, quotes) blend a few colour steps apart; links are not clickable (the
-reply view opens none either); a wide table has no horizontal scroll.
+reply view opens none either); a wide table has no horizontal scroll; a single newline inside a
+paragraph breaks the line (Textual's Markdown makes it a space).
 
 ``MarkdownFence.highlight`` (a public classmethod of Textual's Markdown fence) colours code,
 so fences look as they do while streaming.
@@ -116,10 +117,12 @@ def inline_content(token: MdToken) -> Content:
         kind = child.type
         if kind == "text":
             add(re.sub(r"\s+", " ", child.content))
-        elif kind == "hardbreak":
+        elif kind in ("hardbreak", "softbreak"):
+            # A single newline inside a paragraph breaks the line too (CommonMark, and Textual's
+            # Markdown, make it a space): models write poems, lyrics, addresses and steps one a
+            # line with no Markdown around them, and a four-line poem ran together as one
+            # paragraph. GitHub's comments and chat apps draw a message this way.
             add("\n")
-        elif kind == "softbreak":
-            add(" ")
         elif kind == "code_inline":
             start = position
             add(child.content)

@@ -153,8 +153,11 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
 }
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
-/* How many groups (512 bytes each) ahead the weights are fetched, with the non-temporal hint,
- * for every row count. A decode step streams the whole model (134 MB for the default model)
+/* How many groups (512 bytes each) ahead the weights are fetched, and how, for every row
+ * count: non-temporal on AMD (the build defines CHATUI_WEIGHTS_NT there, q8kernel.py's
+ * weight_fetch_defines), into L2 elsewhere.
+ *
+ * AMD (Zen 4). A decode step streams the whole model (134 MB for the default model)
  * once, each byte used once; fetched the normal way, that stream went through L2 and into the
  * L3 (AMD's L3 takes what L2 evicts) and pushed out the KV cache and activations the step
  * reads again: attention then read each row's keys and values from memory. Non-temporal, the
@@ -165,15 +168,30 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * 4+ rows only); 6, 12 and 16 groups within noise of 8; T2 (into L3) 3.98 / 5.18 / 6.22.
  * 16 since each thread streams one contiguous range of blocks (q8_matmul): the matmuls of
  * 30 layers (weights from memory, 2 threads, medians of 5 interleaved rounds) at 1 / 4 / 8
- * rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 / 2.46 / 2.96; 24, 32 and 48 no quicker. */
+ * rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 / 2.46 / 2.96; 24, 32 and 48 no quicker.
+ *
+ * Intel (a 2-core Xeon with AMX, 2026-11-27). There a non-temporal fetch fills L1 alone, so a
+ * core has only its L1's few fill buffers in flight to memory and the L2's streamer never
+ * sees the stream: `chatui bench --new-tokens 128` decoded 58.5 tok/s (8.4 GB/s of weights,
+ * the machine's read bandwidth 27 GB/s). Into L2 (T2) 16 ahead 178-179 tok/s, 32 ahead
+ * 194-195, 8 ahead 172, 64 ahead 173; T1 32 ahead 192, T0 16 / 32 ahead 155 / 163, no fetch
+ * at all 129 (one run each, 2 threads). */
+#if CHATUI_WEIGHTS_NT
 #define AHEAD 16
+#define WEIGHT_HINT _MM_HINT_NTA
+#define FIRST_LOCALITY 0
+#else
+#define AHEAD 32
+#define WEIGHT_HINT _MM_HINT_T2
+#define FIRST_LOCALITY 1
+#endif
 
 /* R activation rows (1 <= R <= 8, a constant once inlined) against one row block. The packed
  * layout holds a row's columns in pairs (for vpmaddwd); two pairs' 64 bytes become one
  * vector of each row's four columns 4u..4u+3 with one vpermw, shared by the R rows, and then
  * one vpdpbusd a row advances 16 rows by four columns. The weights' sums a group (for the zero
  * points) are one more vpdpbusd a vector against ones, also shared. The R rows' multiply-adds
- * are independent chains; the weights AHEAD groups ahead are fetched, non-temporal (see AHEAD).
+ * are independent chains; the weights AHEAD groups ahead are fetched (see AHEAD).
  * The integer sums are exact, and
  * d - z * sum w (all below 2^24) is exact in float, so every row gets the bits it gets alone
  * and the bits of the AVX2 and portable integer sums. */
@@ -190,7 +208,7 @@ static inline __attribute__((always_inline)) void rows_avx512(const uint8_t *xq,
     for (int g = 0; g < G; g++) {
         const int8_t *wg = wb + (size_t)g * GS * RB;
         for (int l = 0; l < GS * RB; l += 64)
-            _mm_prefetch((const char *)(wg + (size_t)AHEAD * GS * RB + l), _MM_HINT_NTA);
+            _mm_prefetch((const char *)(wg + (size_t)AHEAD * GS * RB + l), WEIGHT_HINT);
         __m512i d[MB], ws = _mm512_setzero_si512();
         const int32_t *x[MB]; /* each row's group as four-byte words */
         for (int i = 0; i < R; i++) {
@@ -334,6 +352,10 @@ const char *q8_isa(void) {
 
 /* y [M, N] = f(x) [M, K] (fp32) times the packed weight's transpose, f given by mode (see
  * prepare_row; x's rows hold 2K values in mode 2). */
+#ifndef FIRST_LOCALITY
+#define FIRST_LOCALITY 0 /* (no weights are fetched ahead: FETCH_GROUPS is 0) */
+#endif
+
 void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *sp, int N, float *y,
                int threads, int mode, const float *aux, float eps) {
     int G = (K + GS - 1) / GS, NB = (N + RB - 1) / RB;
@@ -372,7 +394,7 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
         team_range(NB, &b_lo, &b_hi);
         if (b_lo < b_hi)
             for (size_t l = 0; l < fetch; l += 64)
-                __builtin_prefetch(wp + (size_t)b_lo * G * GS * RB + l, 0, 0);
+                __builtin_prefetch(wp + (size_t)b_lo * G * GS * RB + l, 0, FIRST_LOCALITY);
         if (M > 1) {
             float *row = (float *)malloc(sizeof(float) * (size_t)K);
             #pragma omp for schedule(static)
