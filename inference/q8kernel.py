@@ -45,7 +45,7 @@ GROUP = 32
 """Weights and activations are quantized in groups of this many along K."""
 ROWS = 16
 """Output rows a packed block holds."""
-F32_MAX_ROWS = 4
+F32_MAX_ROWS = 8
 """Most rows of x the fp32 matrix-vector kernel takes (a decode step of a small batch)."""
 STATS_MAX_K = 20
 """Most alternatives ``Q8Kernel.token_stats`` ranks (``top_logprobs``' limit)."""

@@ -450,9 +450,10 @@ def test_bench_compare_reports_each_n(tiny_backend):
 def test_batched_rows_equal_single_rows_compare_and_fan_out(tiny_ckpt, quantize):
     """Issue 18: compare columns (seeded, top-p over a vocabulary past the 256 candidates) and
     fan-out branches decoded as one batch equal the same rows decoded one by one: tokens, and
-    logprobs, entropy and alternatives to float rounding (int8: the matmul and the attention
-    give each row bit for bit its single-row result; fp32 past 4 rows runs torch's GEMM instead
-    of chatui's matrix-vector kernel, 2e-6 apart)."""
+    logprobs, entropy and alternatives to float rounding (int8 and fp32: the matmuls and the
+    attention give each row bit for bit its single-row result; fp32 past 4 rows ran torch's GEMM
+    instead of chatui's matrix-vector kernel, 2e-6 apart, and on an Intel Xeon one column's
+    sampled token differed from the same column run alone)."""
     import threading
 
     from inference.bench import compare_settings, fan_out_requests, make_prompt

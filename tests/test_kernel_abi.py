@@ -226,8 +226,8 @@ def test_debug_checks_cover_the_int4_kernel(kernel, checked):
 def test_debug_checks_refuse_bad_f32_arguments(checked):
     with pytest.raises(KernelArgumentError, match=r"w must be \[N, 37\]"):
         checked.f32_linear(torch.randn(2, 37), torch.randn(9, 36))
-    with pytest.raises(KernelArgumentError, match="x has 5 rows; the kernel takes 4"):
-        checked.f32_linear(torch.randn(5, 37), torch.randn(9, 37))
+    with pytest.raises(KernelArgumentError, match="x has 9 rows; the kernel takes 8"):
+        checked.f32_linear(torch.randn(9, 37), torch.randn(9, 37))
 
 
 def _attention_args(B=1, H=4, KV=2, D=8, C=16, write=5):

@@ -284,16 +284,19 @@ def test_embedding_rows_and_softcap_in_c_equal_torch(kernel):
     assert (got.double() - ref).abs().max() <= 1e-5 * 30.0
 
 
-@pytest.mark.parametrize("m", [1, 2, 4])
-@pytest.mark.parametrize("nk", [(70, 37), (64, 576), (1000, 100)])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 8])
+@pytest.mark.parametrize("nk", [(70, 37), (64, 576), (1000, 100), (130, 64)])
 def test_f32_kernel_matches_a_float64_matmul(m, nk, kernel):
-    """fp32 decode's matrix-vector product (f32.c): K with a tail under 16, N past 4 and 64."""
+    """fp32 decode's matrix-vector product (f32.c): K with a tail under 16, N past 4 and 64;
+    and every row of x gets the bits it gets alone (a comparison's 5-8 columns too)."""
     torch.manual_seed(8)
     n, k = nk
     w, x = torch.randn(n, k), torch.randn(m, k)
     out = kernel.f32_linear(x, w)
     ref = x.double() @ w.double().t()
     assert out.shape == (m, n) and (out.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    for r in range(m):
+        assert torch.equal(out[r], kernel.f32_linear(x[r:r + 1], w)[0])
 
 
 def int8_groups(x: torch.Tensor) -> torch.Tensor:
