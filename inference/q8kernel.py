@@ -333,7 +333,11 @@ def plan_build() -> KernelPlan:
         raise KernelUnavailable("no C compiler found (install gcc or set CC)")
     runtimes = frozenset(_omp_runtimes())
     openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
-    defines = weight_fetch_defines(_cpu_vendor(), os.environ.get("CHATUI_WEIGHT_FETCH", ""))
+    override = os.environ.get("CHATUI_WEIGHT_FETCH", "")
+    if override.strip() and override.strip().lower() not in WEIGHT_FETCHES:
+        log.warning("CHATUI_WEIGHT_FETCH=%s is not one of %s; this CPU's default is used",
+                    override, ", ".join(WEIGHT_FETCHES))
+    defines = weight_fetch_defines(_cpu_vendor(), override)
     key = hashlib.sha256(b"\0".join([
         *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
         str(openmp).encode(), " ".join(defines).encode()]))

@@ -118,6 +118,15 @@ def test_the_weights_are_fetched_non_temporally_on_amd_only():
     assert q8kernel.weight_fetch_defines("AuthenticAMD", "bogus") == nt
 
 
+def test_an_unknown_weight_fetch_is_reported_and_ignored(monkeypatch, caplog, x86_gcc):
+    monkeypatch.setenv("CHATUI_WEIGHT_FETCH", "temporal")
+    with caplog.at_level("WARNING", logger="inference.q8kernel"):
+        plan = q8kernel.plan_build()
+    monkeypatch.delenv("CHATUI_WEIGHT_FETCH")
+    assert plan.path == q8kernel.plan_build().path
+    assert "CHATUI_WEIGHT_FETCH=temporal is not one of nontemporal, l2" in caplog.text
+
+
 def test_either_weight_fetch_gives_the_same_bits(tmp_path, x86_gcc, kernel, monkeypatch):
     """The other CPU family's fetch, built here, multiplies to the same bits at every row count
     (a fetch is a hint; the arithmetic must not depend on it); the plan's key tells them apart."""
