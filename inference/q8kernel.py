@@ -261,25 +261,25 @@ def _omp_runtimes() -> set[str]:
             if re.search(r"/lib(g|i)?omp[^/]*\.so", line)}
 
 
-def _cpu_flags() -> str:
+def _cpuinfo_line(*prefixes: str) -> str | None:
+    """/proc/cpuinfo's first line starting with one of ``prefixes`` (None if none or unread)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
+            if line.startswith(prefixes):
                 return line
     except OSError:
         pass
-    return platform.processor()
+    return None
+
+
+def _cpu_flags() -> str:
+    return _cpuinfo_line("flags", "Features") or platform.processor()
 
 
 def _cpu_vendor() -> str:
     """/proc/cpuinfo's vendor_id (``AuthenticAMD``, ``GenuineIntel``...); empty if unknown."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return ""
+    line = _cpuinfo_line("vendor_id")
+    return line.partition(":")[2].strip() if line else ""
 
 
 WEIGHT_FETCHES = ("nontemporal", "l2")
