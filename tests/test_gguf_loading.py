@@ -29,12 +29,15 @@ from inference.runner import build_runner
 BLOCK_TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
 HIDDEN = 256
 """Rows of 256 weights: whole blocks of every type (the k-quants' blocks are 256 long)."""
+VOCAB = 2048
+"""The default model's first 2,048 tokens (``write_model``'s ``vocab``): with all 49,152, each
+case spent most of its 15-22 s in GGUF readers parsing the header's 98,000 strings."""
 
 
 def _llama(tied: bool) -> Any:
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                        max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
                        pad_token_id=2, tie_word_embeddings=tied)
@@ -43,7 +46,7 @@ def _llama(tied: bool) -> Any:
 def _qwen2() -> Any:
     from transformers import Qwen2Config
 
-    return Qwen2Config(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+    return Qwen2Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                        max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
                        pad_token_id=2, tie_word_embeddings=False)
@@ -53,7 +56,7 @@ def _qwen3() -> Any:
     from transformers import Qwen3Config
 
     # transformers' GGUF config mapping has no head_dim for Qwen3: it is the default, 128
-    return Qwen3Config(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+    return Qwen3Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                        head_dim=128, max_position_embeddings=512, bos_token_id=1,
                        eos_token_id=2, pad_token_id=2, tie_word_embeddings=True)
@@ -62,7 +65,7 @@ def _qwen3() -> Any:
 def _phi3() -> Any:
     from transformers import Phi3Config
 
-    return Phi3Config(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+    return Phi3Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
                       pad_token_id=2, tie_word_embeddings=False)
@@ -71,8 +74,8 @@ def _phi3() -> Any:
 def _gemma2() -> Any:
     from transformers import Gemma2Config
 
-    # transformers' Gemma tokenizer from a GGUF adds a <mask> token to the 49152 it reads
-    return Gemma2Config(vocab_size=49153, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+    # transformers' Gemma tokenizer from a GGUF adds a <mask> token to the VOCAB it reads
+    return Gemma2Config(vocab_size=VOCAB + 1, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                         head_dim=HIDDEN // 4, max_position_embeddings=512, bos_token_id=1,
                         eos_token_id=2, pad_token_id=2, sliding_window=16)
@@ -82,7 +85,7 @@ def _qwen3_moe() -> Any:
     from transformers import Qwen3MoeConfig
 
     # the GGUF config mapping has no expert width: it stays the config's default (768)
-    return Qwen3MoeConfig(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+    return Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                           head_dim=HIDDEN // 4, num_experts=4, num_experts_per_tok=2,
                           max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
@@ -102,7 +105,7 @@ def write(config: Any, qtype: str, out: Path) -> Path:
             elif p.dim() >= 2:
                 p.normal_(0, 0.05)
     out.mkdir(parents=True, exist_ok=True)
-    return write_model(model, out / f"tiny.{qtype}.gguf", qtype, default_gguf_path())
+    return write_model(model, out / f"tiny.{qtype}.gguf", qtype, default_gguf_path(), VOCAB)
 
 
 def reference(gguf: Path) -> Any:
@@ -285,3 +288,24 @@ def test_int4_output_layer_is_the_files_own_q6_k_blocks(tied: bool, cache: Path,
                          quantize="int4", precision="auto")
     assert isinstance(again.fast.lm_head, quant.Q6Weight)
     assert torch.equal(again.forward(again.new_cache(), ids), logits)
+
+
+def test_a_truncated_tokenizer_still_encodes_any_text(cache: Path) -> None:
+    """The tests' models keep the default model's first VOCAB tokens (``truncate_tokenizer``):
+    transformers reads the cut tokenizer from the file, every id it gives is below VOCAB, and
+    any text (accents, CJK, an emoji) encodes and decodes back to itself through the bytes the
+    cut vocabulary still has."""
+    from transformers import AutoTokenizer
+
+    from inference.checkpoint.gguf_write import tokenizer_fields, truncate_tokenizer
+
+    gguf = write(_llama(tied=True), "Q8_0", cache / "model")
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    assert len(tok) == VOCAB
+    text = "Hello, world! Ünïcödé naïveté, 日本語のテキスト, and an emoji 🙂 at 3.14."
+    ids = tok.encode(text, add_special_tokens=False)
+    assert ids and max(ids) < VOCAB
+    assert tok.decode(ids) == text
+    full = tokenizer_fields(default_gguf_path())
+    with pytest.raises(ValueError, match="eos_token_id"):
+        truncate_tokenizer(full, 2)

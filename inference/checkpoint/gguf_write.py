@@ -13,6 +13,7 @@ block of rows at a time, so a multi-gigabyte file never has all its blocks in me
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -144,19 +145,58 @@ def _value_type(value: Any) -> Any:
     raise TypeError(f"no GGUF type for {value!r}")
 
 
-def tokenizer_fields(gguf_path: Path) -> list[tuple[str, Any, Any, Any]]:
+TokenizerField = tuple[str, Any, Any, Any]
+"""A ``tokenizer.*`` field as (key, value, type, array sub-type)."""
+
+
+def tokenizer_fields(gguf_path: Path, vocab: int | None = None) -> list[TokenizerField]:
     """Every ``tokenizer.*`` field of a GGUF file as (key, value, type, array sub-type), to give
-    a written model an existing model's tokenizer."""
+    a written model an existing model's tokenizer; with ``vocab``, its first ``vocab`` tokens
+    only (``truncate_tokenizer``). The file is parsed once per process while it is unchanged:
+    ``GGUFReader`` took 2.5 s on the default model's 49,152-token header, once per model a
+    test wrote."""
+    st = Path(gguf_path).stat()
+    fields = [(key, list(value) if isinstance(value, tuple) else value, main, sub)
+              for key, value, main, sub in _read_tokenizer_fields(str(gguf_path),
+                                                                   st.st_mtime_ns, st.st_size)]
+    return fields if vocab is None else truncate_tokenizer(fields, vocab)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer_fields(path: str, mtime_ns: int, size: int) -> tuple[TokenizerField, ...]:
     from gguf import GGUFReader, GGUFValueType
 
-    reader = GGUFReader(str(gguf_path))
+    reader = GGUFReader(path)
     fields = []
     for key, field in reader.fields.items():
         if key.startswith("tokenizer."):
             main = field.types[0]
             sub = field.types[-1] if main == GGUFValueType.ARRAY else None
-            fields.append((key, field.contents(), main, sub))
-    return fields
+            value = field.contents()
+            fields.append((key, tuple(value) if isinstance(value, list) else value, main, sub))
+    return tuple(fields)
+
+
+def truncate_tokenizer(fields: list[TokenizerField], vocab: int) -> list[TokenizerField]:
+    """A BPE tokenizer's fields cut to its first ``vocab`` tokens: the merges kept are those
+    whose two parts and result are all among them (a byte-level vocabulary keeps every byte, so
+    any text still encodes). A tiny test model with the default model's whole vocabulary spent
+    most of its GGUF round trip in readers parsing 98,000 strings of header. Raises ValueError
+    when a special token's id is not below ``vocab``."""
+    values = {key: value for key, value, _, _ in fields}
+    kept = set(values["tokenizer.ggml.tokens"][:vocab])
+    out = []
+    for key, value, main, sub in fields:
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+            value = value[:vocab]
+        elif key == "tokenizer.ggml.merges":
+            value = [m for m in value
+                     if (parts := m.split(" ", 1))[0] in kept and len(parts) == 2
+                     and parts[1] in kept and parts[0] + parts[1] in kept]
+        elif key.endswith("_token_id") and int(value) >= vocab:
+            raise ValueError(f"{key} is {value}, not below the {vocab} tokens kept")
+        out.append((key, value, main, sub))
+    return out
 
 
 RowMaker = Callable[[int, int], np.ndarray]
@@ -291,13 +331,13 @@ def model_tensors(model: Any, qtype: str | Callable[[str, tuple[int, ...]], str]
 
 
 def write_model(model: Any, path: Path, qtype: str | Callable[[str, tuple[int, ...]], str],
-                tokenizer_from: Path) -> Path:
+                tokenizer_from: Path, vocab: int | None = None) -> Path:
     """A transformers model (of ``ARCH_OF_MODEL_TYPE``) as a GGUF file with the tokenizer of
-    the GGUF file ``tokenizer_from``."""
+    the GGUF file ``tokenizer_from`` (its first ``vocab`` tokens only, when given)."""
     cfg = model.config
     arch = ARCH_OF_MODEL_TYPE[cfg.model_type]
     meta = config_metadata(cfg, arch)
     if cfg.model_type == "mistral":
         meta["general.name"] = "mistral"
-    return write_gguf(path, arch, meta, tokenizer_fields(tokenizer_from),
+    return write_gguf(path, arch, meta, tokenizer_fields(tokenizer_from, vocab),
                       model_tensors(model, qtype))
