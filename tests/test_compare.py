@@ -175,6 +175,24 @@ async def test_compare_four_settings_and_pick_continues_with_that_column():
         assert len(backend.requests[-1].settings) == 1
 
 
+async def test_the_token_view_opens_on_the_column_picked():
+    """Ctrl+T after a comparison puts the token cursor in the column the conversation goes on
+    with (it opened in the first column whichever was picked; seen in tmux)."""
+    app = make_app()
+    async with app.run_test(size=(180, 44)) as pilot:
+        await send(pilot, app, FOUR)
+        await send(pilot, app, "four ways")
+        [view] = compare_views(app)
+        for pick in (3, 2):
+            await send(pilot, app, f"/pick {pick}")
+            app.chat.toggle_token_mode()
+            await pilot.pause()
+            focused = app.focused
+            assert focused is view.columns[pick - 1].view.token_view, (pick, focused)
+            app.chat.toggle_token_mode()
+            await pilot.pause()
+
+
 async def test_pick_by_key_and_by_click_and_refusals():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -1123,8 +1123,8 @@ class ChatScreen(Screen[None]):
                 return
             last = self.state.conversation.last_assistant
             view = self._view_of(last, draw=True) if last else None
-            if isinstance(view, CompareView):
-                view = view.views[0]
+            if isinstance(view, CompareView) and last is not None:  # the column chosen
+                view = view.views[min(last.chosen, len(view.views) - 1)]
             if view is not None:
                 view.token_view.focus()
         else:
