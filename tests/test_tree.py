@@ -693,3 +693,49 @@ async def test_the_tree_view_fits_each_line_to_its_width(config_dir) -> None:  #
     top = wide[0]
     assert "you: tell me about the many uses of a humble paperclip in an office at level 0" \
         " · 1 message" in top, top  # the whole question, not six words of it
+
+
+async def test_a_comparison_column_forks_like_a_reply(config_dir) -> None:  # noqa: F811
+    """Continuing from an alternative, or fanning out, at a token of a comparison's column
+    (picked or not) branches from that column's own tokens: the branch is the comparison's
+    sibling and the comparison stays whole (both were refused on a comparison, with advice to
+    /pick a column, even once one was picked; seen in tmux)."""
+    from chatui.widgets.compare import CompareView
+
+    backend = _id_backend(_numbered())
+    app = make_app(backend=backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, app, "/compare temperature=0 | temperature=1.2 seed=3")
+        await send(pilot, app, "hello")
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group.is_comparison and len(group.replies) == 2
+        await send(pilot, app, "/pick 2")
+        [view] = app.chat.query(CompareView)
+        column = view.views[1]
+        assert column.reply is group.replies[1]
+        await app.chat.continue_from_alternative(column.id, 2, 2)
+        await settle(pilot, app)
+        request = backend.requests[-1]
+        assert len(request.settings) == 1
+        assert request.prefix.token_ids == (*(t.id for t in group.replies[1].tokens[:2]), 201)
+        branch = conv.entries[-1]
+        assert branch is not group and conv.siblings(branch) == [group, branch]
+        assert branch.reply.tokens[:2] == group.replies[1].tokens[:2]
+        assert len(group.replies) == 2 and group.chosen == 1  # the comparison as it was
+        assert not notices(app) or "comparison" not in str(notices(app)[-1].render())
+        # a fan-out at the first column, not the one picked, from its own tokens
+        await pilot.press("alt+left")  # back to the comparison
+        await settle(pilot, app)
+        [view] = app.chat.query(CompareView)
+        await app.chat.fan_out(view.views[0].id, 1, 2)
+        await settle(pilot, app)
+        request = backend.requests[-1]
+        first = group.replies[0].tokens
+        assert request.prefix.token_ids == (first[0].id,)
+        assert request.first_tokens == tuple(a.id for a in first[1].top[:2])
+        fan = conv.entries[-1]
+        assert fan.fan_out and conv.siblings(fan) == [group, branch, fan]
+        app.flush_autosaves()
+        disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
+        assert disk == conv

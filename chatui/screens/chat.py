@@ -959,22 +959,21 @@ class ChatScreen(Screen[None]):
 
     async def _single_reply_at(self, view_id: str, position: int,
                                what: str) -> tuple[Entry, Reply] | None:
-        """The entry and reply of the view ``view_id`` when it is a single reply with a token
-        at ``position`` (what continuing from an alternative and fan-out start from), after
-        stopping any reply that streams; None (with a sentence for a comparison) otherwise."""
+        """The entry and reply of the view ``view_id`` (a reply, or one column of a comparison
+        or fan-out: the branch is then the group's sibling, and the group stays as it is) with
+        a token at ``position`` (what continuing from an alternative and fan-out start from),
+        after stopping any reply that streams; None otherwise."""
         found = self._find_view(view_id)
         if found is None:  # a scored message's token view (/score) has no reply to go on with
             self.notice(f"{what} works on the tokens of a reply, not of a scored message.",
                         "error")
             return None
-        entry, _ = found
-        if entry.is_comparison:
-            self.notice(f"{what} works on a single reply, not on a comparison; /pick a "
-                        "column and go on from there.", "error")
-            return None
+        entry, view = found
         if self.generating:
             await self.stop_generation()
-        reply = entry.reply
+        # a column's own reply (they refused a comparison, even its column picked, with
+        # advice to /pick one: seen in tmux)
+        reply = view.reply if any(r is view.reply for r in entry.replies) else entry.reply
         assert reply is not None
         if not 0 <= position < len(reply.tokens):
             return None
