@@ -739,3 +739,26 @@ async def test_a_comparison_column_forks_like_a_reply(config_dir) -> None:  # no
         app.flush_autosaves()
         disk = tr.load_transcript(tr.autosave_path(conv, app.config.transcripts_dir()))
         assert disk == conv
+
+
+async def test_a_fan_out_keeps_the_view_on_the_reply_it_branches(config_dir) -> None:  # noqa: F811
+    """``f`` on a later reply: the reply leaves the screen for its fan-out, and the view stays
+    there (focus moved to the reply above, whose last token the inspector then showed, and the
+    conversation scrolled up to it; seen in tmux)."""
+    from chatui.widgets.compare import CompareView
+
+    backend = _id_backend(lambda request, row: "word " * 60)
+    app = make_app(backend=backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await send(pilot, app, "first")
+        await send(pilot, app, "second")
+        conv = app.chat.conversation
+        first = conv.entries[1]
+        await _fan_out_at_third_token(pilot, app)
+        await pilot.pause(0.1)
+        chat = app.chat
+        [view] = chat.query(CompareView)
+        shown = [v for v in chat.query(ReplyView) if v.reply is first.reply]
+        assert chat.inspector.view_id not in {v.id for v in shown}
+        log = chat.log_view
+        assert view.region.y < log.region.bottom and log.scroll_y >= log.max_scroll_y - 1

@@ -998,6 +998,7 @@ class ChatScreen(Screen[None]):
         # max_tokens bounds the whole reply: the kept tokens and the alternative count
         # (a continuation of 512 more made a 513-token reply for max_tokens 512)
         left = reply.settings.max_new_tokens - len(reply.tokens)
+        self.set_focus(self.prompt, scroll_visible=False)  # (as fan_out: not the reply above)
         await self.sync_path()
         view = self._view_of(entry, draw=True)
         assert isinstance(view, ReplyView)
@@ -1053,10 +1054,13 @@ class ChatScreen(Screen[None]):
                 for _ in range(k)]
         group = self.state.conversation.add_sibling(
             entry, Entry("assistant", replies=rows, fan_out=True))
+        # the prompt (where /pick N or F6 is typed) takes the focus, now (``focus()`` is
+        # deferred), before the reply's token view leaves the screen: Textual gave it to the
+        # reply above, and the inspector and the view went there
+        self.set_focus(self.prompt, scroll_visible=False)
         await self.sync_path()
         self.start_reply(group, prefix=prefix, max_new_tokens=left,
                          first_tokens=ids)  # type: ignore[arg-type]
-        self.prompt.focus()  # where /pick N (or F6) is typed
 
     async def _split_fan_out(self, group: Entry) -> None:
         """/pick on a fan-out: go on with the branch picked, the others its siblings."""
