@@ -476,7 +476,7 @@ class ChatScreen(Screen[None]):
             return
         unit = units[event.unit]
         self.inspector.show(event.view_id, tokens[unit.start:unit.end + 1], event.unit,
-                            len(units), position=unit.start)
+                            len(units), position=unit.start, forkable=False)
 
     def _reply_item(self, entry: Entry) -> Item:
         """An assistant entry's item: one reply, or the columns of a comparison."""

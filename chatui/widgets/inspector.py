@@ -52,8 +52,11 @@ def _bar(prob: float) -> str:
     return ("█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")).ljust(BAR_WIDTH)
 
 
-def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
-    """The panel's text for the unit made of ``tokens`` (alternatives are the first token's)."""
+def describe_tokens(tokens: list[Token], index: int, total: int,
+                    forkable: bool = True) -> Content:
+    """The panel's text for the unit made of ``tokens`` (alternatives are the first token's);
+    ``forkable`` False (a scored message's tokens, which nothing continues) leaves out the
+    alternatives' "continue from it"."""
     first = tokens[0]
     lines: list[Content] = []
     text = "".join(t.text for t in tokens)
@@ -80,7 +83,8 @@ def describe_tokens(tokens: list[Token], index: int, total: int) -> Content:
         lines.append(Content("channel      reasoning"))
     if first.top:
         lines.append(Content(""))
-        lines.append(Content.styled("alternatives  (digit or click: continue from it)", "$text-muted"))
+        lines.append(Content.styled("alternatives  (digit or click: continue from it)"
+                                    if forkable else "alternatives", "$text-muted"))
         cuts = cut is not None and len(cut.top_cuts) == len(first.top)
         if cuts:
             lines.append(Content.styled(f"{'':{BAR_WIDTH + 2}}    raw sampled", "$text-muted"))
@@ -122,13 +126,14 @@ class TokenInspector(VerticalScroll):
         yield branches
 
     def show(self, view_id: str, tokens: list[Token], unit_index: int, total: int,
-             position: int) -> None:
+             position: int, forkable: bool = True) -> None:
         """Show the unit made of ``tokens`` (unit ``unit_index`` of ``total``, its first
-        token at ``position`` in the reply) of a reply."""
+        token at ``position`` in the reply) of a reply (``forkable``) or a scored message."""
         self.view_id = view_id
         self.token_index = tokens[0].index if tokens else -1
         self.position = position
-        self.query_one(".detail", Static).update(describe_tokens(tokens, unit_index, total))
+        self.query_one(".detail", Static).update(
+            describe_tokens(tokens, unit_index, total, forkable))
         self.show_branches("")
 
     def show_branches(self, text: str) -> None:
