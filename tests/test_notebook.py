@@ -245,3 +245,21 @@ async def test_the_notebook_keeps_its_text_when_closed_and_across_sessions():
     async with app.run_test(size=SIZE) as pilot:
         nb = await notebook(pilot, app)
         assert nb.text_area.text == ""
+
+
+async def test_a_narrow_terminal_puts_the_inspector_below_the_text():
+    """Under 72 cells the notebook's inspector (46 cells) goes below the text, as the chat's
+    goes below the conversation (beside it, at 64 cells the text had 16; seen in tmux)."""
+    for width, below in ((64, True), (100, False)):
+        app = make_app(lambda r, row: " two three")
+        async with app.run_test(size=(width, 30)) as pilot:
+            await loaded(pilot, app)
+            app.chat.prompt.text = "/raw-mode"
+            await pilot.press("enter")
+            nb = await notebook(pilot, app)
+            await pilot.pause(0.1)
+            text, inspector = nb.text_area.region, nb.inspector.region
+            if below:
+                assert text.width >= width - 2 and inspector.y >= text.bottom
+            else:
+                assert inspector.x >= text.right and text.width >= width - 46 - 2

@@ -59,7 +59,7 @@ from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..textual_compat.internals import paint_scroll_now
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
-from ..widgets.inspector import TokenInspector
+from ..widgets.inspector import NARROW_BELOW, TokenInspector
 from ..widgets.items import Notice, SiblingBar, UserMessage, estimate_lines
 from ..widgets.log_window import Item, LogWindow
 from ..widgets.prompt import PromptInput
@@ -77,10 +77,6 @@ CHECKPOINT_S = 5.0
 closed, an SSH connection dropped or the app killed mid-reply lost all of it (the file held
 the question and an empty reply). A save of a 2,000-token reply takes ~2 ms of the loop (its
 snapshot and its JSON line are written on the autosaver's thread)."""
-
-
-NARROW_BELOW = 72
-"""Terminal widths under this put the token inspector (46 cells) below the conversation."""
 
 
 class ChatScreen(Screen[None]):

@@ -21,6 +21,9 @@ from ..messages import AlternativeChosen
 from .text import show_prob, show_token
 
 BAR_WIDTH = 14
+NARROW_BELOW = 72
+"""Terminal widths under this put the token inspector (46 cells) below the conversation (the
+chat) or the text (the notebook), not beside it."""
 EMPTY_HINT = Content.styled("Select a token: click it, or use the arrow keys in a reply "
                             "(Tab moves between replies).", "$text-muted")
 
