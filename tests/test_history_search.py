@@ -181,6 +181,25 @@ async def test_the_search_box_finds_as_you_type_and_opens_with_enter(tmp_path):
         assert not isinstance(app.screen, HistoryScreen)
 
 
+async def test_a_long_title_never_splits_the_rows_count():
+    """A row whose title fills the line keeps "N messages" whole (it came after the title,
+    and a "2" ended one line with "messages" on the next; seen in tmux)."""
+    from chatui.screens.history import HistoryScreen
+
+    title = "Write a haiku about autumn rain, then explain it in two sentences."
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, app, title)
+        await pilot.press("ctrl+f")
+        await pilot.pause(0.3)
+        screen = app.screen
+        assert isinstance(screen, HistoryScreen) and len(screen.found) == 1
+        rows = screen.query_one("OptionList")
+        text = [strip.text.rstrip(" ▎") for strip in rows.render_lines(rows.region.reset_offset)]
+        assert any("2 messages  Write a haiku" in row for row in text), text
+        assert any(row.endswith("two") or "sentences." in row for row in text), text
+
+
 async def test_a_hit_opens_on_the_branch_that_holds_the_words(config_dir):  # noqa: F811
     """The index answers per conversation; Enter on a hit shows the branch whose message holds
     the words searched for (here the reply a retry replaced), and says so; the branch shown is

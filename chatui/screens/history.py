@@ -46,13 +46,14 @@ class Found:
 
 
 def _row(found: Found) -> Content:
+    """A conversation's row: when, its size (and whether it is a branch), then its title, so
+    that a long title wraps after them (the size came last, and a long title split it: a "4"
+    ended one line and "messages" began the next; seen in tmux)."""
     when = datetime.datetime.fromtimestamp(found.updated).strftime("%Y-%m-%d %H:%M")
-    head = Content.assemble((when, "$text-muted"), "  ",
-                            (found.title or "(untitled)", "bold"),
-                            (f"  {found.messages} messages" if not found.error else "",
-                             "$text-muted"),
-                            (" · a branch" if found.branch and not found.error else "",
-                             "$text-muted"))
+    size = "" if found.error else f"  {found.messages} messages" + (
+        " · a branch" if found.branch else "")
+    head = Content.assemble((when, "$text-muted"), (size, "$text-muted"), "  ",
+                            (found.title or "(untitled)", "bold"))
     if found.error:
         return Content("\n").join([head, Content.styled(found.error, "$text-error")])
     if not found.passage:
