@@ -315,23 +315,33 @@ def test_tree_labels_show_siblings_from_where_they_part() -> None:
     """Branches forked late in a reply start with the same words: their labels start at the
     word before they part, so the tree view tells them apart; a lone branch starts at its
     first word."""
-    from chatui.screens.tree import branch_from, branch_label, shared_words
+    from chatui.screens.tree import branch_from, branch_label, parting_words
 
     conv = Conversation()
     conv.add_user("tell me a story")
     _answer(conv, "Once upon a time there was a keeper named Olf who lived by the sea")
     _retry(conv, "Once upon a time there was a keeper named Ada who sailed")
     kids = list(conv.entries[0].children)
-    shared = shared_words(kids)
-    assert shared == 9
-    labels = [branch_label(branch_from(k), False, shared) for k in kids]
+    assert parting_words(kids) == [9, 9]
+    labels = [branch_label(branch_from(k), False, n) for k, n in zip(kids, parting_words(kids))]
     assert labels[0].startswith("○ assistant: …named Olf who lived by the…")
     assert labels[1].startswith("○ assistant: …named Ada who sailed ·")
-    assert shared_words(kids[:1]) == 0
+    assert parting_words(kids[:1]) == [0]
     _retry(conv, "Once upon a time there was a keeper named Ada who sailed")  # the same again
     same = list(conv.entries[0].children)[1:]
-    assert shared_words(same) == 12
+    assert parting_words(same) == [12, 12]
     assert branch_label(branch_from(same[1]), True, 12).startswith("● assistant: Once upon")
+    # beside Olf's, the two alike part from it at "named"
+    assert parting_words(list(conv.entries[0].children)) == [9, 9, 9]
+    # two branches alike for longer than all three are: each from where it leaves the nearest
+    _retry(conv, "Once upon a time there was a keeper named Olf who sailed away")
+    kids = list(conv.entries[0].children)
+    n = parting_words(kids)
+    assert n == [11, 9, 9, 11]
+    assert branch_label(branch_from(kids[3]), False, n[3]).startswith(
+        "○ assistant: …who sailed away ·")
+    assert branch_label(branch_from(kids[0]), False, n[0]).startswith(
+        "○ assistant: …who lived by the sea ·")
     assert branch_label(branch_from(conv.tops[0]), True).startswith(
         "● you: tell me a story · ")
 

@@ -50,17 +50,24 @@ def branch_from(entry: Entry) -> Branch:
     return Branch(tuple(run))
 
 
-def shared_words(entries: list[Entry]) -> int:
-    """How many words the texts of ``entries`` (siblings) all start with: 0 for one entry."""
-    if len(entries) < 2:
-        return 0
+def parting_words(entries: list[Entry]) -> list[int]:
+    """For each of ``entries`` (siblings), how many words it shares with the sibling it parts
+    from last (0 for a lone entry): its label starts at the word before they part, so two
+    branches alike for a long way are told apart where they differ, not where they all do (a
+    fan-out's first branch and the reply it came from, both the reply's own token there, read
+    "…fox, which is a member of the family…" twice; seen in tmux). A sibling with another's
+    very text parts where it leaves the rest."""
     texts = [e.text.split() for e in entries]
-    n = 0
-    for words in zip(*texts):
-        if any(w != words[0] for w in words):
-            break
-        n += 1
-    return n
+
+    def common(a: list[str], b: list[str]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    out = []
+    for i, mine in enumerate(texts):
+        others = [common(mine, t) for j, t in enumerate(texts) if j != i and t != mine]
+        alike = any(j != i and t == mine for j, t in enumerate(texts))
+        out.append(max(others) if others else len(mine) if alike else 0)
+    return out
 
 
 WORDS_CELLS = 36
@@ -203,7 +210,7 @@ class TreeScreen(ModalScreen[str | None]):
         path = {id(e) for e in self.conversation.entries}
         cursor = None
         tops = list(self.conversation.tops)
-        stack = [(tree.root, e, shared_words(tops)) for e in reversed(tops)]
+        stack = list(reversed([(tree.root, e, n) for e, n in zip(tops, parting_words(tops))]))
         while stack:
             parent, entry, shared = stack.pop()
             branch = branch_from(entry)
@@ -214,8 +221,7 @@ class TreeScreen(ModalScreen[str | None]):
             if on_path:
                 cursor = node
             kids = list(branch.last.children)
-            shared_kids = shared_words(kids)
-            stack.extend((node, c, shared_kids) for c in reversed(kids))
+            stack.extend(reversed([(node, c, n) for c, n in zip(kids, parting_words(kids))]))
         tree.root.expand()
         tree.focus()
         if cursor is not None:  # on the branch shown (once the lines exist)
