@@ -567,6 +567,9 @@ async def _delete_saved(ctx: CommandContext, arg: str) -> None:
     if not 1 <= n <= len(history):
         ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
         return
+    if history[n - 1] is None:
+        ctx.notice(_DELETED.format(n=n), "error")
+        return
     path = Path(history[n - 1].path)
     if history[n - 1].id and history[n - 1].id == ctx.state.conversation.id:
         ctx.notice("That is the conversation open now; /clear it first, then delete it.",
@@ -580,9 +583,14 @@ async def _delete_saved(ctx: CommandContext, arg: str) -> None:
     except OSError as exc:
         ctx.notice(f"Could not delete {path}: {exc.strerror or exc}.", "error")
         return
-    ctx.state.history = transcript.list_transcripts(directory)
+    # the other numbers keep meaning what the listing on screen shows (the list was read again,
+    # and /load 5 then opened what had been number 6; seen in tmux)
+    ctx.state.history = [None if i == n - 1 else s for i, s in enumerate(history)]
     ctx.notice(f"Deleted conversation {n} from the history (the file is kept in {trash}; "
                "/load a file there to bring it back).")
+
+
+_DELETED = "Conversation {n} was deleted from the history; /history lists them again."
 
 
 async def cmd_load(ctx: CommandContext, arg: str) -> None:
@@ -597,6 +605,9 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
         n = int(arg)
         if not 1 <= n <= len(state.history):
             ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
+            return
+        if state.history[n - 1] is None:
+            ctx.notice(_DELETED.format(n=n), "error")
             return
         path = state.history[n - 1].path
     else:

@@ -74,6 +74,29 @@ async def test_history_delete_moves_a_conversation_out_of_the_list(tmp_path):
         assert "no conversation 9" in last_notice(app, "error")
 
 
+async def test_numbers_keep_meaning_the_listing_shown_after_a_delete(tmp_path):
+    """After /history delete 1, /load 2 opens what the listing on screen numbers 2 (the list was
+    read again at the delete, and /load 2 opened the old number 3; seen in tmux); the deleted
+    number says so."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        for text in ("one", "two", "three"):
+            await send(pilot, app, f"conversation {text}")
+            await send(pilot, app, "/clear")
+        await send(pilot, app, "/history")
+        listing = last_notice(app).splitlines()
+        second = next(line for line in listing if line.startswith("  2. "))
+        await send(pilot, app, "/history delete 1")
+        await send(pilot, app, "/load 2")
+        assert app.chat.conversation.entries[0].text in second
+        for command in ("/load 1", "/history delete 1"):
+            await send(pilot, app, command)
+            assert "1 was deleted from the history" in last_notice(app, "error")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "/history")  # numbered afresh
+        assert "  1. " in last_notice(app) and "conversation three" not in last_notice(app)
+
+
 async def test_history_lines_fit_80_columns_with_the_details_under_the_title(tmp_path):
     """A long title made the listing's one line per conversation wrap back to the notice's
     margin, under the numbers; now the title is cut and the details go on a line of their own."""
