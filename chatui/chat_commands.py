@@ -146,6 +146,10 @@ async def cmd_system(ctx: CommandContext, arg: str = "") -> None:
     if not arg:
         ctx.notice(f"System prompt: {conv.system_prompt or '(none)'}")
         return
+    if arg.strip().lower() in CLEARED:  # (a system prompt, once set, stayed: /clear keeps it)
+        conv.system_prompt = ""
+        ctx.notice("System prompt cleared.")
+        return
     conv.system_prompt = arg
     ctx.notice(f"System prompt set: {shorten(arg, 200)}")
 
@@ -633,6 +637,10 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
             and len(conv.all_entries()) > len(conv.entries):
         note += (" It opens inside its conversation's tree: the messages saved since stay as "
                  "a branch (‹ › under a message, or /tree), and new ones are saved with them.")
+    if conv.system_prompt:  # (shown nowhere else, and every reply heeds it)
+        from .widgets.text import shorten
+
+        note += f" Its system prompt: {shorten(conv.system_prompt, 200)}"
     ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).{note}")
 
 

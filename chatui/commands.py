@@ -38,7 +38,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("clear", "Empty the conversation and the model's cache.",
                 handler=run.cmd_clear),
     CommandSpec("exit", "Quit; the conversation is kept.", key="Ctrl+Q", handler=run.cmd_exit),
-    CommandSpec("system", "Set the system prompt (no text: show it).", args="TEXT",
+    CommandSpec("system", "Set the system prompt (no text: show it; /system none clears it).",
+                args="TEXT",
                 handler=run.cmd_system),
     CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2 "
                 "(/set stop none clears the stop strings).",

@@ -243,3 +243,27 @@ async def test_a_hang_up_saves_even_when_stopping_the_reply_fails(config_dir, mo
         path = tr.autosave_path(app.chat.conversation, app.config.transcripts_dir())
         saved = tr.load_transcript(path)
         assert saved.entries[1].replies[0].text.startswith("w0 w1 w2")
+
+
+async def test_a_loaded_conversation_says_its_system_prompt(tmp_path):
+    """The system prompt shows nowhere in the conversation, and every reply heeds it: /load
+    says it (a loaded pirate conversation answered as a pirate with nothing on screen saying
+    why; seen in tmux); a conversation without one says nothing of it."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, app, "/system You are a pirate.")
+        await send(pilot, app, "ahoy")
+        await send(pilot, app, f"/save {tmp_path / 'p.json'}")
+        await send(pilot, app, "/clear")  # (keeps the system prompt)
+        assert app.chat.conversation.system_prompt == "You are a pirate."
+        await send(pilot, app, "/system none")  # (it could not be taken back)
+        assert "cleared" in str(notices(app)[-1].render())
+        assert app.chat.conversation.system_prompt == ""
+        await send(pilot, app, "plain")
+        assert all(m.role != "system" for m in app.holder["backend"].requests[-1].messages)
+        await send(pilot, app, f"/save {tmp_path / 'q.json'}")
+        await send(pilot, app, f"/load {tmp_path / 'p.json'}")
+        told = str(notices(app)[-1].render())
+        assert "Loaded" in told and "Its system prompt: You are a pirate." in told
+        await send(pilot, app, f"/load {tmp_path / 'q.json'}")
+        assert "system prompt" not in str(notices(app)[-1].render())
