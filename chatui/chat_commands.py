@@ -507,8 +507,9 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
         # two short lines each, the details under the title (one long line wrapped back to
         # the notice's margin, under the numbers)
         when = datetime.datetime.fromtimestamp(s.updated).strftime("%Y-%m-%d %H:%M")
-        if s.error:
-            lines.append(f"{i:>3}. {when}  {s.error}")
+        if s.error:  # (the sentence, whole, wrapped back under the numbers; /load N says it)
+            lines.append(f"{i:>3}. {when}  {shorten(Path(s.path).name, HISTORY_TITLE)}")
+            lines.append(f"       {shorten('cannot be opened: ' + s.error, HISTORY_TITLE + 11)}")
             continue
         lines.append(f"{i:>3}. {when}  {shorten(s.title or '(untitled)', HISTORY_TITLE)}")
         what = f"{s.messages} messages · {s.model}"

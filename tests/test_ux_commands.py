@@ -111,6 +111,25 @@ async def test_history_lines_fit_80_columns_with_the_details_under_the_title(tmp
         assert lines[2].strip() == "2 messages · scripted"
 
 
+async def test_a_file_that_cannot_be_opened_is_listed_in_80_columns(tmp_path):
+    """A cut file in the folder is listed by its name with the start of the reason under it
+    (the whole sentence on the numbered line wrapped back under the numbers; seen in tmux);
+    /load N gives the whole reason."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "a conversation")
+        await send(pilot, app, "/clear")
+        folder = app.config.transcripts_dir() or transcript.data_dir()
+        (folder / "cut.json").write_text('{"format": "chatui-transcript", "version": 3')
+        await send(pilot, app, "/history")
+        lines = last_notice(app).splitlines()
+        assert all(len(line) <= 80 for line in lines), lines
+        number = next(line for line in lines if line.endswith("  cut.json"))
+        assert lines[lines.index(number) + 1].startswith("       cannot be opened: ")
+        await send(pilot, app, f"/load {number.split('.')[0].strip()}")
+        assert "cut off" in last_notice(app, "error")
+
+
 async def test_continue_after_a_failed_reply_does_not_say_it_finished(tmp_path):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
