@@ -569,14 +569,11 @@ async def _delete_saved(ctx: CommandContext, arg: str) -> None:
     ctx.services.flush_autosaves()
     history = ctx.state.history or transcript.list_transcripts(directory)
     n = int(arg)
-    if not 1 <= n <= len(history):
-        ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
+    listed = _listed(ctx, history, n)
+    if listed is None:
         return
-    if history[n - 1] is None:
-        ctx.notice(_DELETED.format(n=n), "error")
-        return
-    path = Path(history[n - 1].path)
-    if history[n - 1].id and history[n - 1].id == ctx.state.conversation.id:
+    path = Path(listed.path)
+    if listed.id and listed.id == ctx.state.conversation.id:
         ctx.notice("That is the conversation open now; /clear it first, then delete it.",
                    "error")
         return
@@ -595,7 +592,16 @@ async def _delete_saved(ctx: CommandContext, arg: str) -> None:
                "/load a file there to bring it back).")
 
 
-_DELETED = "Conversation {n} was deleted from the history; /history lists them again."
+def _listed(ctx: CommandContext, history: list[Any], n: int) -> Any:
+    """The conversation numbered ``n`` in the listing shown (``/load N``, ``/history delete
+    N``); None, said in one sentence, when there is none or it was deleted since."""
+    if not 1 <= n <= len(history):
+        ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
+        return None
+    if history[n - 1] is None:
+        ctx.notice(f"Conversation {n} was deleted from the history; /history lists them "
+                   "again.", "error")
+    return history[n - 1]
 
 
 async def cmd_load(ctx: CommandContext, arg: str) -> None:
@@ -607,14 +613,10 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
         if not state.history:
             ctx.services.flush_autosaves()
             state.history = transcript.list_transcripts(ctx.services.config.transcripts_dir())
-        n = int(arg)
-        if not 1 <= n <= len(state.history):
-            ctx.notice(f"There is no conversation {n}; /history lists them.", "error")
+        listed = _listed(ctx, state.history, int(arg))
+        if listed is None:
             return
-        if state.history[n - 1] is None:
-            ctx.notice(_DELETED.format(n=n), "error")
-            return
-        path = state.history[n - 1].path
+        path = listed.path
     else:
         path = Path(arg).expanduser()
     unsaved = await ctx.services.keep_conversation()  # kept before another opens

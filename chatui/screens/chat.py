@@ -587,6 +587,13 @@ class ChatScreen(Screen[None]):
         if in_place and leaving:
             last = max(self.window.items.index(item) for item in leaving)
             after = next(iter(self.window.items[last + 1:]), None)
+        focused = self.focused
+        if focused is not None and any(w is focused or w in focused.ancestors
+                                       for item in leaving for w in item.widgets or ()):
+            # the focus goes to the prompt, now (``focus()`` is deferred), not where Textual
+            # sends it when the focused widget leaves: the reply above, whose last token the
+            # inspector then showed and the view scrolled up to (a fan-out; seen in tmux)
+            self.set_focus(self.prompt, scroll_visible=False)
         for item in leaving:
             await self.window.remove(item)
         for entry in path[keep:]:
@@ -969,8 +976,7 @@ class ChatScreen(Screen[None]):
             await self.stop_generation()
         # a column's own reply (they refused a comparison, even its column picked, with
         # advice to /pick one: seen in tmux)
-        reply = view.reply if any(r is view.reply for r in entry.replies) else entry.reply
-        assert reply is not None
+        reply = view.reply
         if not 0 <= position < len(reply.tokens):
             return None
         return entry, reply
@@ -994,7 +1000,6 @@ class ChatScreen(Screen[None]):
         # max_tokens bounds the whole reply: the kept tokens and the alternative count
         # (a continuation of 512 more made a 513-token reply for max_tokens 512)
         left = reply.settings.max_new_tokens - len(reply.tokens)
-        self.set_focus(self.prompt, scroll_visible=False)  # (as fan_out: not the reply above)
         await self.sync_path()
         view = self._view_of(entry, draw=True)
         assert isinstance(view, ReplyView)
@@ -1050,13 +1055,10 @@ class ChatScreen(Screen[None]):
                 for _ in range(k)]
         group = self.state.conversation.add_sibling(
             entry, Entry("assistant", replies=rows, fan_out=True))
-        # the prompt (where /pick N or F6 is typed) takes the focus, now (``focus()`` is
-        # deferred), before the reply's token view leaves the screen: Textual gave it to the
-        # reply above, and the inspector and the view went there
-        self.set_focus(self.prompt, scroll_visible=False)
         await self.sync_path()
         self.start_reply(group, prefix=prefix, max_new_tokens=left,
                          first_tokens=ids)  # type: ignore[arg-type]
+        self.prompt.focus()  # where /pick N (or F6) is typed
 
     async def _split_fan_out(self, group: Entry) -> None:
         """/pick on a fan-out: go on with the branch picked, the others its siblings."""
