@@ -1,0 +1,202 @@
+"""Two builds of chatui's C kernels side by side: a git revision's and the working tree's, each
+timed in turn in one process (the machine's memory, shared with other machines' work, moves a
+step by 10-20% within minutes: only figures measured alternately compare).
+
+    nice .venv/bin/python benchmarks/bench_kernels_ab.py --base REV [--rows 1,4,8]
+        [--seconds 10] [--threads 2]
+
+Two measurements, medians over the rounds:
+- attention: ``attn_decode`` over 30 layers' fp16 caches at a comparison's state (138 shared
+  and 64 own keys a row, the default model's 9 query and 3 KV heads of 64), hot, called from a
+  small C driver built here (a Python call a layer would add ~5-10 us to each 10-40 us call);
+- decode layers: ``decode_layers`` of the default model (int8) at that state, its weights from
+  memory, called from Python as the engine calls it.
+
+Issue 18's fifteenth pass (README) measured its attention and int8 epilogue changes so:
+``--base 8c1be37``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from inference import q8kernel  # noqa: E402
+
+DRIVER = r"""
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+typedef void (*attn_t)(const float *, int, int, int, int, void *, void *, int, int,
+                       const int64_t *, const float *, const float *, const uint8_t *, int,
+                       float *, int, int);
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* argv: rows seconds threads lib_a lib_b; prints "ms_a ms_b rounds" */
+int main(int argc, char **argv) {
+    if (argc != 6) return 2;
+    int B = atoi(argv[1]), threads = atoi(argv[3]);
+    double seconds = atof(argv[2]);
+    attn_t f[2];
+    for (int i = 0; i < 2; i++) {
+        void *h = dlopen(argv[4 + i], RTLD_NOW | RTLD_LOCAL);
+        if (!h || !(f[i] = (attn_t)dlsym(h, "attn_decode"))) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    }
+    enum { L = 30, H = 9, KV = 3, D = 64, C = 512, SHARED = 138, W = 138 + 64, MAXR = 4096 };
+    float *cs = malloc(sizeof(float) * C * D / 2), *sn = malloc(sizeof(float) * C * D / 2);
+    for (int i = 0; i < C * D / 2; i++) { cs[i] = cosf(i * 0.01f); sn[i] = sinf(i * 0.01f); }
+    uint16_t *kc[L], *vc[L];
+    size_t n = (size_t)B * KV * C * D;
+    for (int l = 0; l < L; l++) {
+        kc[l] = malloc(2 * n); vc[l] = malloc(2 * n);
+        for (size_t i = 0; i < n; i++) {  /* fp16 values in [0.125, 0.5) */
+            kc[l][i] = (uint16_t)(0x3000 + (i * 13 + l) % 0x800);
+            vc[l][i] = (uint16_t)(0x3000 + (i * 7 + l) % 0x800);
+        }
+    }
+    float *qkv = malloc(sizeof(float) * B * (H + 2 * KV) * D), *out = malloc(sizeof(float) * B * H * D);
+    for (int i = 0; i < B * (H + 2 * KV) * D; i++) qkv[i] = sinf(i * 0.3f);
+    int64_t pos[64];
+    for (int b = 0; b < 64; b++) pos[b] = W;
+    static double t[2][MAXR];
+    int rounds = 0;
+    double end = now() + seconds;
+    while (now() < end && rounds < MAXR) {
+        for (int v = 0; v < 2; v++) {
+            double best = 1e9;
+            for (int k = 0; k < 5; k++) {
+                double t0 = now();
+                for (int l = 0; l < L; l++)
+                    f[v](qkv, B, H, KV, D, kc[l], vc[l], C, W, pos, cs, sn, NULL,
+                         B > 1 ? SHARED : 0, out, threads, 1);
+                double dt = now() - t0;
+                best = dt < best ? dt : best;
+            }
+            t[v][rounds] = best;
+        }
+        rounds++;
+    }
+    for (int v = 0; v < 2; v++) qsort(t[v], rounds, sizeof(double), by_value);
+    printf("%.4f %.4f %d\n", t[0][rounds / 2] * 1e3, t[1][rounds / 2] * 1e3, rounds);
+    return 0;
+}
+"""
+
+
+def kernels_at(rev: str, folder: Path) -> Path:
+    """``inference/kernels`` of git revision ``rev``, unpacked into ``folder``."""
+    blob = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "inference/kernels"],
+                          check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(blob)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder / "inference" / "kernels"
+
+
+def build(src: Path, out: Path) -> Path:
+    """The kernels in ``src`` compiled as the engine compiles them, into ``out``."""
+    plan = q8kernel.plan_build()
+    flags = (["-O3", "-march=native", "-fPIC"] + (["-fopenmp"] if plan.openmp else [])
+             + list(plan.defines))
+    objects = []
+    for c in sorted(src.glob("*.c")):
+        obj = out.parent / f"{out.stem}-{c.stem}.o"
+        subprocess.run([plan.cc, *flags, "-c", str(c), "-o", str(obj)], check=True)
+        objects.append(str(obj))
+    subprocess.run([plan.cc, *flags, "-shared", *objects, "-o", str(out), "-lm"], check=True)
+    return out
+
+
+def attention(libs: list[Path], rows: list[int], seconds: float, threads: int,
+              tmp: Path) -> None:
+    plan = q8kernel.plan_build()
+    driver = tmp / "attn_ab"
+    (tmp / "attn_ab.c").write_text(DRIVER)
+    subprocess.run([plan.cc, "-O2", str(tmp / "attn_ab.c"), "-o", str(driver), "-ldl", "-lm"],
+                   check=True)
+    print("attention, 30 layers, hot (ms; medians of interleaved rounds):")
+    for n in rows:
+        a, b, rounds = subprocess.run([str(driver), str(n), str(seconds), str(threads),
+                                       *map(str, libs)], check=True, capture_output=True,
+                                      text=True).stdout.split()
+        print(f"  {n} rows: base {float(a):.3f}  working tree {float(b):.3f}  ({rounds} rounds)")
+
+
+def decode_layers(libs: list[Path], rows: list[int], seconds: float, threads: int) -> None:
+    plan = q8kernel.plan_build()
+    kernels = [q8kernel.open_library(lib, plan.openmp) for lib in libs]
+    backend = default_engine(threads)
+    fast = backend.runner.fast
+    layers = fast._c_layers()
+    print("decode layers, the default model int8, weights from memory (ms; medians):")
+    for n in rows:
+        torch.manual_seed(0)
+        cache = fast.new_cache(1)
+        fast.forward(cache, torch.randint(0, 1000, (1, 138)))
+        if n > 1:
+            cache = cache.repeated(n, 512)
+        for _ in range(64):
+            fast.forward(cache, torch.randint(0, 1000, (n, 1)))
+        at = cache.length
+        tables = [rope.cos_sin(at + 1, rope.use_long(at)) for rope in fast.ropes.values()]
+        x0 = fast._embed(torch.randint(0, 1000, (n, 1)))[:, 0].contiguous().float()
+        pos = torch.full((n,), at, dtype=torch.long)
+        spent: list[list[float]] = [[] for _ in kernels]
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for i, kernel in enumerate(kernels):
+                samples = []
+                for _ in range(20):
+                    x = x0.clone()
+                    start = time.perf_counter()
+                    kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=fast.n_heads,
+                                         inter=fast.inter, write=at, positions=pos,
+                                         cos=[c for c, _ in tables],
+                                         sin=[s for _, s in tables], mask=None, eps=fast.eps,
+                                         shared=cache.shared)
+                    samples.append(time.perf_counter() - start)
+                spent[i].append(statistics.median(samples) * 1e3)
+        print(f"  {n} rows: base {statistics.median(spent[0]):.3f}  working tree "
+              f"{statistics.median(spent[1]):.3f}  ({len(spent[0])} rounds)", flush=True)
+
+
+def main() -> None:
+    parser = step_parser(__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="git revision to compare against")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per row count and part")
+    args = parser.parse_args()
+    rows = [int(r) for r in args.rows.split(",")]
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        libs = [build(kernels_at(args.base, tmp / "base"), tmp / "base.so"),
+                build(q8kernel.KERNELS, tmp / "tree.so")]
+        attention(libs, rows, args.seconds, args.threads, tmp)
+        decode_layers(libs, rows, args.seconds, args.threads)
+
+
+if __name__ == "__main__":
+    main()
