@@ -18,7 +18,6 @@ Issue 18's fifteenth pass (README) measured its attention and int8 epilogue chan
 
 from __future__ import annotations
 
-import ctypes
 import os
 import statistics
 import subprocess
@@ -33,9 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
 
-from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from benchmarks.step_args import comparison_state, default_engine, step_parser  # noqa: E402
 from inference import q8kernel  # noqa: E402
 
 DRIVER = r"""
@@ -154,30 +152,15 @@ def decode_layers(libs: list[Path], rows: list[int], seconds: float, threads: in
     layers = fast._c_layers()
     print("decode layers, the default model int8, weights from memory (ms; medians):")
     for n in rows:
-        torch.manual_seed(0)
-        cache = fast.new_cache(1)
-        fast.forward(cache, torch.randint(0, 1000, (1, 138)))
-        if n > 1:
-            cache = cache.repeated(n, 512)
-        for _ in range(64):
-            fast.forward(cache, torch.randint(0, 1000, (n, 1)))
-        at = cache.length
-        tables = [rope.cos_sin(at + 1, rope.use_long(at)) for rope in fast.ropes.values()]
-        x0 = fast._embed(torch.randint(0, 1000, (n, 1)))[:, 0].contiguous().float()
-        pos = torch.full((n,), at, dtype=torch.long)
+        state = comparison_state(fast, n)
         spent: list[list[float]] = [[] for _ in kernels]
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             for i, kernel in enumerate(kernels):
                 samples = []
                 for _ in range(20):
-                    x = x0.clone()
                     start = time.perf_counter()
-                    kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=fast.n_heads,
-                                         inter=fast.inter, write=at, positions=pos,
-                                         cos=[c for c, _ in tables],
-                                         sin=[s for _, s in tables], mask=None, eps=fast.eps,
-                                         shared=cache.shared)
+                    state.decode_layers(kernel, fast, layers)
                     samples.append(time.perf_counter() - start)
                 spent[i].append(statistics.median(samples) * 1e3)
         print(f"  {n} rows: base {statistics.median(spent[0]):.3f}  working tree "

@@ -28,10 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
 
 from benchmarks.shapes import read_bandwidth  # noqa: E402
-from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from benchmarks.step_args import comparison_state, default_engine, step_parser  # noqa: E402
 from inference import q8kernel  # noqa: E402
 
 PHASES = ("QKV projection", "attention", "output projection", "gate/up projection",
@@ -101,19 +100,8 @@ def main() -> None:
         raise SystemExit("The fast runner's C kernels are not in use here: nothing to time.")
     layers = fast._c_layers()
     rows = [int(r) for r in args.rows.split(",")]
-    states = {}
-    torch.manual_seed(0)
-    for n in rows:  # a comparison's state: the prompt shared, then 64 tokens of each row's own
-        cache = fast.new_cache(1)
-        fast.forward(cache, torch.randint(0, 1000, (1, 138)))
-        if n > 1:
-            cache = cache.repeated(n, 512)
-        for _ in range(64):
-            fast.forward(cache, torch.randint(0, 1000, (n, 1)))
-        at = cache.length
-        tables = [rope.cos_sin(at + 1, rope.use_long(at)) for rope in fast.ropes.values()]
-        x = fast._embed(torch.randint(0, 1000, (n, 1)))[:, 0].contiguous().float()
-        states[n] = (cache, at, torch.full((n,), at, dtype=torch.long), tables, x)
+    # a comparison's state: the prompt shared, then 64 tokens of each row's own
+    states = {n: comparison_state(fast, n) for n in rows}
     with tempfile.TemporaryDirectory() as tmp:
         kernel = timed_library(Path(tmp))
         spent: dict[int, list[list[float]]] = {n: [] for n in rows}
@@ -121,17 +109,12 @@ def main() -> None:
             read, _ = read_bandwidth(0.5)
             print(f"round {rnd + 1}: read bandwidth {read:.0f} GB/s", flush=True)
             for n in rows:
-                cache, at, positions, tables, x0 = states[n]
                 samples = []
                 for _ in range(25):
-                    x = x0.clone()
                     for i in range(len(PHASES)):
                         kernel.lib.phase_time(i)
                     start = time.perf_counter()
-                    kernel.decode_layers(x, layers, cache.k, cache.v, n_heads=fast.n_heads,
-                                         inter=fast.inter, write=at, positions=positions,
-                                         cos=[c for c, _ in tables], sin=[s for _, s in tables],
-                                         mask=None, eps=fast.eps, shared=cache.shared)
+                    states[n].decode_layers(kernel, fast, layers)
                     total = time.perf_counter() - start
                     samples.append([total] + [kernel.lib.phase_time(i) for i in range(len(PHASES))])
                 spent[n].append([statistics.median(s[j] for s in samples) * 1e3

@@ -1,9 +1,12 @@
-"""What the step benchmarks (``bench_step_split.py``, ``bench_layer_phases.py``) share: their
-common flags and the engine they time (the default model, int8, as ``chatui`` runs it)."""
+"""What the step benchmarks (``bench_step_split.py``, ``bench_layer_phases.py``,
+``bench_kernels_ab.py``) share: their common flags, the engine they time (the default model,
+int8, as ``chatui`` runs it) and a comparison's decode state to time its layers at."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -25,3 +28,39 @@ def default_engine(threads: int) -> LocalBackend:
     torch.set_num_threads(threads)
     return LocalBackend.from_checkpoint(load_checkpoint(None, lazy=True), quantize="int8",
                                         precision="auto")
+
+
+@dataclass(frozen=True)
+class StepState:
+    """One decode step's inputs at a comparison's state (``comparison_state``)."""
+
+    cache: Any  # the runner's StaticKVCache
+    write: int  # the cache slot the step writes
+    positions: torch.Tensor  # [rows] int64
+    tables: list[tuple[torch.Tensor, torch.Tensor]]  # (cos, sin) of each RoPE kind
+    x: torch.Tensor  # [rows, hidden] fp32: the step's input, kept unchanged
+
+    def decode_layers(self, kernel: Any, fast: Any, layers: Any) -> None:
+        """Every decoder layer of the step through ``kernel`` (a ``q8kernel.Q8Kernel``), on a
+        copy of ``x``; the cache slot ``write`` is written, as a step writes it."""
+        kernel.decode_layers(self.x.clone(), layers, self.cache.k, self.cache.v,
+                             n_heads=fast.n_heads, inter=fast.inter, write=self.write,
+                             positions=self.positions, cos=[c for c, _ in self.tables],
+                             sin=[s for _, s in self.tables], mask=None, eps=fast.eps,
+                             shared=self.cache.shared)
+
+
+def comparison_state(fast: Any, rows: int) -> StepState:
+    """A comparison's state for ``fast`` (a ``FastLlama``): a 138-token prompt prefilled once
+    and repeated to ``rows`` rows, then 64 tokens of each row's own (random ids, seed 0)."""
+    torch.manual_seed(0)
+    cache = fast.new_cache(1)
+    fast.forward(cache, torch.randint(0, 1000, (1, 138)))
+    if rows > 1:
+        cache = cache.repeated(rows, 512)
+    for _ in range(64):
+        fast.forward(cache, torch.randint(0, 1000, (rows, 1)))
+    at = cache.length
+    tables = [rope.cos_sin(at + 1, rope.use_long(at)) for rope in fast.ropes.values()]
+    x = fast._embed(torch.randint(0, 1000, (rows, 1)))[:, 0].contiguous().float()
+    return StepState(cache, at, torch.full((rows,), at, dtype=torch.long), tables, x)
