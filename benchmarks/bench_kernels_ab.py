@@ -118,14 +118,8 @@ def kernels_at(rev: str, folder: Path) -> Path:
 def build(src: Path, out: Path) -> Path:
     """The kernels in ``src`` compiled as the engine compiles them, into ``out``."""
     plan = q8kernel.plan_build()
-    flags = (["-O3", "-march=native", "-fPIC"] + (["-fopenmp"] if plan.openmp else [])
-             + list(plan.defines))
-    objects = []
-    for c in sorted(src.glob("*.c")):
-        obj = out.parent / f"{out.stem}-{c.stem}.o"
-        subprocess.run([plan.cc, *flags, "-c", str(c), "-o", str(obj)], check=True)
-        objects.append(str(obj))
-    subprocess.run([plan.cc, *flags, "-shared", *objects, "-o", str(out), "-lm"], check=True)
+    q8kernel.compile_library(plan.cc, out, plan.openmp, defines=plan.defines,
+                             sources=tuple(sorted(src.glob("*.c"))))
     return out
 
 

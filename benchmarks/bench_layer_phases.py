@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,15 +76,9 @@ def timed_library(folder: Path) -> q8kernel.Q8Kernel:
         (folder / src.name).write_text(text)
         if src in q8kernel.SOURCES:
             sources.append(folder / src.name)
-    flags = (["-O3", "-march=native", "-fPIC"] + (["-fopenmp"] if plan.openmp else [])
-             + list(plan.defines))
-    objects = []
-    for src in sources:
-        obj = src.with_suffix(".o")
-        subprocess.run([plan.cc, *flags, "-c", str(src), "-o", str(obj)], check=True)
-        objects.append(str(obj))
     lib = folder / "timed.so"
-    subprocess.run([plan.cc, *flags, "-shared", *objects, "-o", str(lib), "-lm"], check=True)
+    q8kernel.compile_library(plan.cc, lib, plan.openmp, defines=plan.defines,
+                             sources=tuple(sources))
     kernel = q8kernel.open_library(lib, plan.openmp)
     kernel.lib.phase_time.restype = ctypes.c_double
     kernel.lib.phase_time.argtypes = [ctypes.c_int]

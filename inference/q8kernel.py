@@ -346,10 +346,11 @@ def plan_build() -> KernelPlan:
 
 
 def compile_library(cc: str, out: Path, openmp: bool, march: str = "native",
-                    defines: tuple[str, ...] = ()) -> None:
+                    defines: tuple[str, ...] = (), sources: tuple[Path, ...] = SOURCES) -> None:
     """Compile the kernels into ``out`` (atomically). ``march`` other than native lets the
     tests build the code paths of other CPUs (AVX2 only, or none) on this one; ``defines``
-    are ``KernelPlan.defines``."""
+    are ``KernelPlan.defines``; ``sources`` other than the engine's own (each with its headers
+    beside it) let the benchmarks build an older or an instrumented copy."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         target = Path(tmp) / out.name
@@ -357,10 +358,10 @@ def compile_library(cc: str, out: Path, openmp: bool, march: str = "native",
                  + list(defines))
         # one compiler a source, all at once, then one link: 3.1 s -> 2.1-2.5 s on this 2-core
         # machine for the eight sources (the first start of chatui waits for it)
-        objects = [Path(tmp) / f"{src.stem}.o" for src in SOURCES]
+        objects = [Path(tmp) / f"{src.stem}.o" for src in sources]
         jobs = [subprocess.Popen([cc, *flags, "-c", str(src), "-o", str(obj)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                for src, obj in zip(SOURCES, objects)]
+                for src, obj in zip(sources, objects)]
         deadline = time.monotonic() + 120
         try:
             for job in jobs:
