@@ -197,3 +197,35 @@ async def test_bench_errors_raised_for_the_user_become_one_sentence():
                           False, **kw)
     with pytest.raises(KeyError):
         await _bench_call(Worker(KeyError("a bug")), True, **kw)  # type: ignore[arg-type]
+
+
+def test_load_takes_the_number_history_shows(opened, tmp_path, monkeypatch):
+    """``--load N`` opens the N-th conversation as ``/history`` and ``chatui history`` number
+    them (newest first), unless a file of that name is here; a number past the list is
+    refused in one sentence. Plain ``chatui history`` lists them (it printed its help). Seen in
+    tmux: ``chatui --load 1`` said only "no such transcript: 1"."""
+    import os
+
+    from chatui.conversation import Conversation
+    from chatui.transcript import save_transcript
+
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path))
+    for i, name in enumerate(["old", "new"]):
+        conv = Conversation()
+        conv.add_user(name)
+        save_transcript(conv, tmp_path / f"{name}.json")
+        os.utime(tmp_path / f"{name}.json", (1000 + i, 1000 + i))
+    listed = CliRunner().invoke(app, ["history"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.output.splitlines()[0] == f"1. {tmp_path / 'new.json'}", listed.output
+    assert f"2. {tmp_path / 'old.json'}" in listed.output
+    for n, name in (("1", "new"), ("2", "old")):
+        r = CliRunner().invoke(app, ["--backend", "scripted", "--load", n])
+        assert r.exit_code == 0 and opened[-1].load_path == tmp_path / f"{name}.json", r.output
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--load", "3"])
+    assert r.exit_code == 2 and "there is no conversation 3 in the history (2 saved" in r.output
+    monkeypatch.chdir(tmp_path)
+    save_transcript(Conversation(), tmp_path / "2")  # a file named 2 is that file
+    r = CliRunner().invoke(app, ["--backend", "scripted", "--load", "2"])
+    assert r.exit_code == 0 and opened[-1].load_path == Path("2"), r.output
+    assert len(opened) == 3

@@ -53,7 +53,8 @@ def main_command(
         "--theme", help="Colour theme (remembered); chatui-dark, chatui-light or one of "
                         "Textual's.")] = None,
     load_path: Annotated[Optional[Path], typer.Option(
-        "--load", help="Resume a saved transcript.")] = None,
+        "--load", help="Resume a saved transcript: its file, or its number in chatui "
+                       "history (1: the newest).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Reopen the conversation saved last (as --load with its file).")] = False,
     system: Annotated[Optional[str], typer.Option(
@@ -84,6 +85,8 @@ def main_command(
                             f"{', '.join(theme_names())}")
         if resume:
             load_path = _resume_path(load_path)
+        elif load_path is not None:
+            load_path = _listed_path(load_path)
         if load_path is not None:
             if system is not None:
                 raise UserError("--system applies to a new conversation; a conversation opened "
@@ -126,6 +129,25 @@ def _resume_path(load_path: Path | None) -> Path:
         raise UserError(f"there is no saved conversation to resume in {data_dir()}; plain "
                         "chatui starts one")
     return path
+
+
+def _listed_path(load_path: Path) -> Path:
+    """``--load N``: the N-th conversation as ``/history`` and ``chatui history list`` number
+    them (newest first), where N is a number and no file of that name is here; any other
+    value is the transcript's path. (Seen in tmux: ``chatui --load 1`` after ``/history``
+    said only "no such transcript: 1".)"""
+    from ..transcript import list_transcripts
+    from ..transcript.history import data_dir
+
+    text = str(load_path)
+    if not text.isdigit() or load_path.exists():
+        return load_path
+    listed = list_transcripts()
+    n = int(text)
+    if not 1 <= n <= len(listed):
+        raise UserError(f"there is no conversation {n} in the history ({len(listed)} saved in "
+                        f"{data_dir()}; chatui history lists them), and no file named {text}")
+    return Path(listed[n - 1].path)
 
 
 def _check_transcript(path: Path) -> None:
@@ -522,12 +544,19 @@ def export(
     print(f"wrote {written}", file=sys.stderr)
 
 
-history_app = typer.Typer(help="List and search the saved conversations.",
-                          no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+history_app = typer.Typer(help="List (the default) and search the saved conversations.",
+                          add_completion=False, rich_markup_mode=None,
                           context_settings={"help_option_names": ["-h", "--help"]})
 app.add_typer(history_app, name="history")
 _HistoryDir = Annotated[Optional[Path], typer.Option(
     "--dir", help="The transcripts' folder (default: where the chat autosaves).")]
+
+
+@history_app.callback(invoke_without_command=True)
+def history_default(ctx: typer.Context) -> None:
+    """Plain ``chatui history`` lists them (it printed its help)."""
+    if ctx.invoked_subcommand is None:
+        history_list(None, False)
 
 
 @history_app.command("search")
@@ -559,19 +588,20 @@ def history_search(
 @history_app.command("list")
 def history_list(directory: _HistoryDir = None,
                  as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """The saved conversations, newest first."""
+    """The saved conversations, newest first, numbered as /history and --load N number
+    them."""
     from ..transcript import list_transcripts
 
     if directory is not None and not directory.is_dir():
         fail(f"{directory} is not a folder")
-    for s in list_transcripts(directory):
+    for n, s in enumerate(list_transcripts(directory), 1):
         if as_json:
             print(json.dumps({"path": str(s.path), "id": s.id, "title": s.title,
                               "updated": s.updated, "messages": s.messages, "error": s.error,
                               "parent": s.parent}, ensure_ascii=False))
         else:
             branch = f", a branch of {s.parent}" if s.parent and not s.error else ""
-            print(f"{s.path}\n  {s.error or (s.title or '(untitled)')}"
+            print(f"{n}. {s.path}\n   {s.error or (s.title or '(untitled)')}"
                   f"{'' if s.error else f' — {s.messages} messages{branch}'}")
 
 
