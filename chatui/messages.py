@@ -19,8 +19,10 @@ class PromptSubmitted(Message):
 
 
 @dataclass
-class PromptEmptied(Message):
-    """The user emptied the prompt box (Ctrl+L, or deleting its text; not a submit)."""
+class PromptCleared(Message):
+    """The user cleared the prompt box with its clear key (Ctrl+L). Deleting the text by
+    typing is not this: retyping an edited message from an empty box is still the edit
+    (seen in tmux: Ctrl+U then new text sent a new turn instead of the edit's branch)."""
 
 
 @dataclass

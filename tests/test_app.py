@@ -227,7 +227,7 @@ async def test_edit_puts_last_prompt_back_and_sends_it_as_a_sibling():
 
 @pytest.mark.parametrize("leave", ["escape", "ctrl+l"])
 async def test_an_edit_abandoned_leaves_the_conversation_as_it_was(leave):
-    """Esc, or emptying the box, ends an edit: the message and its reply stay on the screen
+    """Esc, or Ctrl+L (the box's clear key), ends an edit: the message and its reply stay on the screen
     (the edit used to take them off at once, and only /tree found them again), and the next
     message is a plain follow-up."""
     app = make_app()
@@ -250,6 +250,27 @@ async def test_an_edit_abandoned_leaves_the_conversation_as_it_was(leave):
         await send(pilot, app, "second")
         assert [e.text for e in conv.entries[::2]] == ["first", "second"]
         assert len(conv.all_entries()) == 4
+
+
+async def test_an_edit_retyped_from_an_empty_box_is_still_the_edit():
+    """Deleting the edited text to type it anew (Ctrl+U, Backspace) keeps the edit: what is
+    sent goes beside the old message as a branch. Seen in tmux: Ctrl+U ended the edit
+    silently, and the retyped message was sent as a new turn after the old reply."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await pilot.press("ctrl+g")
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+u", *["backspace"] * 3)
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "" and app.chat.state.editing is not None
+        assert app.chat.prompt.border_title  # still says "editing"
+        await send(pilot, app, "again")
+        conv = app.chat.conversation
+        assert [e.text for e in conv.entries[::2]] == ["again"]  # beside "first", not after
+        assert sorted(e.text for e in conv.all_entries() if e.role == "user") == [
+            "again", "first"]
+        assert app.chat.state.editing is None and not app.chat.prompt.border_title
 
 
 async def test_an_edit_ends_when_its_message_leaves_the_screen():

@@ -45,7 +45,7 @@ from ..messages import (
     FanOutRequested,
     InputReady,
     PageConversation,
-    PromptEmptied,
+    PromptCleared,
     PromptSubmitted,
     ReplyChosen,
     ResponseComplete,
@@ -1217,7 +1217,8 @@ class ChatScreen(Screen[None]):
 
     def begin_edit(self, entry: Entry) -> None:
         """``/edit``: ``entry``'s text in the box; sending it adds the new text beside
-        ``entry`` (a branch), Esc or emptying the box leaves the conversation as it is."""
+        ``entry`` (a branch), Esc or Ctrl+L (the box's clear key) leaves the conversation as it
+        is; the text deleted by typing, to be written anew, is still the edit."""
         self.state.editing = entry
         self.put_prompt(entry.text)
         self._show_editing()
@@ -1232,8 +1233,8 @@ class ChatScreen(Screen[None]):
             "Esc leaves it as it was" if self.state.editing is not None else None)
         self.refresh_bindings()  # (Esc's footer label: "Cancel edit" while editing)
 
-    @on(PromptEmptied)
-    def _prompt_emptied(self) -> None:
+    @on(PromptCleared)
+    def _prompt_cleared(self) -> None:
         if self.state.editing is not None:
             self.end_edit()
 

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.widgets import TextArea
 
 from .. import commands
-from ..messages import PageConversation, PromptEmptied, PromptSubmitted
+from ..messages import PageConversation, PromptCleared, PromptSubmitted
 
 
 class PromptInput(TextArea):
@@ -52,7 +52,6 @@ class PromptInput(TextArea):
         if not self.prompt_history or self.prompt_history[-1] != text:
             self.prompt_history.append(text)
         self._history_pos = None
-        self._submitting = True  # (the box emptied by a submit is not PromptEmptied)
         self.clear()
         self.post_message(PromptSubmitted(text))
 
@@ -62,6 +61,7 @@ class PromptInput(TextArea):
         if self.text:
             self.delete(self.document.start, self.document.end,
                         maintain_selection_offset=False)
+            self.post_message(PromptCleared())
         self._history_pos = None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -73,12 +73,8 @@ class PromptInput(TextArea):
         if bool(self.text) != self._had_text:
             self._had_text = bool(self.text)
             self.refresh_bindings()
-            if not self.text and not self._submitting:
-                self.post_message(PromptEmptied())
-        self._submitting = False
 
     _had_text = False
-    _submitting = False
 
     def action_newline(self) -> None:
         self.insert("\n")
