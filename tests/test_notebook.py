@@ -39,6 +39,9 @@ async def test_raw_flag_opens_the_notebook_and_continues_in_place():
     app = make_app(lambda r, row: " upon a time there was a fox.", raw_mode=True)
     async with app.run_test(size=SIZE) as pilot:
         nb = await notebook(pilot, app)
+        # the empty panel says how to select a token here (it spoke of replies; seen in tmux)
+        hint = str(nb.inspector.query_one(".detail").render())
+        assert "continuation" in hint and "repl" not in hint
         nb.text_area.insert("Once")
         await pilot.press("ctrl+o")
         await wait_done(pilot, nb)

@@ -103,7 +103,9 @@ class NotebookScreen(Screen[None]):
                 view = TokenView(id="notebook-tokens")
                 view.owner_id = "notebook-tokens"
                 yield view
-            yield TokenInspector(id="notebook-inspector")
+            yield TokenInspector(id="notebook-inspector", hint=(
+                "Select a token: click it in the continuation, or Tab into it and use the "
+                "arrow keys."))
         yield Static(HELP, id="notebook-status")
 
     @property

@@ -24,8 +24,8 @@ BAR_WIDTH = 14
 NARROW_BELOW = 72
 """Terminal widths under this put the token inspector (46 cells) below the conversation (the
 chat) or the text (the notebook), not beside it."""
-EMPTY_HINT = Content.styled("Select a token: click it, or use the arrow keys in a reply "
-                            "(Tab moves between replies).", "$text-muted")
+EMPTY_HINT = ("Select a token: click it, or use the arrow keys in a reply (Tab moves between "
+              "replies).")
 
 
 def heat_legend() -> Content:
@@ -114,8 +114,10 @@ class TokenInspector(VerticalScroll):
     TokenInspector > .detail { height: auto; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, hint: str = EMPTY_HINT) -> None:
         super().__init__(id=id)
+        self.hint = Content.styled(hint, "$text-muted")
+        """What the panel says while no token is selected (raw mode's has no replies)."""
         self.view_id = ""
         self.token_index = -1
         self.position = -1
@@ -123,7 +125,7 @@ class TokenInspector(VerticalScroll):
 
     def compose(self):
         yield Static(heat_legend(), classes="legend")
-        yield Static(EMPTY_HINT, classes="detail")
+        yield Static(self.hint, classes="detail")
         branches = Static("", classes="branches")
         branches.display = False
         yield branches
@@ -150,7 +152,7 @@ class TokenInspector(VerticalScroll):
         """Show nothing selected."""
         self.view_id = ""
         self.position = -1
-        self.query_one(".detail", Static).update(EMPTY_HINT)
+        self.query_one(".detail", Static).update(self.hint)
 
     def on_click(self, event: events.Click) -> None:
         alt = event.style.meta.get("alt")
