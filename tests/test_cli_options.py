@@ -219,6 +219,11 @@ def test_load_takes_the_number_history_shows(opened, tmp_path, monkeypatch):
     assert listed.exit_code == 0, listed.output
     assert listed.output.splitlines()[0] == f"1. {tmp_path / 'new.json'}", listed.output
     assert f"2. {tmp_path / 'old.json'}" in listed.output
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert CliRunner().invoke(app, ["history", "--dir", str(tmp_path)]).output == listed.output
+    r = CliRunner().invoke(app, ["history", "--dir", str(tmp_path), "list"])
+    assert r.exit_code == 2 and "chatui history list --dir D" in r.output, r.output
+    monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path))
     for n, name in (("1", "new"), ("2", "old")):
         r = CliRunner().invoke(app, ["--backend", "scripted", "--load", n])
         assert r.exit_code == 0 and opened[-1].load_path == tmp_path / f"{name}.json", r.output

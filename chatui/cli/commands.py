@@ -553,10 +553,14 @@ _HistoryDir = Annotated[Optional[Path], typer.Option(
 
 
 @history_app.callback(invoke_without_command=True)
-def history_default(ctx: typer.Context) -> None:
-    """Plain ``chatui history`` lists them (it printed its help)."""
+def history_default(ctx: typer.Context, directory: _HistoryDir = None,
+                    as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Plain ``chatui history [--dir D] [--json]`` lists them (it printed its help)."""
     if ctx.invoked_subcommand is None:
-        history_list(None, False)
+        history_list(directory, as_json)
+    elif directory is not None or as_json:
+        fail(f"put --dir and --json after the command: chatui history "
+             f"{ctx.invoked_subcommand} --dir D")
 
 
 @history_app.command("search")
