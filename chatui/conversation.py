@@ -93,6 +93,32 @@ def reasoning_count(tokens: Sequence[Token]) -> int:
     return sum(1 for t in tokens if t.channel == "reasoning" and not t.special)
 
 
+def token_key(token: Token) -> object:
+    """What makes two tokens the same: the id when known, else the text (servers)."""
+    return token.id if token.id is not None else ("text", token.text)
+
+
+def first_divergence(replies: Sequence[Reply], start: int = 0) -> tuple[int | None, int]:
+    """The first token position where the replies differ, and how far they agree so far.
+
+    Returns ``(position, agreed)``: ``position`` is None while every reply agrees on its
+    common prefix (and none has ended before another went on); ``agreed`` lets the next call
+    start from there.
+    """
+    lists = [r.tokens for r in replies]
+    n = min(len(t) for t in lists)
+    i = start
+    while i < n:
+        key = token_key(lists[0][i])
+        if any(token_key(t[i]) != key for t in lists[1:]):
+            return i, i
+        i += 1
+    ended_short = any(r.finish_reason is not None and len(r.tokens) == n for r in replies)
+    if ended_short and any(len(t) > n for t in lists):
+        return n, n
+    return None, n
+
+
 def has_reasoning(tokens: Sequence[Token]) -> bool:
     if isinstance(tokens, TokenRecords):
         return tokens.has_reasoning

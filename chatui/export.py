@@ -12,7 +12,7 @@ from typing import Sequence
 
 from inference.settings import SamplingParams
 
-from .conversation import Conversation, Entry, Reply, reasoning_count
+from .conversation import Conversation, Entry, Reply, first_divergence, reasoning_count
 
 # C0 controls other than tab and newline, DEL and C1 controls. Model output may hold ANSI
 # escapes; a Markdown file someone `cat`s must not drive their terminal, so these become
@@ -116,18 +116,32 @@ def _reply_block(reply: Reply) -> list[str]:
     return out
 
 
-def _assistant(entry: Entry) -> list[str]:
+def _assistant(entry: Entry, on_path: bool = True) -> list[str]:
     if not entry.replies:
         return ["## Assistant", "", _visible(entry.text) or "*(empty reply)*", ""]
     if not entry.is_comparison:
         reply = entry.replies[0]
         return ["## Assistant", "", f"<sub>{_settings_label(reply.settings)}</sub>", "",
                 *_reply_block(reply)]
+    # (a branch's group said "the conversation continues with this one", which it does not)
+    chosen = (" (chosen: the conversation continues with this one)" if on_path
+              else " (chosen: the branch goes on from this one)" if entry.children
+              else " (chosen)")
+    if entry.fan_out:  # one setting; the columns are the alternatives at one token
+        pos, _ = first_divergence(entry.replies)
+        at = f" at token {pos + 1}" if pos is not None else ""
+        out = [f"## Assistant: fan-out{at}, {len(entry.replies)} alternatives decoded together",
+               "", f"<sub>{_settings_label(entry.replies[0].settings)}</sub>", ""]
+        for i, reply in enumerate(entry.replies):
+            token = (f": '{_visible(reply.tokens[pos].text)}'"
+                     if pos is not None and pos < len(reply.tokens) else "")
+            out += [f"### Alternative {i + 1}{token}{chosen if i == entry.chosen else ''}", "",
+                    *_reply_block(reply)]
+        return out
     out = [f"## Assistant: comparison of {len(entry.replies)} replies", ""]
     for i, reply in enumerate(entry.replies):
-        chosen = " (chosen: the conversation continues with this one)" if i == entry.chosen else ""
-        out += [f"### Column {i + 1}{chosen}", "", f"<sub>{_settings_label(reply.settings)}</sub>",
-                "", *_reply_block(reply)]
+        out += [f"### Column {i + 1}{chosen if i == entry.chosen else ''}", "",
+                f"<sub>{_settings_label(reply.settings)}</sub>", "", *_reply_block(reply)]
     return out
 
 
@@ -145,14 +159,14 @@ def leaf_paths(conv: Conversation) -> list[tuple[Entry, ...]]:
     return out
 
 
-def _messages_md(entries: Sequence[Entry], level: str = "##") -> list[str]:
+def _messages_md(entries: Sequence[Entry], level: str = "##", on_path: bool = True) -> list[str]:
     lines: list[str] = []
     for e in entries:
         if e.role == "user":
             lines += [f"{level} User", "", _visible(e.text), ""]
         else:
             lines += [x.replace("## ", f"{level} ", 1) if x.startswith("## ") else x
-                      for x in _assistant(e)]
+                      for x in _assistant(e, on_path)]
     return lines
 
 
@@ -193,7 +207,7 @@ def export_markdown(conv: Conversation, *, all_branches: bool = False) -> str:
             n += 1
             where = f"after message {at}" if at else "at the first message"
             lines += ["---", "", f"## Branch {n} (leaves the conversation {where})", ""]
-            lines += _messages_md(branch[at:], "###")
+            lines += _messages_md(branch[at:], "###", on_path=False)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -11,7 +11,8 @@ import pytest
 from chatui import presets
 from chatui.conversation import Reply
 from chatui.screens.compare import CompareScreen
-from chatui.widgets.compare import MIN_COLUMN, CompareView, column_labels, first_divergence
+from chatui.conversation import first_divergence
+from chatui.widgets.compare import MIN_COLUMN, CompareView, column_labels
 from chatui.widgets.reply import ReplyView
 from inference.scripted import echo_reply
 from inference.settings import SamplingParams, SettingsError

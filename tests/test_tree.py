@@ -233,6 +233,33 @@ def test_export_writes_the_path_and_all_writes_every_branch(tmp_path: Path) -> N
     assert out.exit_code == 0 and "first answer" not in out.stdout
 
 
+def test_export_all_names_a_fan_outs_alternatives_and_a_branchs_choice():
+    """``/export md --all``: a fan-out is headed as one, at its token, each column its
+    alternative token (it read "comparison of 3 replies", "default settings" a column), and a
+    group off the chosen path does not say the conversation continues with it. Seen in tmux."""
+    from chatui.conversation import Reply
+
+    conv = Conversation()
+    conv.add_user("Hi")
+    first = _answer(conv, "Hello there")
+    rows = []
+    for word in (" there", " you", " friend"):
+        r = Reply(SamplingParams())
+        r.tokens = [Token(0, 1, "Hello", -0.1, 0.1), Token(1, 2 + len(rows), word, -1.0, 1.0)]
+        r.text = "Hello" + word
+        r.finish_reason = "stop"
+        rows.append(r)
+    fan = conv.add_sibling(first, Entry("assistant", replies=rows, fan_out=True))
+    conv.select(first)
+    full = export_markdown(conv, all_branches=True)
+    assert "### Assistant: fan-out at token 2, 3 alternatives decoded together" in full
+    assert "### Alternative 2: ' you'" in full and "comparison of" not in full
+    assert "continues with this one" not in full and "### Alternative 1: ' there' (chosen)" in full
+    conv.select(fan)
+    assert "## Assistant: fan-out at token 2" in export_markdown(conv)
+    assert "(chosen: the conversation continues with this one)" in export_markdown(conv)
+
+
 # ---- in the app -----------------------------------------------------------------------
 
 

@@ -26,9 +26,8 @@ from textual.message import Message
 from textual.widgets import Static
 
 from inference.settings import SamplingParams
-from inference.types import Token
 
-from ..conversation import Entry, Reply
+from ..conversation import Entry, Reply, first_divergence
 from ..recorder import Delta, RowEnded, TokensAdded
 from .reply import COLUMN_FINISH_LABELS, FAN_OUT_FINISH_LABELS, ReplyView
 from .text import show_token
@@ -61,32 +60,6 @@ def column_labels(settings: Sequence[SamplingParams]) -> tuple[list[str], str]:
                       if n not in varying and not (n == "stop" and not first.stop)
                       and not (n in ("seed", "reasoning_budget") and getattr(first, n) is None))
     return labels, shared
-
-
-def token_key(token: Token) -> object:
-    """What makes two tokens the same: the id when known, else the text (servers)."""
-    return token.id if token.id is not None else ("text", token.text)
-
-
-def first_divergence(replies: Sequence[Reply], start: int = 0) -> tuple[int | None, int]:
-    """The first token position where the replies differ, and how far they agree so far.
-
-    Returns ``(position, agreed)``: ``position`` is None while every reply agrees on its
-    common prefix (and none has ended before another went on); ``agreed`` lets the next call
-    start from there.
-    """
-    lists = [r.tokens for r in replies]
-    n = min(len(t) for t in lists)
-    i = start
-    while i < n:
-        key = token_key(lists[0][i])
-        if any(token_key(t[i]) != key for t in lists[1:]):
-            return i, i
-        i += 1
-    ended_short = any(r.finish_reason is not None and len(r.tokens) == n for r in replies)
-    if ended_short and any(len(t) > n for t in lists):
-        return n, n
-    return None, n
 
 
 class CompareColumn(Vertical):
