@@ -32,6 +32,12 @@ def _visible(text: str) -> str:
     return _CONTROL.sub(sub, text)
 
 
+def _one_line(text: str) -> str:
+    """A token's text inside a heading: a newline or tab in it shown (as the token view shows
+    them), not breaking the line."""
+    return _visible(text).replace("\n", "↵").replace("\t", "⇥")
+
+
 def _when(t: float) -> str:
     try:
         return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
@@ -133,7 +139,7 @@ def _assistant(entry: Entry, on_path: bool = True) -> list[str]:
         out = [f"## Assistant: fan-out{at}, {len(entry.replies)} alternatives decoded together",
                "", f"<sub>{_settings_label(entry.replies[0].settings)}</sub>", ""]
         for i, reply in enumerate(entry.replies):
-            token = (f": '{_visible(reply.tokens[pos].text)}'"
+            token = (f": '{_one_line(reply.tokens[pos].text)}'"
                      if pos is not None and pos < len(reply.tokens) else "")
             out += [f"### Alternative {i + 1}{token}{chosen if i == entry.chosen else ''}", "",
                     *_reply_block(reply)]

@@ -243,7 +243,7 @@ def test_export_all_names_a_fan_outs_alternatives_and_a_branchs_choice():
     conv.add_user("Hi")
     first = _answer(conv, "Hello there")
     rows = []
-    for word in (" there", " you", " friend"):
+    for word in (" there", " you", "\n"):
         r = Reply(SamplingParams())
         r.tokens = [Token(0, 1, "Hello", -0.1, 0.1), Token(1, 2 + len(rows), word, -1.0, 1.0)]
         r.text = "Hello" + word
@@ -254,6 +254,7 @@ def test_export_all_names_a_fan_outs_alternatives_and_a_branchs_choice():
     full = export_markdown(conv, all_branches=True)
     assert "### Assistant: fan-out at token 2, 3 alternatives decoded together" in full
     assert "### Alternative 2: ' you'" in full and "comparison of" not in full
+    assert "### Alternative 3: '↵'" in full  # a newline token does not break its heading
     assert "continues with this one" not in full and "### Alternative 1: ' there' (chosen)" in full
     conv.select(fan)
     assert "## Assistant: fan-out at token 2" in export_markdown(conv)
