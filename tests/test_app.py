@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -46,8 +47,12 @@ def _echo(request, row):
     return echo_reply(request, row)
 
 
-async def loaded(pilot, app):
-    for _ in range(200):
+async def loaded(pilot, app, timeout_s: float = 30.0):
+    """Until the model has loaded (or failed to). Time-bound, not a count of pauses: a real
+    engine's first load in a fresh process (a test run alone) took over the 2 s that 200
+    pauses gave it, and test_status_line_names_the_weights_quantization failed so."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         if app.chat.info is not None or app.chat.load_error:
             return
         await pilot.pause(0.01)
