@@ -114,6 +114,23 @@ static inline float f16_to_f32(uint16_t h) {
 #endif
 }
 
+#if defined(__AVX512F__)
+/* Eight keys' sums, out[j] = the sum of a[j]'s sixteen lanes, reduced together through one
+ * tree (scores8 and scores8_q of either cache type: every score takes the same tree, so the
+ * same bits wherever it is computed). */
+static inline __attribute__((always_inline)) void sums8(const __m512 *a, float *out) {
+    __m256 r[8];
+    for (int j = 0; j < 8; j++)
+        r[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j]), 1)));
+    __m256 h0 = _mm256_hadd_ps(r[0], r[1]), h1 = _mm256_hadd_ps(r[2], r[3]);
+    __m256 h2 = _mm256_hadd_ps(r[4], r[5]), h3 = _mm256_hadd_ps(r[6], r[7]);
+    __m256 u0 = _mm256_hadd_ps(h0, h1), u1 = _mm256_hadd_ps(h2, h3);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                        _mm256_permute2f128_ps(u0, u1, 0x31)));
+}
+#endif
+
 #define KV_T float
 #define KV_FN(name) name##_f32
 #define KV_LOAD16(p) _mm512_loadu_ps(p)

@@ -18,15 +18,7 @@ static inline __attribute__((always_inline)) void KV_FN(scores8)(const __m512 *q
     for (int t = 0; t < T; t++)
         for (int j = 0; j < 8; j++)
             a[j] = _mm512_fmadd_ps(qv[t], KV_LOAD16(k + 16 * (j * T + t)), a[j]);
-    __m256 r[8];
-    for (int j = 0; j < 8; j++)
-        r[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j]), 1)));
-    __m256 h0 = _mm256_hadd_ps(r[0], r[1]), h1 = _mm256_hadd_ps(r[2], r[3]);
-    __m256 h2 = _mm256_hadd_ps(r[4], r[5]), h3 = _mm256_hadd_ps(r[6], r[7]);
-    __m256 u0 = _mm256_hadd_ps(h0, h1), u1 = _mm256_hadd_ps(h2, h3);
-    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                                        _mm256_permute2f128_ps(u0, u1, 0x31)));
+    sums8(a, out);
 }
 
 /* Eight keys' scores for Q (1..3) queries at once (out + ldo q): each key vector is converted
@@ -50,18 +42,7 @@ static inline __attribute__((always_inline)) void KV_FN(scores8_q)(const float *
             for (int g = 0; g < Q; g++) a[g][j] = _mm512_fmadd_ps(qv[g], kv, a[g][j]);
         }
     }
-    for (int g = 0; g < Q; g++) {
-        __m256 r[8];
-        for (int j = 0; j < 8; j++)
-            r[j] = _mm256_add_ps(_mm512_castps512_ps256(a[g][j]),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[g][j]), 1)));
-        __m256 h0 = _mm256_hadd_ps(r[0], r[1]), h1 = _mm256_hadd_ps(r[2], r[3]);
-        __m256 h2 = _mm256_hadd_ps(r[4], r[5]), h3 = _mm256_hadd_ps(r[6], r[7]);
-        __m256 u0 = _mm256_hadd_ps(h0, h1), u1 = _mm256_hadd_ps(h2, h3);
-        _mm256_storeu_ps(out + (size_t)g * ldo,
-                         _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                                       _mm256_permute2f128_ps(u0, u1, 0x31)));
-    }
+    for (int g = 0; g < Q; g++) sums8(a[g], out + (size_t)g * ldo);
 }
 
 /* pg[i] = q . K[i] for n keys, D = 16 T; the last n % 8 keys through a zero-padded copy. */
@@ -84,8 +65,9 @@ static inline __attribute__((always_inline)) void KV_FN(scores_t)(const float *q
 
 /* scores_t for the G queries of one KV head (query g's scores at pg + ldp g): each block of
  * eight keys is loaded from the cache once and scored against every query while it is in
- * L1, three queries a conversion of the keys (scores8_q) (one query's pass over a 256-key chunk, 64 KB, read it back from L2 for the next query:
- * the loop waited on L2 at one cache line a multiply-add). Every score is scores8's, so the
+ * L1 (one query's pass over a 256-key chunk, 64 KB, read it back from L2 for the next query:
+ * the loop waited on L2 at one cache line a multiply-add), and converted once for up to three
+ * queries (scores8_q). Every score is scores8's, so the
  * same bits as scores_t query by query. The keys KEYS_AHEAD ahead are fetched, and the values
  * of the keys being scored (V, at the same first key) into L2 for the weighted sum after: a
  * profile of 8 rows had most of chunk_attend's time on the first loads of each key and value
