@@ -3,14 +3,20 @@ timed in turn in one process (the machine's memory, shared with other machines' 
 step by 10-20% within minutes: only figures measured alternately compare).
 
     nice .venv/bin/python benchmarks/bench_kernels_ab.py --base REV [--rows 1,4,8]
-        [--seconds 10] [--threads 2]
+        [--seconds 10] [--threads 2] [--flush-mb 40]
 
 Two measurements, medians over the rounds:
 - attention: ``attn_decode`` over 30 layers' fp16 caches at a comparison's state (138 shared
   and 64 own keys a row, the default model's 9 query and 3 KV heads of 64), hot, called from a
   small C driver built here (a Python call a layer would add ~5-10 us to each 10-40 us call);
-- decode layers: ``decode_layers`` of the default model (int8) at that state, its weights from
-  memory, called from Python as the engine calls it.
+- decode layers: ``decode_layers`` of the default model (int8) at that state, called from
+  Python as the engine calls it, each call after a read of ``--flush-mb`` MB (40 by default)
+  that stands for what a real step reads between two visits of the layers (the output layer's
+  28 MB, the logits, the sampler). Called back to back (``--flush-mb 0``), the layers' 106 MB
+  partly stay in the ~100 MB of L3 this machine keeps for a process and the figures are the
+  layers' at their quickest: 1 / 8 rows 2.94 / 6.07 ms there, 3.68 / 7.11 ms after 40 MB,
+  against 3.46-3.76 / 6.84-7.16 ms inside real steps (``bench_step_split.py``); after 200 MB
+  (every weight from memory) 5.70 / 8.82 ms (issue 18's seventeenth pass, README).
 
 Issue 18's fifteenth pass (README) measured its attention and int8 epilogue changes so:
 ``--base 8c1be37``.
@@ -32,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+
+import torch  # noqa: E402
 
 from benchmarks.step_args import comparison_state, default_engine, step_parser  # noqa: E402
 from inference import q8kernel  # noqa: E402
@@ -138,13 +146,16 @@ def attention(libs: list[Path], rows: list[int], seconds: float, threads: int,
         print(f"  {n} rows: base {float(a):.3f}  working tree {float(b):.3f}  ({rounds} rounds)")
 
 
-def decode_layers(libs: list[Path], rows: list[int], seconds: float, threads: int) -> None:
+def decode_layers(libs: list[Path], rows: list[int], seconds: float, threads: int,
+                  flush_mb: int) -> None:
     plan = q8kernel.plan_build()
     kernels = [q8kernel.open_library(lib, plan.openmp) for lib in libs]
     backend = default_engine(threads)
     fast = backend.runner.fast
     layers = fast._c_layers()
-    print("decode layers, the default model int8, weights from memory (ms; medians):")
+    flush = torch.ones(flush_mb * 2**20 // 4) if flush_mb > 0 else None
+    print(f"decode layers, the default model int8, each call after reading {flush_mb} MB "
+          "(ms; medians):")
     for n in rows:
         state = comparison_state(fast, n)
         spent: list[list[float]] = [[] for _ in kernels]
@@ -153,6 +164,8 @@ def decode_layers(libs: list[Path], rows: list[int], seconds: float, threads: in
             for i, kernel in enumerate(kernels):
                 samples = []
                 for _ in range(20):
+                    if flush is not None:
+                        flush.sum()
                     start = time.perf_counter()
                     state.decode_layers(kernel, fast, layers)
                     samples.append(time.perf_counter() - start)
@@ -165,6 +178,8 @@ def main() -> None:
     parser = step_parser(__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="git revision to compare against")
     parser.add_argument("--seconds", type=float, default=10.0, help="per row count and part")
+    parser.add_argument("--flush-mb", type=int, default=40,
+                        help="MB read before each decode_layers call (0: back to back)")
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
     with tempfile.TemporaryDirectory() as name:
@@ -172,7 +187,7 @@ def main() -> None:
         libs = [build(kernels_at(args.base, tmp / "base"), tmp / "base.so"),
                 build(q8kernel.KERNELS, tmp / "tree.so")]
         attention(libs, rows, args.seconds, args.threads, tmp)
-        decode_layers(libs, rows, args.seconds, args.threads)
+        decode_layers(libs, rows, args.seconds, args.threads, args.flush_mb)
 
 
 if __name__ == "__main__":
