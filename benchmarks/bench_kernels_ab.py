@@ -19,7 +19,7 @@ Two measurements, medians over the rounds:
   (every weight from memory) 5.70 / 8.82 ms (issue 18's seventeenth pass, README).
 
 Issue 18's fifteenth pass (README) measured its attention and int8 epilogue changes so:
-``--base 8c1be37``.
+``--base 8c1be37 --flush-mb 0``.
 """
 
 from __future__ import annotations
