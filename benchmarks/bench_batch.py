@@ -24,7 +24,7 @@ stream's step reads every weight once and runs at the memory's pace, a batched s
 multiply-adds much less so; on this project's 2-core machine the memory other machines left
 it went from about 85 GB/s to 50 within minutes (a sum of 106 MB in 1.2 ms, then 2.2), the
 single stream from about 410 tok/s to 260 and the ratios with it (issue 18's tenth pass,
-README).
+docs/batched-decode.md).
 
 ``--cpu-clock`` times with the process's CPU time instead of the wall clock, on one thread:
 on a CPU shared with other jobs (a load of 6 on 2 cores), two OpenMP threads wait at every

@@ -16,10 +16,11 @@ Two measurements, medians over the rounds:
   partly stay in the ~100 MB of L3 this machine keeps for a process and the figures are the
   layers' at their quickest: 1 / 8 rows 2.94 / 6.07 ms there, 3.68 / 7.11 ms after 40 MB,
   against 3.46-3.76 / 6.84-7.16 ms inside real steps (``bench_step_split.py``); after 200 MB
-  (every weight from memory) 5.70 / 8.82 ms (issue 18's seventeenth pass, README).
+  (every weight from memory) 5.70 / 8.82 ms (issue 18's seventeenth pass,
+  docs/batched-decode.md).
 
-Issue 18's fifteenth pass (README) measured its attention and int8 epilogue changes so:
-``--base 8c1be37 --flush-mb 0``.
+Issue 18's fifteenth pass (docs/batched-decode.md) measured its attention and int8 epilogue
+changes so: ``--base 8c1be37 --flush-mb 0``.
 """
 
 from __future__ import annotations

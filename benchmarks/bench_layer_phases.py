@@ -9,9 +9,9 @@ rounds in one process.
 
 The timed build is the engine's own sources, compiled as the engine compiles them, with five
 clock reads added per layer (``clock_gettime``, ~20 ns each: 0.003 ms a step); it fails loudly
-where ``decode.c`` no longer has the lines it times. Issue 18's twelfth pass (README) used it:
-the rows a comparison adds cost matmul arithmetic in the machine's quick memory periods and
-attention in all of them.
+where ``decode.c`` no longer has the lines it times. Issue 18's twelfth pass
+(docs/batched-decode.md) used it: the rows a comparison adds cost matmul arithmetic in the
+machine's quick memory periods and attention in all of them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ events (``LocalBackend._accept``), with the machine's read bandwidth before each
 
 Prints one line per round and row count, in ms a step (medians are the reader's: the machine's
 memory, shared with other machines' work, moves the single stream's step between ~2.4 and
-~4.5 ms within minutes, and the ratios with it; issue 18's tenth and eleventh passes, README).
+~4.5 ms within minutes, and the ratios with it; issue 18's tenth and eleventh passes,
+docs/batched-decode.md).
 The ratio targets of issue 18 ask that 4 rows take at most ~1.25 and 8 rows ~1.6 single steps.
 The timers wrap the engine's own functions for this process only; nothing else changes.
 """

@@ -298,10 +298,11 @@ def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4, 8),
     row (EOS ignored so every row decodes exactly ``new_tokens``). With ``repeats``, the best
     batched run and the best of each single run are kept.
 
-    Measured (README, ``benchmarks/bench_batch.py --cpu-clock``: one thread timed by its CPU
-    time on a shared 2-core machine, medians of 3 rounds, default model int8, 64 new tokens):
-    4 rows 1.81x and 8 rows 2.26x the single stream (1.45x and 1.51x before issue 18's work);
-    2.17-2.24x and 2.64-2.79x with issue 18's second pass (README, load 2.4-2.8, two runs).
+    Measured (docs/batched-decode.md, ``benchmarks/bench_batch.py --cpu-clock``: one thread
+    timed by its CPU time on a shared 2-core machine, medians of 3 rounds, default model int8,
+    64 new tokens): 4 rows 1.81x and 8 rows 2.26x the single stream (1.45x and 1.51x before
+    issue 18's work); 2.17-2.24x and 2.64-2.79x with issue 18's second pass (load 2.4-2.8, two
+    runs).
 
     Raises:
         BenchError: the prompt and reply do not fit the context, or a run failed.

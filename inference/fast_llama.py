@@ -340,7 +340,8 @@ class FastLlama:
         compiled step, which attends in torch), else the matmul dtype. Half the cache's memory,
         and half its reading: a batched step reads every row's own keys and values, which at 8
         rows of the default model were 24 MB a step in fp32, more than the L3 keeps beside the
-        weights streaming through; README, issue 18's seventh pass, for what it measured."""
+        weights streaming through; docs/batched-decode.md, issue 18's seventh pass, for what
+        it measured."""
 
     def _experts(self, i: int, mlp: Any, weight: Callable[..., Weight],
                  full: Callable[[torch.Tensor], rows.Weight]) -> MoE:
