@@ -9,6 +9,7 @@ table. No Textual import: the context does the drawing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import datetime
 import difflib
@@ -232,21 +233,36 @@ async def cmd_continue(ctx: CommandContext, arg: str = "") -> None:
         ctx.notice("Pick the branch to go on with first (/pick N or F6); /continue then "
                    "continues it.", "error")
         return
-    if last.is_comparison:
-        ctx.notice("A comparison cannot be continued; /retry it with a larger "
-                   "max_tokens (/set max_tokens N), or /pick a column and send a message.",
-                   "error")
-        return
+    what = f"Column {last.chosen + 1}" if last.is_comparison else "The last reply"
     if reply.finish_reason == "error" and not reply.tokens:
-        ctx.notice(f"The last reply failed before its first token ({reply.error}); /retry "
+        ctx.notice(f"{what} failed before its first token ({reply.error}); /retry "
                    "generates it again.", "error")
         return
     if reply.finish_reason not in ("length", "cancelled", "error"):
-        ctx.notice("The last reply finished on its own; only a stopped, cut-off or failed "
-                   "reply can be continued.", "error")
+        ctx.notice(f"{what} finished on its own; only a stopped, cut-off or failed "
+                   "reply can be continued" + (" (/pick N chooses the column)."
+                                               if last.is_comparison else "."), "error")
+        return
+    if last.is_comparison:
+        await _continue_column(ctx, last, reply)
         return
     reply.settings = state.settings  # e.g. a larger max_tokens set after a cut-off
     ctx.start_reply(last, prefix=prefix_of(reply))
+
+
+async def _continue_column(ctx: CommandContext, group: Entry, reply: Reply) -> None:
+    """/continue on a comparison: its chosen column (★: /pick N, F6 or a click on its header)
+    goes on as a new alternative to the comparison (‹ ›), with that column's own settings and
+    the max_tokens in force; the comparison stays as it was. (The columns cannot go on
+    together: one request has one prefix for all its rows.)"""
+    settings = dataclasses.replace(reply.settings,
+                                   max_new_tokens=ctx.state.settings.max_new_tokens)
+    new = Reply(settings, text=reply.text, tokens=reply.tokens.copy())
+    entry = ctx.state.conversation.add_sibling(group, Entry("assistant", replies=[new]))
+    await ctx.sync_path()
+    ctx.notify(f"Continuing column {group.chosen + 1} as a new alternative to the "
+               "comparison (‹ › goes back to it).", timeout=3)
+    ctx.start_reply(entry, prefix=prefix_of(new))
 
 
 async def cmd_logprobs(ctx: CommandContext, arg: str = "") -> None:

@@ -51,7 +51,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "beside the old (‹ ›); Esc leaves it as it was.",
                 key="Ctrl+G", handler=run.cmd_edit),
     CommandSpec("continue", "Continue a reply that was stopped, failed, or was cut off by the "
-                "length limit.",
+                "length limit (a comparison: its picked column, as a new alternative).",
                 key="Ctrl+O", handler=run.cmd_continue),
     CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T",
                 handler=run.cmd_logprobs),

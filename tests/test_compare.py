@@ -240,10 +240,10 @@ async def test_escape_stops_every_column_and_keeps_partial_text():
                 break
             await pilot.pause(0.02)
         assert all("stopped" in m for m in metas), metas
-        # the columns' markers must not suggest /continue, which refuses a comparison
+        # the columns' markers say how one goes on: /continue takes the column picked
         markers = [str(c.view.query_one(".reply-finish").render())
                    for c in compare_views(app)[0].columns]
-        assert all("stopped" in m and "/continue" not in m for m in markers), markers
+        assert all("stopped" in m and "/pick it, then /continue" in m for m in markers), markers
 
 
 async def test_a_column_that_finishes_early_ends_while_others_stream():
@@ -283,8 +283,50 @@ async def test_retry_compares_on_the_last_prompt_and_reruns_a_comparison():
         await send(pilot, app, "/retry")  # a comparison is retried as a comparison
         assert conv.entries[1].is_comparison and len(compare_views(app)) == 1
         assert len(app.holder["backend"].requests[-1].settings) == 2
+        await send(pilot, app, "/continue")  # its columns finished on their own
+        assert "Column 1 finished on its own" in last_error(app)
+
+
+async def test_continue_goes_on_with_the_picked_column_as_an_alternative_to_the_comparison():
+    """/continue on a comparison cut off at the token limit: the column picked goes on as a
+    new alternative to the comparison (‹ ›), with that column's own settings and the max_tokens
+    in force, from the column's text; the comparison stays as it was beside it (it used to be
+    refused: "a comparison cannot be continued", even with its column picked)."""
+    app = make_app(lambda r, row: f"column{row} one two three four five six")
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/set max_tokens 3")
+        await send(pilot, app, TWO)
+        await send(pilot, app, "hello")
+        await settle(pilot, app)
+        conv = app.chat.conversation
+        group = conv.entries[-1]
+        assert group.is_comparison and {r.finish_reason for r in group.replies} == {"length"}
+        [view] = compare_views(app)
+        shown = " ".join(str(v.render()) for v in view.query("Static"))
+        assert "/pick it, then /continue" in shown and "cannot be continued" not in shown
+        column = group.replies[1]
+        before = [t.text for t in column.tokens]
+        await send(pilot, app, "/pick 2")
+        await send(pilot, app, "/set max_tokens 100")
         await send(pilot, app, "/continue")
-        assert "cannot be continued" in last_error(app)
+        await settle(pilot, app)
+        request = app.holder["backend"].requests[-1]
+        [settings] = request.settings
+        assert (settings.temperature, settings.seed, settings.max_new_tokens) == (1.2, 3, 100)
+        assert request.prefix is not None and request.prefix.text == "".join(before)
+        entry = conv.entries[-1]
+        assert entry is not group and not entry.is_comparison
+        assert conv.siblings(entry) == [group, entry]
+        assert [t.text for t in entry.reply.tokens][: len(before)] == before
+        assert len(entry.reply.tokens) > len(before) and entry.reply.finish_reason == "stop"
+        assert [t.text for t in column.tokens] == before and column.finish_reason == "length"
+        assert not compare_views(app) and "2/2" in " ".join(
+            str(w.render()) for w in app.chat.query("Static"))
+        await send(pilot, app, "/continue")
+        assert "finished on its own" in last_error(app)
+        await pilot.press("alt+left")  # the comparison, as it was
+        await settle(pilot, app)
+        assert conv.entries[-1] is group and len(compare_views(app)) == 1
 
 
 async def test_compare_answers_a_pending_prompt_at_once():

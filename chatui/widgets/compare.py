@@ -29,7 +29,7 @@ from inference.settings import SamplingParams
 
 from ..conversation import Entry, Reply, first_divergence
 from ..recorder import Delta, RowEnded, TokensAdded
-from .reply import COLUMN_FINISH_LABELS, FAN_OUT_FINISH_LABELS, ReplyView
+from .reply import COLUMN_FINISH_LABELS, ReplyView
 from .text import show_token
 
 MIN_COLUMN = 30
@@ -178,8 +178,7 @@ class CompareView(Vertical):
         for reply, vid in zip(entry.replies, view_ids):
             view = ReplyView(reply, label="", stable_timings=stable_timings,
                              token_mode=token_mode, id=vid,
-                             finish_labels=FAN_OUT_FINISH_LABELS if entry.fan_out
-                             else COLUMN_FINISH_LABELS)
+                             finish_labels=COLUMN_FINISH_LABELS)
             view.raw = raw
             views.append(view)
         self.columns = [CompareColumn(entry, i, labels[i], views[i])

@@ -51,19 +51,13 @@ FINISH_LABELS = {
 
 COLUMN_FINISH_LABELS = {
     **FINISH_LABELS,
-    "length": "✂ cut off at the token limit (a comparison cannot be continued: /retry it)",
-    "cancelled": "■ stopped (a comparison cannot be continued: /retry it)",
-}
-"""A comparison column's markers: /continue refuses a comparison (its request has one prefix
-for several columns), so the marker must not suggest it."""
-
-FAN_OUT_FINISH_LABELS = {
-    **FINISH_LABELS,
     "length": "✂ cut off at the token limit — /pick it, then /continue",
     "cancelled": "■ stopped — /pick it, then /continue",
 }
-"""A fan-out branch's markers: a branch picked (/pick N, F6) becomes a reply of its own, which
-/continue goes on with (a comparison's column cannot be)."""
+"""A column's markers (a comparison's or a fan-out's): /continue goes on with the column picked
+(/pick N, F6), not with all of them (one request has one prefix for all its rows). A fan-out's
+branch picked becomes a reply of its own; a comparison's column goes on as a new alternative to
+the comparison."""
 
 
 STEP_FRACTION = 4
