@@ -71,6 +71,25 @@ SETTLE_S = 60.0
 """How long a reply may take to end before a test fails (a hang is a failure, not a wait)."""
 
 
+def at_top(app, entry) -> bool:
+    """Whether ``entry``'s message is drawn with its top at the top of the conversation's view
+    (within the margin above it)."""
+    items = app.chat.window.items_of(entry)
+    if not items or not items[0].widgets:
+        return False
+    top, view = items[0].widgets[0].region, app.chat.log_view.content_region
+    return view.y <= top.y <= view.y + 2
+
+
+async def until_at_top(pilot, app, entry) -> bool:
+    """``at_top`` once the conversation's window is up to date (or after ~2 s)."""
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if at_top(app, entry) and not app.chat.window.busy:
+            return True
+    return at_top(app, entry)
+
+
 async def settle(pilot, app):
     """Wait until no reply is being generated; fail after SETTLE_S."""
     await pilot.pause()

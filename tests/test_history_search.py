@@ -13,7 +13,7 @@ from chatui.conversation import Conversation
 from chatui.transcript import save_transcript
 from chatui.transcript.search import INDEX_NAME, SearchIndex, fts_query, search_transcripts
 from inference.settings import SamplingParams
-from test_app import SIZE, config_dir, make_app, notices, send  # noqa: F401
+from test_app import SIZE, config_dir, make_app, notices, send, until_at_top  # noqa: F401
 
 
 def conversation(user: str, *replies: str, title: str = "", system: str = "") -> Conversation:
@@ -237,3 +237,47 @@ async def test_a_hit_opens_on_the_branch_that_holds_the_words(config_dir):  # no
             assert app.chat.conversation.entries[-1].reply.text == shown, query
             said = " ".join(str(n.render()) for n in notices(app))
             assert ("Showing the branch that holds" in said) == switched, said
+
+
+async def test_a_hit_far_up_a_long_conversation_opens_scrolled_to_it(config_dir):  # noqa: F811
+    """Enter on a search's hit shows the message that holds the words at the top of the view:
+    in a long conversation the view stayed at its end, thirty exchanges below the message
+    searched for (seen in tmux). The tree view's Enter shows the message it opens the same
+    way (``ChatScreen.show_entry``)."""
+    from chatui.screens.history import HistoryScreen
+
+    conv = Conversation(title="a long one")
+    for i in range(30):
+        conv.add_user("tell me about narwhals" if i == 2 else f"question number {i}")
+        entry = conv.add_assistant([SamplingParams()])
+        reply = entry.replies[0]
+        reply.text = "\n\n".join(f"paragraph {j} of reply {i}" for j in range(6))
+        reply.finish_reason = "stop"
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        from chatui.transcript.history import data_dir
+
+        folder = app.chat.services.config.transcripts_dir() or data_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        saved(folder, "long", conv)
+        await pilot.press("ctrl+f")
+        await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, HistoryScreen)
+        for key in "narwh":
+            await pilot.press(key)
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if len(screen.found) == 1 and "[" in screen.found[0].passage:
+                break
+        await pilot.press("enter")
+        chat = app.chat
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if len(chat.conversation.entries) == 60:
+                break
+        target = chat.conversation.entries[4]
+        assert target.text == "tell me about narwhals"
+        assert await until_at_top(pilot, app, target), (
+            chat.log_view.scroll_y, chat.log_view.max_scroll_y)
+        assert chat.log_view.scroll_y < chat.log_view.max_scroll_y

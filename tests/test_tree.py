@@ -24,7 +24,7 @@ from chatui.widgets.reply import ReplyView
 from inference.settings import SamplingParams
 from inference.types import Token
 
-from test_app import config_dir, make_app, notices, send, settle  # noqa: F401
+from test_app import config_dir, make_app, notices, send, settle, until_at_top  # noqa: F401
 from test_transcript import V1_TRANSCRIPT, entries, roundtrip
 
 
@@ -800,3 +800,33 @@ async def test_a_fan_out_keeps_the_view_on_the_reply_it_branches(config_dir) -> 
         assert chat.inspector.view_id not in {v.id for v in shown}
         log = chat.log_view
         assert view.region.y < log.region.bottom and log.scroll_y >= log.max_scroll_y - 1
+
+
+async def test_a_branch_opened_from_the_tree_is_scrolled_to(config_dir, tmp_path):  # noqa: F811
+    """The tree view's Enter (``open_node``) on a branch far up a long conversation shows its
+    message at the top of the view; the view stayed at the conversation's end, thirty
+    exchanges below (``ChatScreen.show_entry``, as for a search's hit)."""
+    from chatui.conversation import Reply
+
+    conv = Conversation(title="long")
+    early = None
+    for i in range(30):
+        conv.add_user(f"question number {i}")
+        entry = conv.add_assistant([SamplingParams()])
+        entry.replies[0].text = "\n\n".join(f"paragraph {j} of reply {i}" for j in range(6))
+        entry.replies[0].finish_reason = "stop"
+        early = entry if i == 2 else early
+    conv.add_sibling(early, Entry("assistant", replies=[
+        Reply(SamplingParams(), text="another answer", finish_reason="stop")]))
+    path = tmp_path / "long.json"  # it shows the other answer; the long path is a branch
+    tr.save_transcript(conv, path)
+    app = make_app()
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, f"/load {path}")
+        chat = app.chat
+        assert len(chat.conversation.entries) == 6
+        target = next(e for e in chat.conversation.all_entries() if e.node == early.node)
+        await chat.open_node(target.node)  # the long path, from the reply it parts at
+        assert len(chat.conversation.entries) == 60 and chat.conversation.entries[5] is target
+        assert await until_at_top(pilot, app, target), (
+            chat.log_view.scroll_y, chat.log_view.max_scroll_y)

@@ -647,7 +647,8 @@ class ChatScreen(Screen[None]):
         self.services.save_conversation()
 
     async def open_node(self, node: str) -> None:
-        """Go on with the message whose node id is ``node`` (the tree view's Enter)."""
+        """Go on with the message whose node id is ``node`` (the tree view's Enter), and show
+        it."""
         conv = self.state.conversation
         entry = next((e for e in conv.all_entries() if e.node == node), None)
         if entry is None:
@@ -656,6 +657,43 @@ class ChatScreen(Screen[None]):
         conv.select(entry)
         await self.sync_path(in_place=True)
         self.services.save_conversation()
+        self.show_entry(entry)
+
+    def show_entry(self, entry: Entry) -> None:
+        """Scroll the conversation to ``entry``'s message, its top at the top of the view (a
+        search's hit, a branch opened from the tree view: in a long conversation the view
+        stayed at its end, far from the message asked for); the log stops following its end.
+        The window knows where a message is only by the heights of those above it (measured,
+        or estimated where not drawn yet): once what was added last is placed, a first scroll
+        goes where they say, which draws the message and what is around it, and once that
+        page is drawn a second goes to where its widget is."""
+        window = self.window
+        items = window.items_of(entry)
+        if not items:
+            return
+        item = items[0]
+
+        def placed() -> None:
+            if item.gone:
+                return
+            width = window.width()
+            y = sum(i.height(width) for i in window.items[: window.items.index(item)])
+            self.log_view.scroll_to(y=y, animate=False, immediate=True)
+            window.when_idle(lambda: drawn(retry=True))
+
+        def drawn(retry: bool) -> None:
+            if item.gone:
+                return
+            if item.widgets is None:  # (estimated far off: drawn now, scrolled to next time)
+                if retry:
+                    window.draw(item)
+                    window.when_idle(lambda: drawn(retry=False))
+                return
+            if item.widgets[0].is_attached:
+                self.log_view.scroll_to_widget(item.widgets[0], top=True, animate=False,
+                                               immediate=True)
+
+        window.when_idle(placed)
 
     @on(SiblingBar.Step)
     async def _sibling_clicked(self, event: SiblingBar.Step) -> None:
@@ -1201,13 +1239,15 @@ class ChatScreen(Screen[None]):
         if conv is before:
             return  # (refused, or failed: it said why)
         entry = best_entry(conv, text)
-        if entry is None or any(e is entry for e in conv.entries):
+        if entry is None:
             return
-        conv.select(entry)
-        await self.sync_path(in_place=True)
-        self.services.save_conversation()
-        self.notice(f"Showing the branch that holds {text.strip()!r} (‹ › or /tree for the "
-                    "others).")
+        if not any(e is entry for e in conv.entries):
+            conv.select(entry)
+            await self.sync_path(in_place=True)
+            self.services.save_conversation()
+            self.notice(f"Showing the branch that holds {text.strip()!r} (‹ › or /tree for "
+                        "the others).")
+        self.show_entry(entry)
 
     async def quit(self) -> None:
         await self.app.action_quit()

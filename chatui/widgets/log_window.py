@@ -118,6 +118,7 @@ class LogWindow:
         self._again = False
         self._watching = False
         self._task: asyncio.Task[None] | None = None
+        self._idle: list[Callable[[], object]] = []
 
     @property
     def busy(self) -> bool:
@@ -213,6 +214,15 @@ class LogWindow:
         # a layout of the log, which that queue would have to process first
         self.log.call_after_refresh(self._start)
 
+    def when_idle(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once no update is scheduled or under way (at once if none is):
+        the items added last are then placed (the log's height holds each of them), and a
+        scroll's page is drawn. Once; a callback may scroll and ask again."""
+        if self._busy:
+            self._idle.append(callback)
+        else:
+            callback()
+
     def _start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -234,6 +244,12 @@ class LogWindow:
             log.exception("updating the conversation's window failed")
         finally:
             self._busy = False
+            waiting, self._idle = self._idle, []
+            for callback in waiting:
+                try:
+                    callback()
+                except Exception:  # noqa: BLE001 - one failed callback must not stop the rest
+                    log.exception("a callback after the conversation's window update failed")
 
     def width(self) -> int:
         return self.log.scrollable_content_region.width
