@@ -652,7 +652,7 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
     if conv.parent and not home.exists():  # a branch made just now (its file comes next save)
         note += (" Its conversation has gone on since this copy was saved, so it opens as a "
                  "branch: new messages go to a new file and the newer one stays as it is.")
-    elif home.exists() and not _same_file(home, path) \
+    elif home.exists() and not same_file(home, path) \
             and len(conv.all_entries()) > len(conv.entries):
         note += (" It opens inside its conversation's tree: the messages saved since stay as "
                  "a branch (‹ › under a message, or /tree), and new ones are saved with them.")
@@ -663,7 +663,8 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
     ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).{note}")
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (False where either is missing)."""
     try:
         return os.path.samefile(a, b)
     except OSError:

@@ -249,6 +249,53 @@ async def test_edit_puts_last_prompt_back_and_sends_it_as_a_sibling():
         assert len(replies(app)) == 1  # the old branch is off the screen, in the tree
 
 
+def log_order(app) -> list[str]:
+    """The conversation's items top to bottom: a message's text, or "notice: " and its
+    first words."""
+    out = []
+    for item in app.chat.window.items:
+        if item.tag == "notice":
+            out.append("notice: " + str(app.chat.window.draw(item)[0].render())[:17])
+        else:
+            out.append(item.key.text)
+    return out
+
+
+@pytest.mark.parametrize("how", ["/retry", "ctrl+r", "edit"])
+async def test_a_retried_or_edited_exchange_stays_where_it_was_above_later_notices(how):
+    """The reply a retry or an edit brings goes where the one it replaces was: right under its
+    prompt, above the notices that came after it. It went to the end, and a notice ("Saved
+    to ...") stood between the prompt and its reply (seen in tmux). A message sent after
+    that goes at the end, below them."""
+    texts = iter(["first reply", "second reply", "third reply", "fourth reply"])
+    app = make_app(lambda request, row: next(texts))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "question")
+        await send(pilot, app, "/settings")
+        await send(pilot, app, "/settings")
+        assert log_order(app) == ["question", "first reply", "notice: Settings in force",
+                                  "notice: Settings in force"]
+        if how == "edit":
+            await pilot.press("ctrl+g")
+            await pilot.pause()
+            app.chat.prompt.text = "question, edited"
+            await pilot.press("enter")
+            await settle(pilot, app)
+        elif how == "ctrl+r":
+            await pilot.press("ctrl+r")
+            await settle(pilot, app)
+        else:
+            await send(pilot, app, how)
+        asked = "question, edited" if how == "edit" else "question"
+        assert log_order(app) == [asked, "second reply", "notice: Settings in force",
+                                  "notice: Settings in force"]
+        await send(pilot, app, "next")
+        assert log_order(app) == [asked, "second reply", "notice: Settings in force",
+                                  "notice: Settings in force", "next", "third reply"]
+        await send(pilot, app, "/retry")  # (nothing after it: at the end, as before)
+        assert log_order(app)[-2:] == ["next", "fourth reply"]
+
+
 @pytest.mark.parametrize("leave", ["escape", "ctrl+l"])
 async def test_an_edit_abandoned_leaves_the_conversation_as_it_was(leave):
     """Esc, or Ctrl+L (the box's clear key), ends an edit: the message and its reply stay on the screen

@@ -204,7 +204,8 @@ async def test_a_hit_opens_on_the_branch_that_holds_the_words(config_dir):  # no
     """The index answers per conversation; Enter on a hit shows the branch whose message holds
     the words searched for (here the reply a retry replaced), and says so; the branch shown is
     saved, so the next open starts there. A search whose words are on the path shown keeps
-    it."""
+    it. The conversation open is not loaded again from its file: the same conversation goes
+    on, with what the log showed (a reload said "Loaded ..." and dropped the notices)."""
     from chatui.screens.history import HistoryScreen
 
     texts = iter(["the narwhal swims north", "the walrus sleeps", "a third reply"])
@@ -215,6 +216,8 @@ async def test_a_hit_opens_on_the_branch_that_holds_the_words(config_dir):  # no
         conv = app.chat.conversation
         assert conv.entries[-1].reply.text == "the walrus sleeps"
         app.flush_autosaves()
+        await send(pilot, app, "/settings")
+        shown_before = 0
         for query, shown, switched in (("narwh", "the narwhal swims north", True),
                                        ("narwhal swims", "the narwhal swims north", False),
                                        ("walrus sleeps", "the walrus sleeps", True)):
@@ -235,8 +238,13 @@ async def test_a_hit_opens_on_the_branch_that_holds_the_words(config_dir):  # no
                 if len(entries) == 2 and entries[-1].reply.text == shown:
                     break
             assert app.chat.conversation.entries[-1].reply.text == shown, query
-            said = " ".join(str(n.render()) for n in notices(app))
-            assert ("Showing the branch that holds" in said) == switched, said
+            assert app.chat.conversation is conv
+            said = [str(n.render()) for n in notices(app)]
+            assert said[0].startswith("Settings in force") and not any(
+                s.startswith("Loaded") for s in said), said
+            showing = sum(s.startswith("Showing the branch that holds") for s in said)
+            assert showing == shown_before + switched, said
+            shown_before = showing
 
 
 async def test_a_hit_far_up_a_long_conversation_opens_scrolled_to_it(config_dir):  # noqa: F811

@@ -38,7 +38,7 @@ from inference.types import (AssistantPrefix, GenerationRequest, ModelInfo, Prom
 from inference.worker import describe_error
 
 from .. import commands, gcpolicy, prompt_history
-from ..chat_commands import AppServices
+from ..chat_commands import AppServices, same_file
 from ..conversation import Conversation, Entry, Reply, fork_points, index_of
 from ..messages import (
     AlternativeChosen,
@@ -154,6 +154,11 @@ class ChatScreen(Screen[None]):
         self._waiting_notice: Item | None = None
         """The notice that a message waits for the model, while one does (removed when it is
         sent or the model fails: it would say something no longer true)."""
+        self._slot: Item | None = None
+        """Where the messages that replace those a /retry or an edit took off the screen go:
+        the item that followed them (a notice), or None (at the end). Set by :meth:`rewind`,
+        given up once the new reply is placed or the path changes otherwise: a notice made
+        after the old reply ("Saved to ...") stood between the prompt and its new reply."""
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
@@ -327,6 +332,7 @@ class ChatScreen(Screen[None]):
         if self.state.editing is not None:
             self.end_edit()  # (its message is gone from the screen)
         await self.window.clear()
+        self._slot = None
         self._scores.clear()
         gcpolicy.release()  # the old conversation's widgets are garbage now
         self.inspector.clear()
@@ -505,7 +511,16 @@ class ChatScreen(Screen[None]):
         return Item(build=build, estimate=estimate, key=entry, tag="reply")
 
     def _mount_user(self, entry: Entry) -> None:
-        self.window.append(self._user_item(entry))
+        self._place_new(self._user_item(entry))
+
+    def _place_new(self, item: Item) -> None:
+        """Draw a new message's ``item`` at the end, or where the messages a /retry or an
+        edit took away were (``_slot``)."""
+        slot = self._slot
+        if slot is not None and not slot.gone and slot in self.window.items:
+            self.window.insert_before(item, slot)
+        else:
+            self.window.append(item)
 
     def _reply_item_of(self, entry: Entry) -> Item | None:
         return next((i for i in self.window.items_of(entry) if i.tag == "reply"), None)
@@ -519,7 +534,7 @@ class ChatScreen(Screen[None]):
             if not draw:
                 return None
             item = self._reply_item(entry)
-            self.window.append(item)
+            self._place_new(item)
         elif item.widgets is None:
             if not draw:
                 return None
@@ -560,9 +575,16 @@ class ChatScreen(Screen[None]):
 
     async def rewind(self, entry: Entry) -> None:
         """End the conversation before ``entry``: it stays in the tree as a branch (/retry,
-        /edit), off the screen until it is chosen again."""
-        self.state.conversation.rewind(entry)
+        /edit), off the screen until it is chosen again; the messages that replace it go
+        where its items were (``_slot``)."""
+        conv = self.state.conversation
+        leaving = {id(e) for e in conv.entries[index_of(conv.entries, entry):]}
+        items = self.window.items
+        last = max((n for n, item in enumerate(items) if id(item.key) in leaving), default=-1)
+        slot = items[last + 1] if 0 <= last < len(items) - 1 else None
+        conv.rewind(entry)
         await self.sync_path()
+        self._slot = slot
 
     async def sync_path(self, *, in_place: bool = False) -> None:
         """Show the conversation's path as it is now: the items of messages that left it go,
@@ -570,6 +592,7 @@ class ChatScreen(Screen[None]):
         where those that left were (a switch to another branch: the notices after them stay
         after the messages, as a "Loaded ..." under the reply it was about). The path is
         derived from the tree; this only follows it."""
+        self._slot = None
         path = self.state.conversation.entries
         shown: list[Entry] = []
         for item in self.window.items:
@@ -802,6 +825,7 @@ class ChatScreen(Screen[None]):
         # submit) until _stream ends
         gcpolicy.stream_started()
         view = self._view_of(entry, draw=True)
+        self._slot = None  # (the reply that replaces those rewound is placed)
         assert view is not None
         item = self._reply_item_of(entry)
         assert item is not None
@@ -1231,13 +1255,18 @@ class ChatScreen(Screen[None]):
     async def _open_found(self, path: Path, text: str) -> None:
         """Open a search's hit on the branch that holds the words searched for (the one its
         file shows may be another: a retry's, an edit's)."""
+        from ..transcript import autosave_path
         from ..transcript.search import best_entry
 
-        before = self.state.conversation
-        await self.run_command(f"/load {path}")
         conv = self.state.conversation
-        if conv is before:
-            return  # (refused, or failed: it said why)
+        if not (conv.entries and same_file(
+                autosave_path(conv, self.services.config.transcripts_dir()), path)):
+            # (the open conversation is not loaded again: what is on screen may be newer than
+            # its file, and a reload threw away its scroll and notices)
+            await self.run_command(f"/load {path}")
+            if self.state.conversation is conv:
+                return  # (refused, or failed: it said why)
+            conv = self.state.conversation
         entry = best_entry(conv, text)
         if entry is None:
             return
