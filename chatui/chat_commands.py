@@ -271,7 +271,9 @@ async def cmd_logprobs(ctx: CommandContext, arg: str = "") -> None:
 
 async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
     """Score a message under the model: the last user message, message N of the
-    conversation (1 = the first; replies count too), or the system prompt (``system``)."""
+    conversation (1 = the first; replies count too), the system prompt (``system``), or any
+    other text typed after it (as ``chatui score -p TEXT``; it said "There is no message to
+    score" or asked for a number)."""
     state = ctx.state
     if state.generating:
         ctx.notice("A reply is still being generated; /score it after it ends.", "error")
@@ -285,18 +287,22 @@ async def cmd_score(ctx: CommandContext, arg: str = "") -> None:
             return
         await _score_text(ctx, text, "the system prompt")
         return
+    if arg and not arg.isdigit():
+        await _score_text(ctx, probe_text(arg), "the text given")
+        return
     if arg:
-        if not arg.isdigit() or not 1 <= int(arg) <= len(entries):
-            ctx.notice(f"/score takes a message number from 1 to {len(entries)} or 'system'; "
-                       f"got {arg!r}."
-                       if entries else "There is no message to score.", "error")
+        if not 1 <= int(arg) <= len(entries):
+            ctx.notice(f"/score takes a message number from 1 to {len(entries)}, 'system' or "
+                       f"a text; there is no message {arg}."
+                       if entries else f"There is no message {arg} to score (/score TEXT "
+                       "scores a text).", "error")
             return
         entry = entries[int(arg) - 1]
         label = f"message {arg} ({entry.role})"
     else:
         entry = state.conversation.last_user
         if entry is None:
-            ctx.notice("There is no message to score.", "error")
+            ctx.notice("There is no message to score (/score TEXT scores a text).", "error")
             return
         label = f"message {entries.index(entry) + 1} (user)"
     if not entry.text:
@@ -325,8 +331,9 @@ async def _score_text(ctx: CommandContext, text: str, label: str) -> None:
 
 
 def probe_text(arg: str) -> str:
-    """The text ``/probe`` asks about: the argument as typed, or inside one pair of quotes
-    (``/probe " Paris"``: a leading space is part of most tokens, and the prompt strips it)."""
+    """The text ``/probe`` asks about (and ``/score TEXT`` scores): the argument as typed, or
+    inside one pair of quotes (``/probe " Paris"``: a leading space is part of most tokens,
+    and the prompt strips it)."""
     if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
         return arg[1:-1]
     return arg

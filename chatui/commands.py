@@ -55,9 +55,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 key="Ctrl+O", handler=run.cmd_continue),
     CommandSpec("logprobs", "Toggle the token view (per-token probabilities).", key="Ctrl+T",
                 handler=run.cmd_logprobs),
-    CommandSpec("score", "Score the last user message (or message N, or the system prompt) "
-                "under the model: its tokens coloured by their own probability, its perplexity "
-                "and least likely tokens.", args="[N|system]", handler=run.cmd_score),
+    CommandSpec("score", "Score the last user message (or message N, the system prompt, or a "
+                "text) under the model: its tokens coloured by their own probability, its "
+                "perplexity and least likely tokens.", args="[N|system|TEXT]",
+                handler=run.cmd_score),
     CommandSpec("raw-mode", "Open raw mode: a notebook whose text the model continues in place "
                 "as plain text (no chat template), for base models; F4 comes back.",
                 handler=run.cmd_raw_mode),

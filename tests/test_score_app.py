@@ -59,12 +59,37 @@ async def test_score_by_number_scores_a_reply_and_refuses_bad_numbers():
         assert "no message to score" in str(notices(app, "error")[-1].render())
         await send(pilot, app, "hello")
         await run(pilot, app, "/score 9")
-        assert "from 1 to 2" in str(notices(app, "error")[-1].render())
+        assert "from 1 to 2, 'system' or a text; there is no message 9" in str(
+            notices(app, "error")[-1].render())
         await run(pilot, app, "/score 2")
         [scored] = app.chat.query(ScoredMessage)
         reply = app.chat.state.conversation.entries[1].text
         assert "".join(t.text for t in scored.tokens) == reply
         assert "message 2 (assistant)" in str(scored.query_one(".score-header").render())
+
+
+async def test_score_text_scores_the_text_typed_after_it():
+    """``/score TEXT`` scores the text itself, as ``chatui score -p TEXT`` does (it said "There
+    is no message to score", or asked for a message number; seen in tmux), with or without a
+    conversation; quoted, its leading space is kept."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await run(pilot, app, "/score The cat sat on the mat.")
+        [scored] = app.chat.query(ScoredMessage)
+        assert "".join(t.text for t in scored.tokens) == "The cat sat on the mat."
+        assert app.holder["backend"].scored[-1].text == "The cat sat on the mat."
+        assert "the text given" in str(scored.query_one(".score-header").render())
+        assert not notices(app, "error")
+        await pilot.press("escape")  # (from the scored message's tokens to the prompt)
+        await send(pilot, app, "hello")
+        app.chat.prompt.text = '/score " a leading space"'
+        await pilot.press("enter")
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if len(app.chat.query(ScoredMessage)) == 2:
+                break
+        assert app.holder["backend"].scored[-1].text == " a leading space"
+        assert [e.text for e in app.chat.state.conversation.entries][0] == "hello"
 
 
 async def test_score_system_scores_the_system_prompt():
