@@ -49,6 +49,38 @@ async def test_keys_while_nothing_has_the_focus_reach_the_prompt():
         assert app.chat.prompt.text == "kept"
 
 
+async def test_keys_typed_while_the_conversation_has_the_focus_reach_the_prompt():
+    """Tab from the prompt gives the conversation the focus (its arrows and pages scroll it);
+    what is typed then goes to the prompt, in order, and Enter sends it: the characters were
+    dropped (seen in tmux). Its own keys still scroll it; a key bound and enabled is left
+    to its binding."""
+    from chatui.widgets.settled import ConversationLog
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        for i in range(4):
+            await send(pilot, app, f"message {i} " + "with words " * 40)
+        await pilot.press("tab")
+        await pilot.pause()
+        log = app.chat.query_one(ConversationLog)
+        assert app.focused is log
+        bottom = log.scroll_y
+        await pilot.press("pageup")
+        await pilot.pause(0.2)
+        assert app.focused is log and log.scroll_y < bottom  # (its own key: it scrolled)
+        type_now(app, "typed there")
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "typed there" and app.focused is app.chat.prompt
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert app.chat.conversation.entries[-2].text == "typed there"
+        await pilot.press("tab")
+        await pilot.pause()
+        await pilot.press("r")  # (bound to the raw token view, which is off here: typed)
+        await pilot.pause()
+        assert app.chat.prompt.text == "r" and not app.chat.raw
+
+
 async def test_keys_typed_as_a_modal_closes_reach_the_prompt():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -238,6 +238,7 @@ class ChatScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.log_view.anchor()
+        self.query_one(ConversationLog).type_into = self._type_into_prompt
         self.window.watch()
         self.watch(self.log_view, "scroll_y", self._scrolled, init=False)
         self.inspector.display = self.token_mode
@@ -1011,7 +1012,8 @@ class ChatScreen(Screen[None]):
         return "branches here: " + " · ".join(parts) if parts else ""
 
     def _type_into_prompt(self, text: str, submit: bool) -> None:
-        """Text typed in a token view (which takes none) goes to the prompt."""
+        """Text typed in a token view or the conversation (which take none) goes to the
+        prompt."""
         self.prompt.focus()
         if text:
             self.prompt.insert(text)

@@ -17,6 +17,9 @@ layouts of the whole screen per new line.
 
 from __future__ import annotations
 
+from typing import Callable
+
+from textual import events
 from textual.containers import VerticalScroll
 from textual.geometry import Offset, Region, Size
 from textual.widget import Widget
@@ -71,7 +74,24 @@ class GrowsInSteps(RepaintsNewRowsOnly):
 class ConversationLog(SettledSize, VerticalScroll):
     """The scrolling conversation. It scrolls, but a change of its virtual size needs no second
     layout either: the layout that measured it already placed and anchored its children, and a
-    scrollbar that appears or goes asks for its own layout (``show_vertical_scrollbar``)."""
+    scrollbar that appears or goes asks for its own layout (``show_vertical_scrollbar``).
+
+    It takes the focus itself (Tab from the prompt: the arrows and pages then scroll it), and
+    a character typed then goes to ``type_into`` (the prompt), as from a token view: it was
+    dropped, and a message typed after a Tab went nowhere (seen in tmux)."""
+
+    type_into: Callable[[str, bool], None] | None = None
+
+    def on_key(self, event: events.Key) -> None:
+        if self.type_into is None or not self.has_focus or not (
+                event.is_printable and event.character):
+            return  # (a key of a widget inside, bubbling up, is that widget's)
+        bound = self.screen.active_bindings.get(event.key)
+        if bound is not None and bound.enabled:
+            return
+        self.type_into(event.character, False)
+        event.stop()
+        event.prevent_default()
 
     @property
     def scroll_offset(self) -> Offset:
