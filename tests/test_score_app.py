@@ -9,13 +9,25 @@ from chatui.widgets.scored import ScoredMessage
 
 
 async def run(pilot, app, text):
+    """Submit ``text`` and wait for a scored message or an error more than before."""
+    before = len(app.chat.query(ScoredMessage)) + len(notices(app, "error"))
     app.chat.prompt.text = text
     await pilot.press("enter")
     for _ in range(100):
         await pilot.pause(0.02)
-        if app.chat.query(ScoredMessage) or notices(app, "error"):
+        if len(app.chat.query(ScoredMessage)) + len(notices(app, "error")) > before:
             break
     await pilot.pause(0.1)
+
+
+def scored_as(app, text: str, label: str) -> ScoredMessage:
+    """The one scored message shown, checked to hold ``text`` (as the backend was asked to
+    score it) under a header naming ``label``."""
+    [scored] = app.chat.query(ScoredMessage)
+    assert "".join(t.text for t in scored.tokens) == text
+    assert app.holder["backend"].scored[-1].text == text
+    assert label in str(scored.query_one(".score-header").render())
+    return scored
 
 
 async def test_score_shows_the_last_user_message_in_the_token_view():
@@ -75,19 +87,12 @@ async def test_score_text_scores_the_text_typed_after_it():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await run(pilot, app, "/score The cat sat on the mat.")
-        [scored] = app.chat.query(ScoredMessage)
-        assert "".join(t.text for t in scored.tokens) == "The cat sat on the mat."
-        assert app.holder["backend"].scored[-1].text == "The cat sat on the mat."
-        assert "the text given" in str(scored.query_one(".score-header").render())
+        scored_as(app, "The cat sat on the mat.", "the text given")
         assert not notices(app, "error")
         await pilot.press("escape")  # (from the scored message's tokens to the prompt)
         await send(pilot, app, "hello")
-        app.chat.prompt.text = '/score " a leading space"'
-        await pilot.press("enter")
-        for _ in range(100):
-            await pilot.pause(0.02)
-            if len(app.chat.query(ScoredMessage)) == 2:
-                break
+        await run(pilot, app, '/score " a leading space"')
+        assert len(app.chat.query(ScoredMessage)) == 2
         assert app.holder["backend"].scored[-1].text == " a leading space"
         assert [e.text for e in app.chat.state.conversation.entries][0] == "hello"
 
@@ -96,10 +101,7 @@ async def test_score_system_scores_the_system_prompt():
     app = make_app(system_prompt="You are a terse assistant.")
     async with app.run_test(size=SIZE) as pilot:
         await run(pilot, app, "/score system")
-        [scored] = app.chat.query(ScoredMessage)
-        assert "".join(t.text for t in scored.tokens) == "You are a terse assistant."
-        assert app.holder["backend"].scored[-1].text == "You are a terse assistant."
-        assert "the system prompt" in str(scored.query_one(".score-header").render())
+        scored_as(app, "You are a terse assistant.", "the system prompt")
         # its alternatives are the model's, but there is no reply to continue: one sentence
         await pilot.press("1")
         await pilot.pause(0.1)
