@@ -90,6 +90,38 @@ async def test_raw_mode_command_and_scoring_the_whole_text():
         assert "".join(t.text for t in nb.token_view.tokens) == "one two three four"
 
 
+async def test_text_typed_right_after_raw_mode_goes_to_the_notebook():
+    """Keys a quick typist sends right after ``/raw-mode`` and Enter, before the notebook is
+    up, are the notebook's: they went to the chat's message box, and the text typed for the
+    notebook waited there (seen in tmux). A draft in the box when the notebook opens some
+    other way (not sent from the box) stays the chat's."""
+    from textual import events
+
+    from chatui.textual_compat.testing import deliver
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.prompt.text = "/raw-mode"
+        deliver(app, events.Key("enter", "\r"))
+        for ch in "Once upon":
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+        nb = await notebook(pilot, app)
+        for ch in " a time":
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+        await pilot.pause(0.2)
+        assert nb.text_area.text == "Once upon a time"
+        assert app.chat.prompt.text == ""
+        await pilot.press("f4")
+        await pilot.pause(0.1)
+        app.chat.prompt.text = "a draft for the chat"
+        await app.chat.action_command("/raw-mode")
+        nb = await notebook(pilot, app)
+        await pilot.pause(0.1)
+        assert nb.text_area.text == "Once upon a time"
+        assert app.chat.prompt.text == "a draft for the chat"
+
+
 def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():
     conv = Conversation()
     conv.add_user("hi")

@@ -154,6 +154,9 @@ class ChatScreen(Screen[None]):
         self._waiting_notice: Item | None = None
         """The notice that a message waits for the model, while one does (removed when it is
         sent or the model fails: it would say something no longer true)."""
+        self._submitting = False
+        """Whether the command running was sent from the message box (then emptied: what it
+        holds meanwhile was typed after Enter)."""
         self._slot: Item | None = None
         """Where the messages that replace those a /retry or an edit took off the screen go:
         the item that followed them (a notice), or None (at the end). Set by :meth:`rewind`,
@@ -448,7 +451,8 @@ class ChatScreen(Screen[None]):
         from .notebook import NotebookScreen
 
         if not any(isinstance(s, NotebookScreen) for s in self.app.screen_stack):
-            self.app.push_screen(NotebookScreen(self, notice=notice))
+            self.app.push_screen(NotebookScreen(self, notice=notice,
+                                                typed_ahead=self._submitting))
 
     def probe_point(self) -> tuple[Entry, Reply, int] | None:
         """The reply token under the token view's cursor (``/probe`` asks about it): its
@@ -767,7 +771,11 @@ class ChatScreen(Screen[None]):
         text = event.text
         self.carryover.sent(text)
         if commands.is_command(text):
-            await self.run_command(text)
+            self._submitting = True
+            try:
+                await self.run_command(text)
+            finally:
+                self._submitting = False
             return
         await self.send(commands.unescape(text))
 

@@ -73,11 +73,16 @@ class NotebookScreen(Screen[None]):
     NotebookScreen #notebook-status { height: 1; color: $text-muted; padding: 0 1; }
     """
 
-    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "") -> None:
+    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "",
+                 typed_ahead: bool = False) -> None:
+        """``typed_ahead``: opened by ``/raw-mode`` sent from the chat's message box, which
+        was emptied then: what that box holds once this screen is up was typed after Enter,
+        for the notebook, and is moved to its text (:meth:`_take_typed_ahead`)."""
         super().__init__()
         self.chat = chat
         self.initial_text = text
         self.initial_notice = notice
+        self.typed_ahead = typed_ahead
         self.conversation = Conversation(mode="raw")
         """The latest continuation as a conversation (what the transcript records)."""
         self.base = ""
@@ -133,6 +138,20 @@ class NotebookScreen(Screen[None]):
         self.query_one("#notebook-notice").display = bool(notice)
         self.text_area.focus()
         self.text_area.move_cursor(self.text_area.document.end)
+        if self.typed_ahead:
+            self._take_typed_ahead()
+            self.call_after_refresh(self._take_typed_ahead)  # (keys the box had queued)
+
+    def _take_typed_ahead(self) -> None:
+        """Move what was typed into the chat's box after ``/raw-mode`` and Enter to the end of
+        the text: the keys a quick typist sent before this screen was up went there, and the
+        text typed for the notebook waited in the chat (seen in tmux)."""
+        box = self.chat.prompt
+        typed = box.text
+        if typed:
+            box.set_text("")
+            self.text_area.move_cursor(self.text_area.document.end)
+            self.text_area.insert(typed)
 
     def status(self, text: str) -> None:
         self.query_one("#notebook-status", Static).update(Content(safe_text(text)))
