@@ -135,6 +135,41 @@ async def test_keys_typed_as_the_compare_screen_closes_reach_the_prompt():
         assert app.chat.prompt.text == "after compare"
 
 
+async def test_keys_typed_as_the_compare_screen_opens_reach_its_first_column():
+    """``/compare``, Enter and a column typed at once: the column lands in the first field
+    (replacing what it held, as a click there and typing would); it went to the presets'
+    list, which had the focus until the screen's ``on_mount`` moved it, and was lost (seen
+    in tmux)."""
+    from chatui.screens.compare import CompareScreen
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.prompt.text = "/compare"
+        deliver(app, events.Key("enter", "\r"))
+        type_now(app, "top_k=5")
+        for _ in range(50):
+            await pilot.pause(0.02)
+            screen = app.screen
+            if isinstance(screen, CompareScreen) and screen.is_mounted \
+                    and screen.column_input(0).value == "top_k=5":
+                break
+        assert isinstance(app.screen, CompareScreen)
+        assert app.screen.column_input(0).value == "top_k=5"
+        assert app.chat.prompt.text == ""
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        # opened otherwise (not sent from the box): the box's draft stays the chat's, and keys
+        # that come before the screen is up reach its first column all the same
+        app.chat.prompt.text = "a draft"
+        await app.chat.action_command("/compare")
+        type_now(app, "top_p=0.5")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, CompareScreen)
+        assert app.screen.column_input(0).value == "top_p=0.5"
+        assert app.chat.prompt.text == "a draft"
+
+
 async def test_edit_keeps_a_draft_that_was_in_the_box():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

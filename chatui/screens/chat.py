@@ -452,7 +452,24 @@ class ChatScreen(Screen[None]):
 
         if not any(isinstance(s, NotebookScreen) for s in self.app.screen_stack):
             self.app.push_screen(NotebookScreen(self, notice=notice,
-                                                typed_ahead=self._submitting))
+                                                take_typed=self._typed_after_enter()))
+
+    def _typed_after_enter(self) -> Callable[[], str] | None:
+        """For a screen that a command sent from the message box opens (``/raw-mode``,
+        ``/compare``): a function that takes what the box holds then (typed after Enter, for
+        that screen: a quick typist's keys reached the box before the screen was up) and
+        empties it. None for a screen opened otherwise (a key, the palette): the box may
+        hold a draft for the chat."""
+        if not self._submitting:
+            return None
+
+        def take() -> str:
+            typed = self.prompt.text
+            if typed:
+                self.prompt.set_text("")
+            return typed
+
+        return take
 
     def probe_point(self) -> tuple[Entry, Reply, int] | None:
         """The reply token under the token view's cursor (``/probe`` asks about it): its
@@ -1161,7 +1178,8 @@ class ChatScreen(Screen[None]):
                             done: Callable[[tuple[tuple[str, ...], str] | None], None]) -> None:
         from .compare import CompareScreen
 
-        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base),
+        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base,
+                                           take_typed=self._typed_after_enter()),
                              reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:

@@ -13,7 +13,7 @@ probability in the token view below, the perplexity in the status line), and on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual import on
 from textual.app import ComposeResult
@@ -74,15 +74,15 @@ class NotebookScreen(Screen[None]):
     """
 
     def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "",
-                 typed_ahead: bool = False) -> None:
-        """``typed_ahead``: opened by ``/raw-mode`` sent from the chat's message box, which
-        was emptied then: what that box holds once this screen is up was typed after Enter,
-        for the notebook, and is moved to its text (:meth:`_take_typed_ahead`)."""
+                 take_typed: Callable[[], str] | None = None) -> None:
+        """``take_typed``: opened by ``/raw-mode`` sent from the chat's message box, what
+        was typed there after Enter, for the notebook (``ChatScreen._typed_after_enter``),
+        goes to the end of its text (:meth:`_take_typed_ahead`)."""
         super().__init__()
         self.chat = chat
         self.initial_text = text
         self.initial_notice = notice
-        self.typed_ahead = typed_ahead
+        self.take_typed = take_typed
         self.conversation = Conversation(mode="raw")
         """The latest continuation as a conversation (what the transcript records)."""
         self.base = ""
@@ -138,7 +138,7 @@ class NotebookScreen(Screen[None]):
         self.query_one("#notebook-notice").display = bool(notice)
         self.text_area.focus()
         self.text_area.move_cursor(self.text_area.document.end)
-        if self.typed_ahead:
+        if self.take_typed is not None:
             self._take_typed_ahead()
             self.call_after_refresh(self._take_typed_ahead)  # (keys the box had queued)
 
@@ -146,10 +146,8 @@ class NotebookScreen(Screen[None]):
         """Move what was typed into the chat's box after ``/raw-mode`` and Enter to the end of
         the text: the keys a quick typist sent before this screen was up went there, and the
         text typed for the notebook waited in the chat (seen in tmux)."""
-        box = self.chat.prompt
-        typed = box.text
+        typed = self.take_typed() if self.take_typed is not None else ""
         if typed:
-            box.set_text("")
             self.text_area.move_cursor(self.text_area.document.end)
             self.text_area.insert(typed)
 
