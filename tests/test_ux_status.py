@@ -24,8 +24,11 @@ def long_named(context_limit: int) -> ScriptedBackend:
     return b
 
 
-@pytest.mark.parametrize("size", [(70, 24), (120, 36)])
+@pytest.mark.parametrize("size", [(60, 20), (70, 24), (120, 36)])
 async def test_the_context_count_and_the_settings_always_show(size):
+    """The model's name and the settings give way (an ellipsis) before the context count and
+    the speed, which show whole at any width: at 60 columns the model's name kept its 60% and
+    the speed was cut to "115.3 to" (seen in tmux)."""
     app = make_app(backend=long_named(8192),
                    settings=SamplingParams(temperature=0.7, max_new_tokens=512, top_p=0.9))
     async with app.run_test(size=size) as pilot:
@@ -33,6 +36,10 @@ async def test_the_context_count_and_the_settings_always_show(size):
         await pilot.pause(0.1)
         line = top_line(app)
         assert "ctx" in line and "/8.2k" in line, line
+        app.chat.status.speed = speed = "115.3 tok/s"  # (as a real model's, long)
+        await pilot.pause(0.1)
+        line = top_line(app)
+        assert line.rstrip().endswith(speed) and "ctx" in line, line
         if size[0] >= 120:
             for part in ("temp 0.7", "top_p 0.9", "max 512"):
                 assert part in line, line

@@ -47,12 +47,13 @@ class StatusBar(Horizontal):
     StatusBar { height: 1; background: $panel; color: $text; }
     StatusBar > Static { width: auto; padding: 0 1; text-wrap: nowrap; }
     StatusBar > #status-settings { width: 1fr; color: $text-muted; text-overflow: ellipsis; }
-    StatusBar > #status-model { color: $primary; text-style: bold; max-width: 60%;
-        text-overflow: ellipsis; }
+    StatusBar > #status-model { color: $primary; text-style: bold; text-overflow: ellipsis; }
     StatusBar > #status-context, StatusBar > #status-speed { min-width: 8; }
     """
     """The model and the settings give way (ellipsis) before the context meter and the
-    speed, which always show: at 70 columns the meter was pushed off the line."""
+    speed, which always show: at 70 columns the meter was pushed off the line. The model's
+    60% is cut further where the meter and the speed need it (``_fit``): at 60 columns the
+    speed lost its last characters ("115.3 to")."""
 
     model: reactive[str] = reactive("loading…")
     settings: reactive[str] = reactive("")
@@ -78,8 +79,22 @@ class StatusBar(Horizontal):
 
     def _meter(self) -> None:
         bar = 0 if self.size.width and self.size.width < NARROW else 10
-        self.query_one("#status-context", Static).update(
-            context_meter(self.context_used, self.context_limit, bar))
+        meter = context_meter(self.context_used, self.context_limit, bar)
+        self._meter_cells = meter.cell_length
+        self.query_one("#status-context", Static).update(meter)
+        self._fit()
+
+    _meter_cells = 0
+
+    def _fit(self) -> None:
+        """At most what the line leaves the model once the meter, the speed (each at least 8
+        cells with their padding) and the settings' padding have theirs, and at most 60%."""
+        width = self.size.width
+        if not width:
+            return
+        taken = max(8, self._meter_cells + 2) + max(8, Content(self.speed).cell_length + 2) + 2
+        room = max(4, min(width * 6 // 10, width - taken))
+        self.query_one("#status-model", Static).styles.max_width = room
 
     def on_resize(self) -> None:
         self._meter()
@@ -92,6 +107,7 @@ class StatusBar(Horizontal):
 
     def watch_speed(self, value: str) -> None:
         self.query_one("#status-speed", Static).update(Content(value))
+        self._fit()
 
     @property
     def context_share(self) -> float:
