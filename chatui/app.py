@@ -40,7 +40,7 @@ from .commands import COMMANDS
 from .config import AppConfig, load_remembered, remember
 from .conversation import Conversation, ModelRef
 from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseComplete,
-                       ResponseFailed)
+                       ResponseFailed, SubmitSettled)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
@@ -98,10 +98,23 @@ class ChatApp(ReportsFatalErrors, App[int]):
         hand it to the screen, which drops it): measured with tmux, a message typed within a
         second of starting chatui was lost in every run."""
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
-            if self._held is not None:
-                self._held.append(event)
+            held = self._held if self._held is not None else self._held_after
+            if held is not None:
+                held.append(event)
                 return
             self._focus_prompt_if_nothing_is()
+            top = self.screen_stack[-1] if self.screen_stack else None
+            sends = isinstance(event, events.Key) and event.key == "enter" \
+                and isinstance(top, ChatScreen) and self.focused is top.prompt
+            await super().on_event(event)
+            if sends:
+                self._hold_keys()
+            elif self.screen_stack and self.screen_stack[-1] is not top:
+                # a key that opened (or closed) a screen, as a priority binding does at once
+                # (F5, F1, Ctrl+F, Ctrl+P, Esc): the screen is not up yet
+                hold = self._hold_keys()
+                self.screen.call_after_refresh(self.post_message, SubmitSettled(hold))
+            return
         await super().on_event(event)
 
     def _focus_prompt_if_nothing_is(self) -> None:
@@ -110,6 +123,37 @@ class ChatApp(ReportsFatalErrors, App[int]):
         screen = self.screen
         if isinstance(screen, ChatScreen) and screen.is_mounted:
             screen.set_focus(screen.prompt)
+
+    _held_after: list[events.Event] | None = None
+    """Keys and pastes typed after a key whose effect is not in place yet (None when none
+    is held): Enter in the message box, until what it sent has been taken up
+    (``SubmitSettled``), and a key that opened or closed a screen, until that screen has
+    drawn itself. ``/tree`` then Down and Enter typed at once moved the message box's history
+    and sent nothing, the tree never saw them (seen in tmux). Held keys go where the focus is
+    then, in order, before any later key."""
+
+    _hold = 0
+    """The number of the last hold (a settling meant for an earlier one ends nothing)."""
+
+    HOLD_MAX_S = 1.0
+    """The longest keys are held: a command that takes longer (a long /score) lets them go
+    to wherever the focus is then, so that typing never seems dead for long."""
+
+    def _hold_keys(self) -> int:
+        self._held_after = []
+        self._hold += 1
+        hold = self._hold
+        self.set_timer(self.HOLD_MAX_S, lambda: self.post_message(SubmitSettled(hold)))
+        return hold
+
+    async def on_submit_settled(self, message: SubmitSettled) -> None:
+        """Let the held keys go, in order (this runs in the app's queue, where later keys
+        wait); an Enter among them may hold the ones after it in turn."""
+        if self._held_after is None or message.hold not in (None, self._hold):
+            return
+        held, self._held_after = self._held_after, None
+        for event in held:
+            await self.on_event(_fresh(event))
 
     _input_watch: early_input.QuietWatch
     """Whether what was typed at start has all been read (``on_input_ready``)."""
@@ -133,11 +177,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
             if isinstance(early, events.Key) and early.key == "ctrl+j":
                 # typed before the terminal left line mode, Enter arrives as a line feed
                 early = events.Key("enter", "\r")
-            elif isinstance(early, events.Key):
-                early = events.Key(early.key, early.character)
-            else:
-                early = events.Paste(early.text)  # type: ignore[attr-defined]
-            await super().on_event(early)
+            await self.on_event(_fresh(early))
 
     def _new_worker(self) -> InferenceWorker:
         return InferenceWorker(self._factory,
@@ -634,3 +674,10 @@ def run_chat(factory: BackendFactory, config: AppConfig | None = None) -> int:
     finally:
         app.worker.close()
     return app.return_code if app.return_code is not None else (result or 0)
+
+
+def _fresh(event: events.Event) -> events.Event:
+    """A held key or paste as new (one already dispatched carries its handled state)."""
+    if isinstance(event, events.Key):
+        return events.Key(event.key, event.character)
+    return events.Paste(event.text)  # type: ignore[attr-defined]

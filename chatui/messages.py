@@ -95,6 +95,16 @@ class InputReady(Message):
 
 
 @dataclass
+class SubmitSettled(Message):
+    """What Enter in the message box sent has been taken up (a screen that a command opened
+    is up and has drawn itself): the keys typed since may go where the focus is now
+    (``ChatApp`` held them). ``hold``: the hold this ends (a timer's), None for the current
+    one."""
+
+    hold: int | None = None
+
+
+@dataclass
 class AutosaveBranched(Message):
     """An autosave was written as a branch: its file had changed elsewhere (posted from the
     autosaver's thread; the app then lets the conversation go on under the branch's id)."""

@@ -259,3 +259,63 @@ async def test_keys_typed_right_after_ctrl_g_extend_the_edited_prompt():
         await pilot.pause(0.2)
         assert app.chat.prompt.text == "first more"  # (" more" went aside as a draft)
         assert app.chat.state.editing is not None
+
+
+async def test_keys_typed_right_after_tree_and_enter_act_in_the_tree():
+    """``/tree``, Enter, Up and Enter typed at once open the branch above the one shown: the
+    tree was not up when Up and Enter came, so the message box took them (its history, an
+    empty send) and the tree never saw them (seen in tmux). The app holds what comes after
+    an Enter in the box until what it sent is taken up (``ChatApp.on_submit_settled``)."""
+    counter = iter(range(100))
+    app = make_app(lambda request, row: f"reply-{next(counter)} in words")
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first question")
+        await send(pilot, app, "/retry")
+        assert app.chat.conversation.entries[-1].text.startswith("reply-1")
+        app.chat.prompt.text = "/tree"
+        deliver(app, events.Key("enter", "\r"))
+        deliver(app, events.Key("up", None))
+        deliver(app, events.Key("enter", "\r"))
+        await shown_reply(pilot, app, "reply-0")
+        assert app.chat.prompt.text == "" and app.chat.prompt.prompt_history[-1] == "/tree"
+        type_now(app, "then this")  # typing goes on in the box
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "then this"
+        # F5 (a key that opens the tree) and the keys after it, as fast
+        deliver(app, events.Key("f5", None))
+        deliver(app, events.Key("down", None))
+        deliver(app, events.Key("enter", "\r"))
+        await shown_reply(pilot, app, "reply-1")
+        assert app.chat.prompt.text == "then this"
+
+
+async def shown_reply(pilot, app, first_word: str) -> None:
+    """Wait until the chat is back on top showing the reply that starts with ``first_word``."""
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if app.screen is app.chat and app.chat.conversation.entries[-1].text.startswith(
+                first_word):
+            break
+    assert app.screen is app.chat
+    assert [e.text.split()[0] for e in app.chat.conversation.entries] == [
+        "first", first_word]
+
+
+async def test_keys_after_enter_are_held_only_until_the_send_is_taken_up():
+    """A message sent and the next one typed at once: the next one is in the box, in order,
+    and an Enter in an empty box holds nothing (the keys after it are typed at once)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        type_now(app, "one")
+        deliver(app, events.Key("enter", "\r"))
+        type_now(app, "two")
+        await settle(pilot, app)
+        await pilot.pause(0.05)
+        assert app.chat.conversation.entries[0].text == "one"
+        assert app.chat.prompt.text == "two"
+        app.chat.prompt.text = ""
+        deliver(app, events.Key("enter", "\r"))
+        type_now(app, "x")
+        await pilot.pause(0.05)
+        assert app.chat.prompt.text == "x" and app._held_after is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -51,6 +52,7 @@ from ..messages import (
     ResponseComplete,
     ResponseFailed,
     ResponseStarted,
+    SubmitSettled,
     TokenSelected,
 )
 from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
@@ -109,18 +111,22 @@ class ChatScreen(Screen[None]):
                 tooltip="Raw token view (special tokens)"),
         Binding("ctrl+s", "command('/save')", "Save", id="chat.save", show=False,
                 tooltip="Save the conversation now"),
-        Binding("f1", "command('/help')", "Help", id="chat.help", tooltip="Commands and keys"),
-        Binding("ctrl+f", "command('/find')", "Find", id="chat.find", show=False,
+        Binding("f1", "command('/help')", "Help", id="chat.help", priority=True,
+                tooltip="Commands and keys"),
+        Binding("ctrl+f", "command('/find')", "Find", priority=True, id="chat.find", show=False,
                 tooltip="Search the saved conversations"),
         Binding("alt+left", "command('/sibling prev')", "Prev", id="chat.prev", show=False,
                 tooltip="The previous alternative (‹ 2/3 ›) of the last message with several"),
         Binding("alt+right", "command('/sibling next')", "Next", id="chat.next", show=False,
                 tooltip="The next alternative of the last message with several"),
-        Binding("f5", "command('/tree')", "Tree", id="chat.tree", show=False,
+        Binding("f5", "command('/tree')", "Tree", priority=True, id="chat.tree", show=False,
                 tooltip="The conversation as a tree of branches"),
         *pick_bindings(),
     ]
-    """Keys run the same registry handlers as the slash commands (``action_command``)."""
+    """Keys run the same registry handlers as the slash commands (``action_command``). The
+    keys that open a screen are priority bindings: run as the key arrives, so the app holds
+    the keys typed after it for that screen (``ChatApp.on_event``); as plain bindings they
+    ran once the key had bubbled up, and the keys behind it went to the message box."""
 
     generating: reactive[bool] = reactive(False)
     """Drawn from ``state.job`` (set by the streaming loop only)."""
@@ -154,9 +160,6 @@ class ChatScreen(Screen[None]):
         self._waiting_notice: Item | None = None
         """The notice that a message waits for the model, while one does (removed when it is
         sent or the model fails: it would say something no longer true)."""
-        self._submitting = False
-        """Whether the command running was sent from the message box (then emptied: what it
-        holds meanwhile was typed after Enter)."""
         self._slot: Item | None = None
         """Where the messages that replace those a /retry or an edit took off the screen go:
         the item that followed them (a notice), or None (at the end). Set by :meth:`rewind`,
@@ -451,25 +454,7 @@ class ChatScreen(Screen[None]):
         from .notebook import NotebookScreen
 
         if not any(isinstance(s, NotebookScreen) for s in self.app.screen_stack):
-            self.app.push_screen(NotebookScreen(self, notice=notice,
-                                                take_typed=self._typed_after_enter()))
-
-    def _typed_after_enter(self) -> Callable[[], str] | None:
-        """For a screen that a command sent from the message box opens (``/raw-mode``,
-        ``/compare``): a function that takes what the box holds then (typed after Enter, for
-        that screen: a quick typist's keys reached the box before the screen was up) and
-        empties it. None for a screen opened otherwise (a key, the palette): the box may
-        hold a draft for the chat."""
-        if not self._submitting:
-            return None
-
-        def take() -> str:
-            typed = self.prompt.text
-            if typed:
-                self.prompt.set_text("")
-            return typed
-
-        return take
+            self.app.push_screen(NotebookScreen(self, notice=notice))
 
     def probe_point(self) -> tuple[Entry, Reply, int] | None:
         """The reply token under the token view's cursor (``/probe`` asks about it): its
@@ -787,14 +772,24 @@ class ChatScreen(Screen[None]):
     async def _submitted(self, event: PromptSubmitted) -> None:
         text = event.text
         self.carryover.sent(text)
-        if commands.is_command(text):
-            self._submitting = True
-            try:
+        try:
+            if commands.is_command(text):
                 await self.run_command(text)
-            finally:
-                self._submitting = False
-            return
-        await self.send(commands.unescape(text))
+            else:
+                await self.send(commands.unescape(text))
+        finally:
+            self._settle_submit()
+
+    def _settle_submit(self) -> None:
+        """The keys typed after Enter (held by the app) may go: to this screen's focus, or
+        to a screen the command opened once it has drawn itself (its ``on_mount`` has put
+        its focus and cursor where keys should act)."""
+        settled = partial(self.app.post_message, SubmitSettled())
+        top = self.app.screen
+        if top is self:
+            settled()
+        else:
+            top.call_after_refresh(settled)
 
     async def send(self, text: str) -> None:
         """Send a user message and stream the reply."""
@@ -1178,8 +1173,7 @@ class ChatScreen(Screen[None]):
                             done: Callable[[tuple[tuple[str, ...], str] | None], None]) -> None:
         from .compare import CompareScreen
 
-        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base,
-                                           take_typed=self._typed_after_enter()),
+        self.app.push_screen(CompareScreen(self.config_dir(), columns=columns, base=base),
                              reported_callback(self, "The compare screen", done))
 
     def chosen_changed(self, entry: Entry) -> None:

@@ -10,7 +10,7 @@ those unchanged); empty lines are skipped. "Compare" arms the comparison for the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from textual import on
 from textual.app import ComposeResult
@@ -81,17 +81,12 @@ class CompareScreen(ModalScreen[Result | None]):
     """
 
     def __init__(self, config_dir: Path, *, columns: Sequence[str] = (),
-                 base: SamplingParams | None = None,
-                 take_typed: Callable[[], str] | None = None) -> None:
-        """``take_typed``: opened by ``/compare`` sent from the chat's message box, what was
-        typed there after Enter (``ChatScreen._typed_after_enter``) becomes the first
-        column (:meth:`_take_typed_ahead`)."""
+                 base: SamplingParams | None = None) -> None:
         super().__init__()
         self.config_dir = config_dir
         self.base = base or SamplingParams()
         self.initial = list(columns)[:MAX_COLUMNS]
         self.presets: dict[str, tuple[str, ...]] = {}
-        self.take_typed = take_typed
 
     # ---- typed accessors ----
 
@@ -138,21 +133,6 @@ class CompareScreen(ModalScreen[Result | None]):
         self.error.display = False
         self._reload_presets()
         self.column_input(0).focus()
-        if self.take_typed is not None:
-            self._take_typed_ahead()
-            self.call_after_refresh(self._take_typed_ahead)  # (keys the box had queued)
-
-    def _take_typed_ahead(self) -> None:
-        """What was typed into the chat's box after ``/compare`` and Enter goes before what
-        came here since (it replaces the first column as typing into it does: the focus
-        selects it): the keys a quick typist sent before this screen was up waited in the
-        chat (seen in tmux)."""
-        typed = self.take_typed() if self.take_typed is not None else ""
-        if typed:
-            field = self.column_input(0)
-            first = self.initial[0] if self.initial else ""
-            field.value = typed + ("" if field.value == first else field.value)
-            field.cursor_position = len(field.value)
 
     # ---- presets ----
 

@@ -13,7 +13,7 @@ probability in the token view below, the perplexity in the status line), and on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -73,16 +73,11 @@ class NotebookScreen(Screen[None]):
     NotebookScreen #notebook-status { height: 1; color: $text-muted; padding: 0 1; }
     """
 
-    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "",
-                 take_typed: Callable[[], str] | None = None) -> None:
-        """``take_typed``: opened by ``/raw-mode`` sent from the chat's message box, what
-        was typed there after Enter, for the notebook (``ChatScreen._typed_after_enter``),
-        goes to the end of its text (:meth:`_take_typed_ahead`)."""
+    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "") -> None:
         super().__init__()
         self.chat = chat
         self.initial_text = text
         self.initial_notice = notice
-        self.take_typed = take_typed
         self.conversation = Conversation(mode="raw")
         """The latest continuation as a conversation (what the transcript records)."""
         self.base = ""
@@ -138,18 +133,6 @@ class NotebookScreen(Screen[None]):
         self.query_one("#notebook-notice").display = bool(notice)
         self.text_area.focus()
         self.text_area.move_cursor(self.text_area.document.end)
-        if self.take_typed is not None:
-            self._take_typed_ahead()
-            self.call_after_refresh(self._take_typed_ahead)  # (keys the box had queued)
-
-    def _take_typed_ahead(self) -> None:
-        """Move what was typed into the chat's box after ``/raw-mode`` and Enter to the end of
-        the text: the keys a quick typist sent before this screen was up went there, and the
-        text typed for the notebook waited in the chat (seen in tmux)."""
-        typed = self.take_typed() if self.take_typed is not None else ""
-        if typed:
-            self.text_area.move_cursor(self.text_area.document.end)
-            self.text_area.insert(typed)
 
     def status(self, text: str) -> None:
         self.query_one("#notebook-status", Static).update(Content(safe_text(text)))

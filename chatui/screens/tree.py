@@ -224,8 +224,13 @@ class TreeScreen(ModalScreen[str | None]):
             stack.extend(reversed([(node, c, n) for c, n in zip(kids, parting_words(kids))]))
         tree.root.expand()
         tree.focus()
-        if cursor is not None:  # on the branch shown (once the lines exist)
-            self.call_after_refresh(tree.move_cursor, cursor)
+        if cursor is not None:  # on the branch shown, now: keys typed ahead act from there
+            line = 0
+            while (node := tree.get_node_at_line(line)) not in (cursor, None):
+                line += 1
+            tree.move_cursor_to_line(line)
+            self.call_after_refresh(lambda: tree.scroll_to_line(tree.cursor_line,
+                                                                animate=False))
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[BranchLine]) -> None:
         event.stop()

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.widgets import TextArea
 
 from .. import commands
-from ..messages import PageConversation, PromptCleared, PromptSubmitted
+from ..messages import PageConversation, PromptCleared, PromptSubmitted, SubmitSettled
 
 
 class PromptInput(TextArea):
@@ -48,6 +48,7 @@ class PromptInput(TextArea):
     def _submit(self) -> None:
         text = self.text
         if not text.strip():
+            self.app.post_message(SubmitSettled())  # nothing sent: typing goes on here
             return
         if not self.prompt_history or self.prompt_history[-1] != text:
             self.prompt_history.append(text)
