@@ -83,7 +83,8 @@ def reply_stats(reply: Reply) -> str:
     if n or reply.tokens:
         parts.append(f"{n} token" + ("" if n == 1 else "s"))
     if u is not None:
-        parts.append(f"{u.decode_tokens_per_s:.1f} tok/s")
+        if u.decode_rate is not None:
+            parts.append(f"{u.decode_rate:.1f} tok/s")
         parts.append(f"first token {u.ttft_s:.2f} s")
     ppl = reply.perplexity
     if ppl is not None:

@@ -174,10 +174,11 @@ def status_label(state: ChatState) -> str:
 def speed_label(replies: list[Reply], *, stable: bool) -> str | None:
     """The status bar's speed after a generation (None: leave it as it is). With ``stable``
     timings (tests, snapshots) no number is shown."""
-    rates = [r.usage.decode_tokens_per_s for r in replies if r.usage is not None]
+    usages = [r.usage for r in replies if r.usage is not None]
     single = len(replies) == 1
-    if stable and (rates or not single):
+    if stable and (usages or not single):
         return "– tok/s"
+    rates = [u.decode_rate for u in usages if u.decode_rate is not None]
     if not rates:
         return None
     if single:

@@ -180,7 +180,13 @@ class Usage:
     ttft_s: float
     """Time from the request to the first token."""
     decode_tokens_per_s: float
-    """Tokens per second after the first one."""
+    """Tokens per second after the first one (0 when there was none after it)."""
+
+    @property
+    def decode_rate(self) -> float | None:
+        """:attr:`decode_tokens_per_s`, None where there is no rate: a reply of one token (a
+        fan-out's branch that is its end-of-turn token said "0.0 tok/s")."""
+        return self.decode_tokens_per_s if self.decode_tokens_per_s > 0 else None
 
 
 # ---- events (what a backend yields while it works) ----

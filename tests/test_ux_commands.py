@@ -204,3 +204,26 @@ def test_a_reply_stopped_while_its_prompt_was_read_says_so():
 
     reply = Reply(SamplingParams(), "", [], "cancelled", Usage(6037, 0, 0, 0.0, 0.0))
     assert reply_stats(reply) == "0 tokens · stopped before its first token"
+
+
+def test_a_reply_of_one_token_has_no_speed():
+    """A fan-out's branch that is its end-of-turn token (one token decoded, no rate after the
+    first) said "0.0 tok/s" in its statistics, in the export and in the status line."""
+    from chatui.conversation import Reply
+    from chatui.export import reply_stats as export_stats
+    from chatui.state import speed_label
+    from chatui.widgets.reply import reply_stats
+    from inference.settings import SamplingParams
+    from inference.types import Token, Usage
+
+    one = Reply(SamplingParams(), "Hi", [Token(0, 1, "Hi", -0.5, 0.1)], "stop",
+                Usage(12, 1, 0, 0.08, 0.0))
+    assert reply_stats(one) == "1 token · mean logprob -0.50 · ppl 1.65 · " \
+        "least likely 'Hi' 60.7% · TTFT 0.08s"
+    assert "tok/s" not in export_stats(one)
+    assert speed_label([one], stable=False) is None  # (the status line keeps what it had)
+    two = Reply(SamplingParams(), "Hi there", [Token(0, 1, "Hi", -0.5, 0.1),
+                                               Token(1, 2, " there", -0.5, 0.1)], "stop",
+                Usage(12, 2, 0, 0.08, 50.0))
+    assert "50.0 tok/s · TTFT 0.08s" in reply_stats(two)
+    assert speed_label([one, two], stable=False) == "50.0 tok/s (1 of 2 columns)"

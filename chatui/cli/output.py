@@ -146,8 +146,10 @@ def print_compare_table(rows: tuple[SamplingParams, ...], done: list[RowDone],
     for d in done:
         s = rows[d.row]
         label = s.describe(against=base) + (" (deterministic)" if s.greedy else "")
-        stats = (f"{d.usage.completion_tokens} tokens\n{d.usage.decode_tokens_per_s:.1f} tok/s\n"
-                 f"{d.finish_reason}")
+        rate = d.usage.decode_rate
+        stats = "\n".join([f"{d.usage.completion_tokens} tokens",
+                           *([f"{rate:.1f} tok/s"] if rate is not None else []),
+                           d.finish_reason])
         table.add_row(str(d.row + 1), Text(label), Text(d.text), Text(stats))
     Console().print(table)
 

@@ -17,7 +17,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from ..conversation import Reply, has_reasoning, reasoning_count
-from .text import safe_text
+from .text import safe_text, tokens_label
 
 LIVE_TAIL = 1200
 """While the reasoning streams, the block shows its last this many characters (from a line or
@@ -40,7 +40,7 @@ def reasoning_summary(reply: Reply, *, open_: bool, live_s: float | None = None,
     """The block's first line: fold marker, token count, duration."""
     n = reasoning_count(reply.tokens)
     thinking = streaming and not reply.text and reply.finish_reason is None
-    parts = ["Reasoning…" if thinking else "Reasoning", f"{n} token" + ("" if n == 1 else "s")]
+    parts = ["Reasoning…" if thinking else "Reasoning", tokens_label(n)]
     seconds = reply.reasoning_s if reply.reasoning_s is not None else live_s
     if stable_timings:
         parts.append("– s")

@@ -32,7 +32,7 @@ from .parts_line import PartsLine
 from .reasoning import ReasoningBlock
 from .settled import SettledSize
 from .streaming_markdown import StreamingMarkdown
-from .text import safe_text, show_prob, show_token
+from .text import safe_text, show_prob, show_token, tokens_label
 from .token_view import REFRESH_S, TokenView
 
 FRAME_S = REFRESH_S
@@ -184,9 +184,10 @@ def reply_stats_parts(reply: Reply, *, live_rate: float | None = None,
         return ["text only: no tokens were recorded with it"]
     running = running.sync(reply.tokens) if running is not None \
         else RunningStats().sync(reply.tokens)
-    parts = [f"{running.count} tokens"]
+    parts = [tokens_label(running.count)]
     if running.reasoning:  # "21 tokens + 26 reasoning"
-        parts = [f"{running.count - running.reasoning} tokens + {running.reasoning} reasoning"]
+        parts = [f"{tokens_label(running.count - running.reasoning)} + "
+                 f"{running.reasoning} reasoning"]
     mean = running.mean_logprob
     if mean is not None:
         ppl = math.exp(-mean)
@@ -200,7 +201,8 @@ def reply_stats_parts(reply: Reply, *, live_rate: float | None = None,
     elif stable_timings:
         parts.append("– tok/s")
     elif reply.usage is not None:
-        parts.append(f"{reply.usage.decode_tokens_per_s:.1f} tok/s")
+        if reply.usage.decode_rate is not None:
+            parts.append(f"{reply.usage.decode_rate:.1f} tok/s")
         parts.append(f"TTFT {reply.usage.ttft_s:.2f}s")
     elif live_rate is not None:
         parts.append(f"{live_rate:.1f} tok/s")

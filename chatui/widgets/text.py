@@ -44,6 +44,11 @@ def shorten(text: str, width: int) -> str:
     return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
 
+def tokens_label(n: int) -> str:
+    """"1 token", "2 tokens"."""
+    return f"{n} token" + ("" if n == 1 else "s")
+
+
 def show_token(text: str) -> str:
     """A token's text for a label: quoted, whitespace made visible."""
     return "'" + safe_text(text).replace("\n", "↵").replace("\t", "⇥") + "'"
