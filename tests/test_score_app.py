@@ -156,3 +156,38 @@ def test_the_score_header_wraps_between_tokens_never_inside_one():
                    if len(text) <= width), (width, lines)  # each part whole on a line
         for text in lines:
             assert text.rstrip(",·").rstrip().endswith(("%", "tokens")), (width, lines)
+
+
+async def test_typing_after_score_goes_to_the_prompt():
+    """The scored message's token view has the focus after ``/score``; what is typed then (a
+    next command, a message) goes to the prompt as from a reply's token view: it was
+    dropped, and its letters ran the view's keys (``r`` the raw view; seen in tmux). So does
+    typing in a comparison's column."""
+    from textual import events
+
+    from chatui.textual_compat.testing import deliver
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "the quick brown fox jumps")
+        await run(pilot, app, "/score")
+        assert app.focused is app.chat.query_one(ScoredMessage).token_view
+        for ch in "/score words":
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "/score words" and not app.chat.raw
+        assert app.focused is app.chat.prompt
+        app.chat.prompt.text = ""
+        await pilot.press("ctrl+t")  # (token view off)
+        await send(pilot, app, "/compare temp=0 | temp=1")
+        await send(pilot, app, "hello there")
+        assert app.chat.conversation.entries[-1].is_comparison
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        from chatui.widgets.token_view import TokenView
+
+        assert isinstance(app.focused, TokenView)
+        for ch in "/help":
+            deliver(app, events.Key(ch, ch))
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "/help"

@@ -502,7 +502,6 @@ class ChatScreen(Screen[None]):
             view = ReplyView(reply, stable_timings=self.stable_timings,
                              token_mode=self.token_mode, id=ids[0])
             view.raw = self.raw
-            view.type_into = self._type_into_prompt
             try:
                 view.forks = frozenset(fork_points(self.state.conversation, entry))
             except ValueError:  # no longer in the tree

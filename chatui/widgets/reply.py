@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -259,8 +259,6 @@ class ReplyView(SettledSize, Vertical):
         """The width the statistics line was last measured at, and its height there."""
         self._fence = FenceTracker()
         self._fence.feed(safe_text(reply.text))
-        self.type_into: Callable[[str, bool], None] | None = None
-        """Where text typed in the token view goes (set by the screen before mounting)."""
         self._reasoning = ReasoningBlock(reply, stable_timings=stable_timings)
         self._token_view: TokenView | None = None
         """The token view once made (see :attr:`token_view`)."""
@@ -296,7 +294,6 @@ class ReplyView(SettledSize, Vertical):
         view = TokenView(self.reply.tokens, raw=self.raw)
         view.active = self.token_mode
         view.owner_id = self.id or ""
-        view.type_into = self.type_into
         view.forks = self.forks
         self._token_view = view
         return view

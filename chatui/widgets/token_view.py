@@ -324,8 +324,6 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         self._last_render = 0.0
         self._timer_pending = False
         self._typing_away = False
-        self.type_into: Callable[[str, bool], None] | None = None
-        """Where typed text goes (``(text, submit)``), set by the screen; None keeps it here."""
         self.owner_id = ""
         """The id of the reply view this belongs to (sent in messages)."""
 
@@ -698,6 +696,20 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
             self.focus()
             self.cursor = unit
 
+    @property
+    def type_into(self) -> Callable[[str, bool], None] | None:
+        """Where typed text goes (``(text, submit)``): the ``type_into`` of the nearest
+        container that has one (the conversation's, set by the chat screen: the prompt), so
+        that every token view in it has it, a reply's, a comparison's column's, a scored
+        message's (those two had none, and after /score the text typed was dropped and its
+        letters ran the view's keys: ``r`` the raw view, a digit a branch; seen in tmux).
+        None keeps the keys here (the notebook's)."""
+        for node in self.ancestors:
+            target = getattr(node, "type_into", None)
+            if target is not None:
+                return target
+        return None
+
     def on_key(self, event: events.Key) -> None:
         """Typing that does not start with one of the view's keys goes to ``type_into`` (after
         Esc stopped a reply here, ``/continue`` must reach the prompt, and its ``n`` must not
@@ -706,15 +718,16 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         Keys that were on their way here before the focus moved (a fast typist, a terminal
         delivering a burst) follow them, bound or not, in order; Enter submits.
         """
-        if self.type_into is None:
+        type_into = self.type_into
+        if type_into is None:
             return
         away = self._typing_away or not self.has_focus
         if away and event.key == "enter":
-            self.type_into("", True)
+            type_into("", True)
         elif event.is_printable and event.character and (
                 away or event.key not in self.screen.active_bindings):
             self._typing_away = True
-            self.type_into(event.character, False)
+            type_into(event.character, False)
         else:
             return
         event.stop()
