@@ -120,6 +120,15 @@ async def test_text_typed_right_after_raw_mode_goes_to_the_notebook():
         await pilot.pause(0.1)
         assert nb.text_area.text == "Once upon a time"
         assert app.chat.prompt.text == "a draft for the chat"
+        # typed with the token view focused (Ctrl+T): it goes to the document, at its cursor
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.05)
+        assert app.focused is nb.token_view
+        for ch in ", there":
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+        await pilot.pause(0.1)
+        assert nb.text_area.text == "Once upon a time, there"
+        assert app.focused is nb.text_area
 
 
 def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():

@@ -243,6 +243,12 @@ class NotebookScreen(Screen[None]):
 
     # ---- tokens ----
 
+    def type_into(self, text: str, submit: bool) -> None:
+        """Text typed in the token view goes to the document, where its cursor is (it was
+        dropped; seen in tmux); Enter there is a new line, as in the document."""
+        self.text_area.focus()
+        self.text_area.insert(text + ("\n" if submit else ""))
+
     def action_toggle_focus(self) -> None:
         if self.focused is self.token_view:
             self.text_area.focus()
