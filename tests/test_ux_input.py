@@ -319,3 +319,32 @@ async def test_keys_after_enter_are_held_only_until_the_send_is_taken_up():
         type_now(app, "x")
         await pilot.pause(0.05)
         assert app.chat.prompt.text == "x" and app._held_after is None
+
+
+async def test_keys_typed_right_after_ctrl_f_or_find_reach_the_search_box():
+    """Ctrl+F (a key) or ``/find`` and Enter (a command), then the words at once: they are
+    the search's, not the message box's (the search screen was not up yet)."""
+    from textual.widgets import Input
+
+    from chatui.screens.history import HistoryScreen
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        for opening in ([events.Key("ctrl+f", None)], "/find"):
+            if isinstance(opening, str):
+                app.chat.prompt.text = opening
+                opening = [events.Key("enter", "\r")]
+            for key in opening:
+                deliver(app, key)
+            type_now(app, "pirate")
+            for _ in range(100):
+                await pilot.pause(0.02)
+                if isinstance(app.screen, HistoryScreen) and \
+                        app.screen.query_one(Input).value == "pirate":
+                    break
+            assert isinstance(app.screen, HistoryScreen)
+            assert app.screen.query_one(Input).value == "pirate"
+            assert app.chat.prompt.text == ""
+            await pilot.press("escape")
+            await pilot.pause(0.1)
