@@ -24,7 +24,7 @@ def long_named(context_limit: int) -> ScriptedBackend:
     return b
 
 
-@pytest.mark.parametrize("size", [(60, 20), (70, 24), (120, 36)])
+@pytest.mark.parametrize("size", [(60, 20), (70, 24), (80, 24), (120, 36)])
 async def test_the_context_count_and_the_settings_always_show(size):
     """The model's name and the settings give way (an ellipsis) before the context count and
     the speed, which show whole at any width: at 60 columns the model's name kept its 60% and
@@ -40,6 +40,8 @@ async def test_the_context_count_and_the_settings_always_show(size):
         await pilot.pause(0.1)
         line = top_line(app)
         assert line.rstrip().endswith(speed) and "ctx" in line, line
+        if size[0] >= 80:  # (the settings had "tem…" at 80 columns, the model "int8 weigh…")
+            assert "SmolLM2-135M-Instruct" in line and "temp 0.7" in line, line
         if size[0] >= 120:
             for part in ("temp 0.7", "top_p 0.9", "max 512"):
                 assert part in line, line

@@ -76,6 +76,7 @@ class StatusBar(Horizontal):
         field = self.query_one("#status-settings", Static)
         field.update(Content(value))
         field.tooltip = value
+        self._fit()
 
     def _meter(self) -> None:
         bar = 0 if self.size.width and self.size.width < NARROW else 10
@@ -86,13 +87,19 @@ class StatusBar(Horizontal):
 
     _meter_cells = 0
 
+    SETTINGS_CELLS = 20
+    """What the settings keep of the line before the model's name gives way ("temp 0.7 · max
+    512" whole): at 80 columns the name's "int8 weigh…" left them "tem…"."""
+
     def _fit(self) -> None:
         """At most what the line leaves the model once the meter, the speed (each at least 8
-        cells with their padding) and the settings' padding have theirs, and at most 60%."""
+        cells with their padding) and the settings (up to ``SETTINGS_CELLS`` with their
+        padding) have theirs, and at most 60%."""
         width = self.size.width
         if not width:
             return
-        taken = max(8, self._meter_cells + 2) + max(8, Content(self.speed).cell_length + 2) + 2
+        taken = max(8, self._meter_cells + 2) + max(8, Content(self.speed).cell_length + 2) \
+            + min(self.SETTINGS_CELLS, Content(self.settings).cell_length + 2)
         room = max(4, min(width * 6 // 10, width - taken))
         self.query_one("#status-model", Static).styles.max_width = room
 
