@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 

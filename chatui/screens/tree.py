@@ -226,11 +226,12 @@ class TreeScreen(ModalScreen[str | None]):
         tree.focus()
         if cursor is not None:  # on the branch shown, now: keys typed ahead act from there
             line = 0
-            while (node := tree.get_node_at_line(line)) not in (cursor, None):
+            while (at := tree.get_node_at_line(line)) is not None and at is not cursor:
                 line += 1
-            tree.move_cursor_to_line(line)
-            self.call_after_refresh(lambda: tree.scroll_to_line(tree.cursor_line,
-                                                                animate=False))
+            if at is not None:
+                tree.move_cursor_to_line(line)
+                self.call_after_refresh(lambda: tree.scroll_to_line(tree.cursor_line,
+                                                                    animate=False))
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[BranchLine]) -> None:
         event.stop()
