@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -118,15 +119,29 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
     def _changed(self, event: Input.Changed) -> None:
         self.refresh_list(event.value)
 
-    def refresh_list(self, text: str, delay: float = SEARCH_DELAY_S) -> None:
-        self._generation += 1
-        self.workers.cancel_group(self, "history-search")
-        run_reported(self, self._search(text, self._generation, delay),
-                     what="Searching the history", group="history-search")
+    _pending: Timer | None = None
 
-    async def _search(self, text: str, generation: int, delay: float) -> None:
+    def refresh_list(self, text: str, delay: float = SEARCH_DELAY_S) -> None:
+        """Search for ``text`` once ``delay`` has passed with nothing newer typed (a timer,
+        not a worker a key: a worker cancelled before it started left its coroutine never
+        awaited); a search already running finishes and its answer is dropped."""
+        self._generation += 1
+        generation = self._generation
+        if self._pending is not None:
+            self._pending.stop()
+            self._pending = None
+
+        def start() -> None:
+            self._pending = None
+            run_reported(self, self._search(text, generation),
+                         what="Searching the history", group="history-search")
+
         if delay:
-            await asyncio.sleep(delay)
+            self._pending = self.set_timer(delay, start)
+        else:
+            start()
+
+    async def _search(self, text: str, generation: int) -> None:
         if generation != self._generation:
             return
         if fts_query(text):
