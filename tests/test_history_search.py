@@ -289,3 +289,33 @@ async def test_a_hit_far_up_a_long_conversation_opens_scrolled_to_it(config_dir)
         assert await until_at_top(pilot, app, target), (
             chat.log_view.scroll_y, chat.log_view.max_scroll_y)
         assert chat.log_view.scroll_y < chat.log_view.max_scroll_y
+
+
+async def test_words_and_enter_typed_at_once_open_the_words_hit():
+    """Ctrl+F, "narwh" and Enter typed before the search answered opened the newest
+    conversation, first in the list of all (seen in tmux): Enter, and a move, wait for the
+    answer to what was typed. "wal", Down, Enter (one hit: Down stays on it) opens it too."""
+    from textual import events
+
+    from chatui.screens.history import HistoryScreen
+    from chatui.textual_compat.testing import deliver
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "tell me about narwhals")
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "tell me about walruses")
+        await send(pilot, app, "/clear")
+        for words, keys, opened in (("narwh", ["enter"], "tell me about narwhals"),
+                                    ("wal", ["down", "enter"], "tell me about walruses")):
+            deliver(app, events.Key("ctrl+f", None))
+            for key in [*words, *keys]:
+                deliver(app, events.Key(key, "\r" if key == "enter" else
+                                        None if key == "down" else key))
+            for _ in range(150):
+                await pilot.pause(0.02)
+                if not isinstance(app.screen, HistoryScreen) and app.chat.conversation.entries:
+                    break
+            assert not isinstance(app.screen, HistoryScreen)
+            assert app.chat.conversation.entries[0].text == opened
+            await send(pilot, app, "/clear")

@@ -13,6 +13,7 @@ import asyncio
 import datetime
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from textual import on
 from textual.app import ComposeResult
@@ -103,6 +104,12 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         self.initial = query
         self.found: list[Found] = []
         self._generation = 0
+        self._answered = 0
+        """The search whose answer the list shows (``_generation`` when it is the latest)."""
+        self._waiting: list[Callable[[], None]] = []
+        """Keys that act on the list (a move, Enter) typed before the latest answer came."""
+        self._start_now: Callable[[], None] | None = None
+        """Starts the search that waits for a pause in the typing (None when none waits)."""
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -132,14 +139,29 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
             self._pending = None
 
         def start() -> None:
-            self._pending = None
+            if self._pending is not None:
+                self._pending.stop()
+            self._pending = self._start_now = None
             run_reported(self, self._search(text, generation),
                          what="Searching the history", group="history-search")
 
         if delay:
+            self._start_now = start
             self._pending = self.set_timer(delay, start)
         else:
             start()
+
+    def _when_answered(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (a key on the list) on the latest search's answer: "copper" and
+        Enter typed at once opened the newest conversation, first in the list shown before
+        the search had answered (seen in tmux). A search waiting for a pause in the typing
+        starts now: the key says the typing is done."""
+        if self._answered == self._generation:
+            action()
+            return
+        self._waiting.append(action)
+        if self._start_now is not None:
+            self._start_now()
 
     async def _search(self, text: str, generation: int) -> None:
         if generation != self._generation:
@@ -166,8 +188,15 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         if found:
             options.highlighted = next((i for i, f in enumerate(found) if not f.error), None)
         self.query_one("#history-count", Static).update(count)
+        self._answered = generation
+        waiting, self._waiting = self._waiting, []
+        for action in waiting:
+            action()
 
     def action_move(self, step: int) -> None:
+        self._when_answered(lambda: self._move(step))
+
+    def _move(self, step: int) -> None:
         options = self.query_one(OptionList)
         if not self.found:
             return
@@ -176,6 +205,11 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
 
     @on(Input.Submitted, "#history-query")
     def _submitted(self) -> None:
+        self._when_answered(self._open_highlighted)
+
+    def _open_highlighted(self) -> None:
+        if not self.is_active:
+            return  # (closed meanwhile)
         index = self.query_one(OptionList).highlighted
         if index is not None and 0 <= index < len(self.found) and not self.found[index].error:
             self.dismiss((self.found[index].path, self.query_one(Input).value))
