@@ -285,8 +285,10 @@ async def test_keys_typed_right_after_tree_and_enter_act_in_the_tree():
         deliver(app, events.Key("f5", None))
         deliver(app, events.Key("down", None))
         deliver(app, events.Key("enter", "\r"))
+        type_now(app, " and more")  # (after the tree's Enter: the chat's again)
         await shown_reply(pilot, app, "reply-1")
-        assert app.chat.prompt.text == "then this"
+        await pilot.pause(0.1)
+        assert app.chat.prompt.text == "then this and more"
 
 
 async def shown_reply(pilot, app, first_word: str) -> None:

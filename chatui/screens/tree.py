@@ -190,7 +190,17 @@ class TreeScreen(ModalScreen[str | None]):
     TreeScreen Tree { height: 1fr; }
     """
 
-    BINDINGS = [Binding("escape,f5", "close", "Close", id="tree.close", priority=True)]
+    BINDINGS = [Binding("escape,f5", "close", "Close", id="tree.close", priority=True),
+                Binding("enter", "open", "Open", id="tree.open", priority=True),
+                *[Binding(key, f"move('{action}')", show=False, priority=True)
+                  for key, action in (("up", "cursor_up"), ("down", "cursor_down"),
+                                      ("pageup", "page_up"), ("pagedown", "page_down"),
+                                      ("home", "scroll_home"), ("end", "scroll_end"))]]
+    """Enter closes the screen as its key arrives (a priority binding), as Esc does, so that
+    the keys typed after it are the chat's (``ChatApp`` holds them until the chat is drawn):
+    through the tree's own Enter the screen closed a message later, and they went to the
+    tree. The keys that move the cursor are priority bindings too, so that they act in the
+    order typed with Enter (a priority binding runs ahead of keys queued for the tree)."""
 
     def __init__(self, conversation: Conversation) -> None:
         super().__init__()
@@ -237,6 +247,14 @@ class TreeScreen(ModalScreen[str | None]):
         event.stop()
         if event.node.data is not None:
             self.dismiss(event.node.data.node)
+
+    def action_move(self, action: str) -> None:
+        getattr(self.query_one(Tree), f"action_{action}")()
+
+    def action_open(self) -> None:
+        node = self.query_one(Tree).cursor_node
+        if node is not None and node.data is not None:
+            self.dismiss(node.data.node)
 
     def action_close(self) -> None:
         self.dismiss(None)
