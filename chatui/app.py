@@ -108,11 +108,11 @@ class ChatApp(ReportsFatalErrors, App[int]):
                 and isinstance(top, ChatScreen) and self.focused is top.prompt
             await super().on_event(event)
             if sends:
-                self._hold_keys()
+                self.hold_keys()
             elif self.screen_stack and self.screen_stack[-1] is not top:
                 # a key that opened (or closed) a screen, as a priority binding does at once
                 # (F5, F1, Ctrl+F, Ctrl+P, Esc): the screen is not up yet
-                hold = self._hold_keys()
+                hold = self.hold_keys()
                 self.screen.call_after_refresh(self.post_message, SubmitSettled(hold))
             return
         await super().on_event(event)
@@ -139,7 +139,10 @@ class ChatApp(ReportsFatalErrors, App[int]):
     """The longest keys are held: a command that takes longer (a long /score) lets them go
     to wherever the focus is then, so that typing never seems dead for long."""
 
-    def _hold_keys(self) -> int:
+    def hold_keys(self) -> int:
+        """Hold the keys typed from now on until ``SubmitSettled`` for the hold returned (or
+        ``HOLD_MAX_S``): for a key whose effect comes a moment later (a screen that closes
+        once a search has answered)."""
         self._held_after = []
         self._hold += 1
         hold = self._hold

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from chatui.conversation import Conversation
@@ -294,7 +295,8 @@ async def test_a_hit_far_up_a_long_conversation_opens_scrolled_to_it(config_dir)
 async def test_words_and_enter_typed_at_once_open_the_words_hit():
     """Ctrl+F, "narwh" and Enter typed before the search answered opened the newest
     conversation, first in the list of all (seen in tmux): Enter, and a move, wait for the
-    answer to what was typed. "wal", Down, Enter (one hit: Down stays on it) opens it too."""
+    answer to what was typed. "wal", Down, Enter (one hit: Down stays on it) opens it too.
+    What is typed after Enter is the chat's."""
     from textual import events
 
     from chatui.screens.history import HistoryScreen
@@ -309,13 +311,19 @@ async def test_words_and_enter_typed_at_once_open_the_words_hit():
         for words, keys, opened in (("narwh", ["enter"], "tell me about narwhals"),
                                     ("wal", ["down", "enter"], "tell me about walruses")):
             deliver(app, events.Key("ctrl+f", None))
-            for key in [*words, *keys]:
+            for key in [*words, *keys, *"next"]:
                 deliver(app, events.Key(key, "\r" if key == "enter" else
                                         None if key == "down" else key))
+            t0 = time.monotonic()
             for _ in range(150):
                 await pilot.pause(0.02)
-                if not isinstance(app.screen, HistoryScreen) and app.chat.conversation.entries:
+                if not isinstance(app.screen, HistoryScreen) and app.chat.conversation.entries \
+                        and app.chat.prompt.text:
                     break
             assert not isinstance(app.screen, HistoryScreen)
             assert app.chat.conversation.entries[0].text == opened
+            # typed after Enter: the chat's (it went to the search's box, closed with it),
+            # let go once the chat was back, not by the hold's 1 s limit
+            assert app.chat.prompt.text == "next" and time.monotonic() - t0 < 0.8
+            app.chat.prompt.text = ""
             await send(pilot, app, "/clear")

@@ -25,6 +25,7 @@ from textual.timer import Timer
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..messages import SubmitSettled
 from ..reporting import run_reported
 from ..transcript import list_transcripts
 from ..transcript.search import fts_query, search_transcripts
@@ -96,7 +97,11 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         Binding("up", "move(-1)", "Previous", show=False, priority=True),
         Binding("pagedown", "move(10)", show=False, priority=True),
         Binding("pageup", "move(-10)", show=False, priority=True),
+        Binding("enter", "open", "Open", show=False, priority=True),
     ]
+    """The keys that act on the list are priority bindings (run as the key arrives, whichever
+    widget has the focus); what they do waits behind the keys typed before them
+    (:meth:`_after_typing`)."""
 
     def __init__(self, directory: Path | None = None, query: str = "") -> None:
         super().__init__()
@@ -110,6 +115,10 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         """Keys that act on the list (a move, Enter) typed before the latest answer came."""
         self._start_now: Callable[[], None] | None = None
         """Starts the search that waits for a pause in the typing (None when none waits)."""
+        self._text = query
+        """The text of the latest search (started or waiting)."""
+        self._hold: int | None = None
+        """The app's hold on the keys typed after Enter, until the chat is back."""
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -134,6 +143,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         awaited); a search already running finishes and its answer is dropped."""
         self._generation += 1
         generation = self._generation
+        self._text = text
         if self._pending is not None:
             self._pending.stop()
             self._pending = None
@@ -145,7 +155,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
             run_reported(self, self._search(text, generation),
                          what="Searching the history", group="history-search")
 
-        if delay:
+        if delay and not self._waiting:
             self._start_now = start
             self._pending = self.set_timer(delay, start)
         else:
@@ -193,8 +203,30 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         for action in waiting:
             action()
 
+    def _after_typing(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once the keys typed before it are in the box and the search for
+        them has answered (a priority binding runs ahead of keys still queued for the box:
+        "copper" and Enter at once would have searched for "coppe")."""
+        field = self.query_one(Input)
+
+        def typed() -> None:
+            if field.value != self._text:
+                self.refresh_list(field.value, delay=0.0)
+            self._when_answered(action)
+
+        field.call_later(typed)
+
     def action_move(self, step: int) -> None:
-        self._when_answered(lambda: self._move(step))
+        self._after_typing(lambda: self._move(step))
+
+    def action_open(self) -> None:
+        """Enter: open the highlighted hit of the search for what was typed. The app holds
+        the keys typed after it until the chat is back: the screen closes a moment later,
+        and a message typed at once went to this box and was lost with it."""
+        hold = getattr(self.app, "hold_keys", None)
+        if self._hold is None and callable(hold):
+            self._hold = hold()
+        self._after_typing(self._open_highlighted)
 
     def _move(self, step: int) -> None:
         options = self.query_one(OptionList)
@@ -203,16 +235,15 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         current = options.highlighted if options.highlighted is not None else -1
         options.highlighted = max(0, min(len(self.found) - 1, current + step))
 
-    @on(Input.Submitted, "#history-query")
-    def _submitted(self) -> None:
-        self._when_answered(self._open_highlighted)
-
     def _open_highlighted(self) -> None:
         if not self.is_active:
             return  # (closed meanwhile)
         index = self.query_one(OptionList).highlighted
         if index is not None and 0 <= index < len(self.found) and not self.found[index].error:
             self.dismiss((self.found[index].path, self.query_one(Input).value))
+        hold, self._hold = self._hold, None
+        if hold is not None:  # the keys typed since go where the focus is once it is drawn
+            self.app.screen.call_after_refresh(self.app.post_message, SubmitSettled(hold))
 
     @on(OptionList.OptionSelected, "#history-list")
     def _selected(self, event: OptionList.OptionSelected) -> None:
