@@ -350,3 +350,30 @@ async def test_keys_typed_right_after_ctrl_f_or_find_reach_the_search_box():
             assert app.chat.prompt.text == ""
             await pilot.press("escape")
             await pilot.pause(0.1)
+
+
+async def test_keys_typed_after_a_columns_enter_reach_the_prompt():
+    """``/compare``, a column, Enter and the message typed at once: the column is armed whole
+    (Enter acts after the keys typed before it) and the message is the chat's (it went to the
+    compare screen, closing a moment later, and was lost)."""
+    from chatui.screens.compare import CompareScreen
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        for closing in ("enter", "ctrl+j"):
+            app.chat.prompt.text = "/compare"
+            deliver(app, events.Key("enter", "\r"))
+            type_now(app, "top_k=5")
+            deliver(app, events.Key(closing, "\r" if closing == "enter" else None))
+            type_now(app, "hello")
+            for _ in range(100):
+                await pilot.pause(0.02)
+                if not isinstance(app.screen, CompareScreen) and app.chat.prompt.text:
+                    break
+            assert not isinstance(app.screen, CompareScreen)
+            assert app.chat.prompt.text == "hello", closing
+            assert app.chat.state.armed is not None
+            assert app.chat.state.armed.specs[0] == "top_k=5"
+            app.chat.prompt.text = ""
+            await send(pilot, app, "/compare off")

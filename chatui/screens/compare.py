@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -30,6 +31,7 @@ from ..presets import (
     parse_columns,
     save_preset,
 )
+from .held_keys import hold_keys, release_keys
 
 EXAMPLES = ("temperature=0", "temperature=0.7 top_p=0.9", "temperature=1.2 min_p=0.05",
             "top_k=40 seed=7", "repetition_penalty=1.2", "current")
@@ -57,10 +59,13 @@ class CompareScreen(ModalScreen[Result | None]):
                 priority=True),
         Binding("ctrl+enter,ctrl+j", "arm", "Compare", id="compare.arm", priority=True,
                 tooltip="Compare these columns on the next prompt"),
+        Binding("enter", "enter", show=False, priority=True),
     ]
-    """Priority bindings: a key that closes the screen runs as it arrives, so the keys typed
-    after it go to the chat's prompt (as a normal binding, it waited in the focused input's
-    queue while the keys after it were handed to the closing screen and lost)."""
+    """Priority bindings: a key that closes the screen runs as it arrives, and the app holds
+    the keys typed after it until the chat is back, so they go to the chat's prompt (as a
+    normal binding, or a field's Enter, it waited in the focused field's queue while the keys
+    after it were handed to the closing screen and lost); what it does waits behind the keys
+    typed before it, in the focused field's queue, so that it reads the whole field."""
 
     DEFAULT_CSS = """
     CompareScreen { align: center middle; }
@@ -208,16 +213,24 @@ class CompareScreen(ModalScreen[Result | None]):
 
     @on(Button.Pressed, "#arm")
     def action_arm(self) -> None:
-        cols = self._checked()
-        if cols is None:
-            return
-        name = self.name_input.value.strip()
-        self.dismiss((cols, name if self.presets.get(name) == cols else ""))
+        hold = hold_keys(self)
+        (self.focused or self).call_later(self._arm, hold)
 
-    @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "preset-name":
-            self.action_save()
+    def _arm(self, hold: int | None) -> None:
+        cols = self._checked() if self.is_active else None
+        if cols is not None:
+            name = self.name_input.value.strip()
+            self.dismiss((cols, name if self.presets.get(name) == cols else ""))
+        release_keys(self, hold)
+
+    def action_enter(self) -> None:
+        """Enter in a field: the preset's name saves it, a column arms the comparison (other
+        widgets, the buttons and the presets' list, take Enter themselves)."""
+        field = self.focused
+        if not isinstance(field, Input):
+            raise SkipAction()
+        if field.id == "preset-name":
+            field.call_later(self.action_save)
         else:
             self.action_arm()
 

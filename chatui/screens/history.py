@@ -25,10 +25,10 @@ from textual.timer import Timer
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..messages import SubmitSettled
 from ..reporting import run_reported
 from ..transcript import list_transcripts
 from ..transcript.search import fts_query, search_transcripts
+from .held_keys import hold_keys, release_keys
 
 SEARCH_DELAY_S = 0.12
 """How long typing must pause before a search runs (one search per pause, not per key)."""
@@ -223,9 +223,8 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         """Enter: open the highlighted hit of the search for what was typed. The app holds
         the keys typed after it until the chat is back: the screen closes a moment later,
         and a message typed at once went to this box and was lost with it."""
-        hold = getattr(self.app, "hold_keys", None)
-        if self._hold is None and callable(hold):
-            self._hold = hold()
+        if self._hold is None:
+            self._hold = hold_keys(self)
         self._after_typing(self._open_highlighted)
 
     def _move(self, step: int) -> None:
@@ -242,8 +241,7 @@ class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
         if index is not None and 0 <= index < len(self.found) and not self.found[index].error:
             self.dismiss((self.found[index].path, self.query_one(Input).value))
         hold, self._hold = self._hold, None
-        if hold is not None:  # the keys typed since go where the focus is once it is drawn
-            self.app.screen.call_after_refresh(self.app.post_message, SubmitSettled(hold))
+        release_keys(self, hold)
 
     @on(OptionList.OptionSelected, "#history-list")
     def _selected(self, event: OptionList.OptionSelected) -> None:
