@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from chatui.conversation import Conversation
@@ -303,6 +302,7 @@ async def test_words_and_enter_typed_at_once_open_the_words_hit():
     from chatui.textual_compat.testing import deliver
 
     app = make_app()
+    app.HOLD_MAX_S = 600.0  # (only the chat's being back lets the held keys go)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "tell me about narwhals")
         await send(pilot, app, "/clear")
@@ -314,8 +314,7 @@ async def test_words_and_enter_typed_at_once_open_the_words_hit():
             for key in [*words, *keys, *"next"]:
                 deliver(app, events.Key(key, "\r" if key == "enter" else
                                         None if key == "down" else key))
-            t0 = time.monotonic()
-            for _ in range(150):
+            for _ in range(500):
                 await pilot.pause(0.02)
                 if not isinstance(app.screen, HistoryScreen) and app.chat.conversation.entries \
                         and app.chat.prompt.text:
@@ -323,7 +322,7 @@ async def test_words_and_enter_typed_at_once_open_the_words_hit():
             assert not isinstance(app.screen, HistoryScreen)
             assert app.chat.conversation.entries[0].text == opened
             # typed after Enter: the chat's (it went to the search's box, closed with it),
-            # let go once the chat was back, not by the hold's 1 s limit
-            assert app.chat.prompt.text == "next" and time.monotonic() - t0 < 0.8
+            # let go once the chat was back (the hold's time limit is out of reach here)
+            assert app.chat.prompt.text == "next"
             app.chat.prompt.text = ""
             await send(pilot, app, "/clear")

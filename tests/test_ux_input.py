@@ -293,7 +293,7 @@ async def test_keys_typed_right_after_tree_and_enter_act_in_the_tree():
 
 async def shown_reply(pilot, app, first_word: str) -> None:
     """Wait until the chat is back on top showing the reply that starts with ``first_word``."""
-    for _ in range(100):
+    for _ in range(500):
         await pilot.pause(0.02)
         if app.screen is app.chat and app.chat.conversation.entries[-1].text.startswith(
                 first_word):
@@ -340,7 +340,7 @@ async def test_keys_typed_right_after_ctrl_f_or_find_reach_the_search_box():
             for key in opening:
                 deliver(app, key)
             type_now(app, "pirate")
-            for _ in range(100):
+            for _ in range(500):
                 await pilot.pause(0.02)
                 if isinstance(app.screen, HistoryScreen) and \
                         app.screen.query_one(Input).value == "pirate":
@@ -367,7 +367,7 @@ async def test_keys_typed_after_a_columns_enter_reach_the_prompt():
             type_now(app, "top_k=5")
             deliver(app, events.Key(closing, "\r" if closing == "enter" else None))
             type_now(app, "hello")
-            for _ in range(100):
+            for _ in range(500):
                 await pilot.pause(0.02)
                 if not isinstance(app.screen, CompareScreen) and app.chat.prompt.text:
                     break
