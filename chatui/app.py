@@ -43,6 +43,7 @@ from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseCom
                        ResponseFailed, SubmitSettled)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
+from .screens.held_keys import release_keys
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
 from .textual_compat import ReportsFatalErrors
 
@@ -112,8 +113,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
             elif self.screen_stack and self.screen_stack[-1] is not top:
                 # a key that opened (or closed) a screen, as a priority binding does at once
                 # (F5, F1, Ctrl+F, Ctrl+P, Esc): the screen is not up yet
-                hold = self.hold_keys()
-                self.screen.call_after_refresh(self.post_message, SubmitSettled(hold))
+                release_keys(self, self.hold_keys())
             return
         await super().on_event(event)
 

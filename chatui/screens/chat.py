@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -52,7 +51,6 @@ from ..messages import (
     ResponseComplete,
     ResponseFailed,
     ResponseStarted,
-    SubmitSettled,
     TokenSelected,
 )
 from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
@@ -71,6 +69,7 @@ from ..widgets.status import LoadingPanel, StatusBar
 from ..widgets.token_view import TokenView
 from .compare_flow import CompareFlow, pick_bindings
 from .context_meter import ContextMeter
+from .held_keys import release_keys
 
 log = logging.getLogger(__name__)
 
@@ -777,18 +776,10 @@ class ChatScreen(Screen[None]):
             else:
                 await self.send(commands.unescape(text))
         finally:
-            self._settle_submit()
-
-    def _settle_submit(self) -> None:
-        """The keys typed after Enter (held by the app) may go: to this screen's focus, or
-        to a screen the command opened once it has drawn itself (its ``on_mount`` has put
-        its focus and cursor where keys should act)."""
-        settled = partial(self.app.post_message, SubmitSettled())
-        top = self.app.screen
-        if top is self:
-            settled()
-        else:
-            top.call_after_refresh(settled)
+            # the keys typed after Enter (held by the app) go to this screen's focus, or to a
+            # screen the command opened once it has drawn itself (its on_mount has put its
+            # focus and cursor where keys should act)
+            release_keys(self, None)
 
     async def send(self, text: str) -> None:
         """Send a user message and stream the reply."""

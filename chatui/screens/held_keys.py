@@ -12,13 +12,14 @@ from ..messages import SubmitSettled
 
 
 def hold_keys(node: DOMNode) -> int | None:
-    """Hold the keys typed from now on (None where the app holds none)."""
+    """Hold the keys typed from now on (None where the app holds none: then the release
+    that follows finds nothing to let go)."""
     hold = getattr(node.app, "hold_keys", None)
     return hold() if callable(hold) else None
 
 
 def release_keys(node: DOMNode, hold: int | None) -> None:
-    """Let ``hold``'s keys go once the screen now on top has drawn itself (the chat, where
-    the screen of ``node`` has just closed)."""
-    if hold is not None:
-        node.app.screen.call_after_refresh(node.app.post_message, SubmitSettled(hold))
+    """Let ``hold``'s keys go (None: the app's current hold, the one after Enter in the
+    message box) once the screen now on top has drawn itself: the chat, where the screen of
+    ``node`` has just closed, or a screen that a command or a key has just opened."""
+    node.app.screen.call_after_refresh(node.app.post_message, SubmitSettled(hold))
