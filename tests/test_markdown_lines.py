@@ -165,7 +165,10 @@ def test_line_store_round_trips_runs():
 
 
 class Many(App[None]):
-    CSS = "VerticalScroll { height: 1fr; } MarkdownLines { padding: 0 1; }"
+    # A stable gutter: the width must not depend on whether the scrollbar has appeared yet (a
+    # loaded run measured a text before its scrollbar came and the next one after: 78 != 76).
+    CSS = ("VerticalScroll { height: 1fr; scrollbar-gutter: stable; } "
+           "MarkdownLines { padding: 0 1; }")
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll()
