@@ -484,6 +484,13 @@ def _with_model(ctx: CommandContext, conv: Conversation) -> Conversation:
     return conv
 
 
+def _same_place(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
 async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
     from . import transcript
 
@@ -492,13 +499,17 @@ async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
         ctx.notice("There is nothing to save yet.", "error")
         return
     _with_model(ctx, conv)
+    folder = ctx.services.config.transcripts_dir()
+    path = Path(arg).expanduser() if arg else None
     try:
-        if arg:
-            path = Path(arg).expanduser()
-            transcript.save_transcript(conv, path)
-        else:
+        if path is None or _same_place(path, folder or transcript.data_dir()):
             ctx.services.flush_autosaves()  # no older autosave may land after this one
-            path = transcript.autosave(conv, ctx.services.config.transcripts_dir())
+            path = transcript.autosave(conv, folder)
+        else:
+            if path.is_dir():
+                # a folder, as `/export` takes one: the conversation's own file name, there
+                path = transcript.autosave_path(conv, path)
+            transcript.save_transcript(conv, path)
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return

@@ -817,6 +817,36 @@ async def test_autosave_save_history_load_export(tmp_path):
         assert "missing.json" in str(notices(app, "error")[-1].render())
 
 
+async def test_save_into_a_folder_and_a_markdown_export_loaded_says_what_it_is(tmp_path):
+    """`/save DIR` saves into the folder under the conversation's own file name, as `/export`
+    does (it said "it is a directory"); saved again, the same file. `/load` of a Markdown
+    export says it is one instead of naming a JSON parse error."""
+    from chatui import transcript
+
+    folder = tmp_path / "keep"
+    folder.mkdir()
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "remember me")
+        await send(pilot, app, f"/save {folder}")
+        files = list(folder.iterdir())
+        assert len(files) == 1 and files[0].name == transcript.autosave_path(
+            app.chat.conversation, folder).name, files
+        assert str(files[0]) in str(notices(app)[-1].render())
+        await send(pilot, app, "and me")
+        await send(pilot, app, f"/save {folder}")
+        assert list(folder.iterdir()) == files
+        assert [e.content for e in transcript.load_transcript(files[0]).entries
+                if e.role == "user"] == ["remember me", "and me"]
+        await send(pilot, app, f"/export md {folder}")
+        exported = folder / (files[0].stem + ".md")
+        assert exported.exists()
+        await send(pilot, app, f"/load {exported}")
+        said = str(notices(app, "error")[-1].render())
+        assert "it is Markdown, not a transcript" in said and "JSON" not in said
+        assert len(replies(app)) == 2  # the conversation open is untouched
+
+
 async def test_a_transcript_given_at_start_is_opened(tmp_path):
     first = make_app()
     async with first.run_test(size=SIZE) as pilot:

@@ -255,6 +255,10 @@ def _read_json(path: Path) -> Any:
         if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
             raise fail("it is cut off (the JSON ends before the document does); it may be "
                        "truncated") from None
+        if text.lstrip().startswith("#"):  # `/export md` writes a Markdown title first
+            raise fail("it is Markdown, not a transcript (an export in Markdown does not load "
+                       "back: load the conversation's .json file, or its `/export messages`)"
+                       ) from None
         raise fail(f"it is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except RecursionError:
         raise fail("it is nested too deeply") from None
