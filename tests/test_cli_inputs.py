@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,25 @@ def test_export_into_a_folder_says_the_real_path(tmp_path: Path):
     [written] = list(out.iterdir())
     assert written.suffix == ".md" and "hello there" in written.read_text()
     assert r.stderr.strip() == f"wrote {written}"
+
+
+def test_export_takes_a_conversations_number_as_load_does(tmp_path: Path):
+    """`chatui export N` exports the N-th of `chatui history` (it said "Could not load 1: no
+    such file or directory" where `--load 1` opened it); a number past the list is refused."""
+    from chatui.conversation import Conversation
+    from chatui.transcript import autosave
+
+    for words in ("older words", "newer words"):
+        conv = Conversation()
+        conv.add_user(words)
+        autosave(conv, tmp_path)
+        time.sleep(0.05)  # (newest first: the files' times decide)
+    env = {"CHATUI_DATA_DIR": str(tmp_path)}
+    r = chatui("export", "1", "--format", "messages", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["content"] == "newer words"
+    r = chatui("export", "3", env=env)
+    assert refused(r, "there is no conversation 3 in the history (2 saved")
 
 
 def test_batch_keeps_each_reply_at_its_line(tmp_path: Path):

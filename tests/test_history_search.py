@@ -135,6 +135,8 @@ def test_history_search_headless(tmp_path):
     assert out.returncode == 0, out.stderr
     hit = json.loads(out.stdout)
     assert Path(hit["path"]).name == "a.json" and hit["where"] == "user"
+    out = subprocess.run(cmd + ["spot", "ocel"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and "a.json" in out.stdout, out.stderr  # words unquoted
     out = subprocess.run(cmd + ["?!"], capture_output=True, text=True, env=env)
     assert out.returncode == 2 and "at least one word" in out.stderr
     out = subprocess.run(cmd + ["absent"], capture_output=True, text=True, env=env)

@@ -505,7 +505,8 @@ async def _bench_call(worker: InferenceWorker, mode: str, *, prompt_tokens: int,
 
 @app.command()
 def export(
-    transcript: Annotated[Path, typer.Argument(help="A saved transcript (.json).")],
+    transcript: Annotated[Path, typer.Argument(
+        help="A saved transcript (.json), or its number in `chatui history` (1: the newest).")],
     fmt: Annotated[str, typer.Option("--format", help="md or messages.")] = "md",
     output: Annotated[Optional[Path], typer.Option(
         "--output", help="Output file, or a folder to write it into under the conversation's "
@@ -523,8 +524,9 @@ def export(
     if all_branches and fmt != "md":
         fail("--all writes every branch as Markdown only; use --format md")
     try:
+        transcript = _listed_path(transcript)  # as `--load N` takes it
         conv = load_transcript(transcript)
-    except TranscriptError as exc:
+    except (TranscriptError, UserError) as exc:
         fail(exc)
     if output is not None and not output.is_dir():
         try:
@@ -565,13 +567,16 @@ def history_default(ctx: typer.Context, directory: _HistoryDir = None,
 
 @history_app.command("search")
 def history_search(
-    text: Annotated[str, typer.Argument(help="Words that must all appear (each as a prefix).")],
+    words: Annotated[list[str], typer.Argument(
+        help="Words that must all appear (each as a prefix); quoting them is not needed.")],
     directory: _HistoryDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per match.")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 30,
 ) -> None:
     """Full-text search over every saved conversation (titles, messages, every reply)."""
     from ..transcript.search import fts_query, search_transcripts
+
+    text = " ".join(words)
 
     if not fts_query(text):
         fail("give at least one word to search for")
