@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -835,11 +836,21 @@ def _byte_spelling(tokenizer: Any, token_id: int) -> str | None:
         return None
     if isinstance(tok, str) and tok.startswith("<0x"):
         return tok
-    try:
-        from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
-    except Exception:  # noqa: BLE001
-        return tok
-    inverse = {v: k for k, v in bytes_to_unicode().items()}
+    inverse = _byte_level_bytes()
     if isinstance(tok, str) and all(ch in inverse for ch in tok):
         return "".join(f"<0x{inverse[ch]:02X}>" for ch in tok)
     return tok
+
+
+@functools.cache
+def _byte_level_bytes() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's): each of the 256 bytes spelled as a printable
+    character, inverted. Written out here: transformers 5 moved its ``bytes_to_unicode`` out
+    of the GPT-2 tokenizer's module, and the import that read it failed quietly, so a partial
+    emoji's alternative showed as 'ðŁ' instead of '<0xF0><0x9F>'."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    spelled = {b: chr(b) for b in printable}
+    others = (b for b in range(256) if b not in spelled)
+    spelled.update((b, chr(256 + n)) for n, b in enumerate(others))
+    return {ch: b for b, ch in spelled.items()}

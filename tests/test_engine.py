@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -323,9 +324,13 @@ def test_an_alternative_is_spelled_as_the_tokenizer_decodes_it(tiny_ckpt, tiny_b
         expected = tok.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         got = tiny_backend.piece_text(i)
         if "\ufffd" in expected:
-            assert "\ufffd" not in got or got == expected, i
+            spelled = re.fullmatch(r"(<0x[0-9A-F]{2}>)+", got)
+            assert spelled, (i, got)  # (it was 'ðŁ' once transformers moved its byte table)
+            raw = bytes(int(h, 16) for h in re.findall(r"<0x(..)>", got))
+            assert raw.decode("utf-8", "replace") == expected, (i, got)
         else:
             assert got == expected, i
+    assert any("\ufffd" in tok.decode([i]) for i in range(tok.vocab_size))  # some were tried
 
 
 class _SetAfter(threading.Event):
