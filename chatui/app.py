@@ -32,7 +32,7 @@ from textual.theme import Theme
 from inference.backend import BackendFactory
 from inference.types import Failed, Progress
 from inference.worker import InferenceWorker, describe_error
-from themes import DEFAULT_THEME, HEAT_VARIABLE_DEFAULTS, STYLESHEET, THEMES
+from themes import DEFAULT_THEME, STYLESHEET, THEMES, heat_variable_defaults
 
 from . import chat_commands, early_input, gcpolicy, rescue
 from .autosaver import Autosaver
@@ -225,7 +225,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         return wanted
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
-        return dict(HEAT_VARIABLE_DEFAULTS)
+        return heat_variable_defaults(self.current_theme.dark)
 
     @property
     def chat(self) -> ChatScreen:

@@ -627,6 +627,40 @@ async def test_theme_switch_is_remembered(config_dir):
         assert app3.theme == "chatui-dark"
 
 
+def _contrast(a: str, b: str) -> float:
+    """WCAG's contrast ratio of two colours."""
+    from textual.color import Color
+
+    def luminance(text: str) -> float:
+        c = Color.parse(text)
+        lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+               for v in (c.r / 255, c.g / 255, c.b / 255)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+async def test_the_heat_scale_is_readable_on_every_theme():
+    """Each heat colour at least 3:1 (WCAG's floor for what must be told apart) against the
+    background of every theme `/theme` offers, Textual's own included: a light theme without
+    a heat scale had the dark one's pale blue at 1.3:1 on textual-light. (The ansi themes'
+    background is the terminal's own colour, unknown here.)"""
+    app = make_app()
+    async with app.run_test(size=SIZE):
+        checked = []
+        for name in sorted(app.available_themes):
+            if name.startswith("ansi-"):
+                continue
+            app.theme = name
+            variables = app.get_css_variables()
+            worst = min(_contrast(variables[f"heat-{i}"], variables["background"])
+                        for i in range(5))
+            assert worst >= 3.0, (name, round(worst, 2))
+            checked.append(name)
+        assert {"textual-light", "solarized-light", "nord", "chatui-light"} <= set(checked)
+
+
 async def test_load_failure_is_shown_in_the_app():
     def factory(progress):
         raise RuntimeError("no such checkpoint: /nope")

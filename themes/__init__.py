@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from .chatui import DEFAULT_THEME, HEAT_BINS, HEAT_VARIABLE_DEFAULTS, THEMES, heat_bin
+from .chatui import DEFAULT_THEME, HEAT_BINS, THEMES, heat_bin, heat_variable_defaults
 
 STYLESHEET = Path(__file__).with_name("chatui.tcss")
 
-__all__ = ["DEFAULT_THEME", "HEAT_BINS", "HEAT_VARIABLE_DEFAULTS", "STYLESHEET", "THEMES",
-           "heat_bin"]
+__all__ = ["DEFAULT_THEME", "HEAT_BINS", "STYLESHEET", "THEMES", "heat_bin",
+           "heat_variable_defaults"]

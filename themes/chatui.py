@@ -2,7 +2,8 @@
 
 The heat scale is five CSS variables, ``$heat-0`` (the model was sure) to ``$heat-4`` (a
 surprise), plus ``$heat-cursor`` for the token cursor. Any Textual theme works with the app:
-variables a theme does not define fall back to :data:`HEAT_VARIABLE_DEFAULTS`.
+variables a theme does not define fall back to :func:`heat_variable_defaults` (a dark scale or
+a light one, as the theme is).
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ HEAT_VARIABLE_DEFAULTS: dict[str, str] = {
     "heat-1": "#76c893",
     "heat-2": "#e9c46a",
     "heat-3": "#f4a261",
-    "heat-4": "#e63946",
+    "heat-4": "#f25c68",
     "heat-cursor": "#ffffff",
 }
+"""The heat scale of a dark theme that has none (Textual's own): at least 3:1 against the
+background of each of Textual 8's dark themes (WCAG's floor for what must be told apart;
+`tests/test_themes.py`)."""
 
 DARK = Theme(
     name="chatui-dark",
@@ -82,6 +86,17 @@ LIGHT = Theme(
         "footer-key-foreground": "#005f87",
     },
 )
+
+HEAT_VARIABLE_DEFAULTS_LIGHT: dict[str, str] = {
+    key: value for key, value in LIGHT.variables.items() if key.startswith("heat-")}
+"""The heat scale of a light theme that has none: chatui-light's (the dark scale's pale blue
+and yellow were 1.3-1.6:1 on Textual's light themes, unreadable)."""
+
+
+def heat_variable_defaults(dark: bool) -> dict[str, str]:
+    """The heat scale for a theme that defines none, by whether the theme is dark."""
+    return dict(HEAT_VARIABLE_DEFAULTS if dark else HEAT_VARIABLE_DEFAULTS_LIGHT)
+
 
 THEMES: tuple[Theme, ...] = (DARK, LIGHT)
 DEFAULT_THEME = DARK.name
