@@ -155,6 +155,26 @@ async def cmd_system(ctx: CommandContext, arg: str = "") -> None:
     ctx.notice(f"System prompt set: {shorten(arg, 200)}")
 
 
+TITLE_MAX = 120
+"""The most characters ``/title`` takes (a title is one line of ``/history``'s listing)."""
+
+
+async def cmd_title(ctx: CommandContext, arg: str = "") -> None:
+    conv = ctx.state.conversation
+    text = " ".join(arg.split())  # one line, whatever was pasted
+    if not text:
+        ctx.notice(f"Title: {conv.title}" if conv.title else
+                   "No title yet: the first message gives one, /title TEXT names it.")
+        return
+    if len(text) > TITLE_MAX:
+        ctx.notice(f"A title may have at most {TITLE_MAX} characters; this one has "
+                   f"{len(text)}.", "error")
+        return
+    conv.title = text
+    ctx.services.save_conversation()  # (an empty conversation is saved with its first reply)
+    ctx.notice(f"Title set: {text}")
+
+
 CLEARED = ("none", "off", '""', "''")
 """What ``/set stop VALUE`` takes to mean "no stop strings" (the literal word needs a comma:
 ``/set stop none,``)."""

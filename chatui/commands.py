@@ -41,6 +41,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("system", "Set the system prompt (no text: show it; /system none clears it).",
                 args="TEXT",
                 handler=run.cmd_system),
+    CommandSpec("title", "Name the conversation, as /history, the search and exports show it "
+                "(no text: show its name).", args="TEXT", handler=run.cmd_title),
     CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2 "
                 "(/set stop none clears the stop strings).",
                 args="NAME VALUE", needs_arg=True, handler=run.cmd_set),

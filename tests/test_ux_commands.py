@@ -227,3 +227,33 @@ def test_a_reply_of_one_token_has_no_speed():
                 Usage(12, 2, 0, 0.08, 50.0))
     assert "50.0 tok/s · TTFT 0.08s" in reply_stats(two)
     assert speed_label([one, two], stable=False) == "50.0 tok/s (1 of 2 columns)"
+
+
+async def test_title_names_the_conversation_where_it_is_listed_searched_and_exported(tmp_path):
+    """`/title TEXT` renames the conversation: its file (autosaved at once), `/history`'s
+    listing, the search and a Markdown export show the new name; `/title` alone says it; a
+    title past the limit is refused in one sentence and the old one stays."""
+    from chatui.chat_commands import TITLE_MAX
+    from chatui.transcript.search import search_transcripts
+
+    data = tmp_path / "data"
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/title")
+        assert "No title yet" in last_notice(app)
+        await send(pilot, app, "first words of it")
+        await send(pilot, app, "/title   Quarterly   plans\n")
+        assert last_notice(app) == "Title set: Quarterly plans"
+        assert app.autosaver.flush(timeout=10)
+        [saved] = transcript.list_transcripts(data)
+        assert saved.title == "Quarterly plans"
+        assert transcript.load_transcript(saved.path).title == "Quarterly plans"
+        await send(pilot, app, "/history")
+        assert "Quarterly plans" in last_notice(app)
+        assert [h.title for h in search_transcripts("quarterly", data, 5)] == ["Quarterly plans"]
+        await send(pilot, app, f"/title {'x' * (TITLE_MAX + 1)}")
+        assert f"at most {TITLE_MAX} characters" in last_notice(app, "error")
+        await send(pilot, app, "/title")
+        assert last_notice(app) == "Title: Quarterly plans"
+        await send(pilot, app, f"/export md {tmp_path / 'out.md'}")
+        assert (tmp_path / "out.md").read_text().startswith("# Quarterly plans\n")
