@@ -250,6 +250,21 @@ async def test_a_newline_and_a_clear_typed_in_a_burst_land_where_they_were_typed
         assert app.chat.prompt.text == "kept"
 
 
+async def test_a_tab_typed_in_a_burst_completes_what_was_typed_before_it():
+    """"/ti", Tab, "Plans" typed at once give "/title Plans": Tab, a priority binding, ran as
+    its key arrived, completed the still empty box and moved the focus (seen in tmux:
+    "/tiPlans", an unknown command)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        type_now(app, "/ti")
+        deliver(app, events.Key("tab", "\t"))
+        type_now(app, "Plans")
+        await pilot.pause(0.2)
+        assert app.chat.prompt.text == "/title Plans"
+        assert app.focused is app.chat.prompt
+
+
 async def test_keys_typed_right_after_ctrl_g_extend_the_edited_prompt():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

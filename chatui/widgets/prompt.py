@@ -81,6 +81,11 @@ class PromptInput(TextArea):
         self.insert("\n")
 
     def action_complete(self) -> None:
+        # A priority binding, as Enter is: run from this widget's queue, behind the keys typed
+        # before it ("/ti" and Tab typed at once completed "" and moved the focus instead).
+        self.call_later(self._complete)
+
+    def _complete(self) -> None:
         options = commands.completions(self.text, self.argument_candidates())
         if not options:
             self.screen.focus_next()
