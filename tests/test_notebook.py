@@ -131,6 +131,39 @@ async def test_text_typed_right_after_raw_mode_goes_to_the_notebook():
         assert app.focused is nb.text_area
 
 
+async def test_text_typed_with_ctrl_o_at_once_is_continued_whole():
+    """Text and Ctrl+O typed in one burst continue the whole text: Ctrl+O, a priority
+    binding, started as its key arrived, from "Once upon a time," and the rest of the line,
+    arriving while the text was read-only, was lost (seen in tmux). Ctrl+E the same."""
+    from textual import events
+
+    from chatui.textual_compat.testing import deliver
+
+    def typed(text):
+        for ch in text:
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+
+    app = make_app(lambda r, row: " and a fox.", raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.focus()
+        await pilot.pause()
+        typed("Once upon a time, in a village")
+        deliver(app, events.Key("ctrl+o", None))
+        await pilot.pause(0.05)
+        await wait_done(pilot, nb)
+        assert nb.text_area.text == "Once upon a time, in a village and a fox."
+        assert nb.base == "Once upon a time, in a village"
+        typed(" Then")
+        deliver(app, events.Key("ctrl+e", None))
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if nb.scored is not None:
+                break
+        assert "".join(t.text for t in nb.scored.tokens) == nb.text_area.text
+        assert nb.text_area.text.endswith("fox. Then")
+
+
 def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():
     conv = Conversation()
     conv.add_user("hi")

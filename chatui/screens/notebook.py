@@ -13,6 +13,7 @@ probability in the token view below, the perplexity in the status line), and on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from textual import on
@@ -139,7 +140,17 @@ class NotebookScreen(Screen[None]):
 
     # ---- continuing ----
 
+    def _behind_typing(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` behind the keys already on their way to the focused widget: Ctrl+O
+        and Ctrl+E are priority bindings, which run as their key arrives (text typed and
+        Ctrl+O at once continued "Once upon a time," and the rest of the line, typed while
+        the text was read-only, was lost; seen in tmux)."""
+        (self.focused or self).call_later(callback)
+
     def action_continue_text(self) -> None:
+        self._behind_typing(self._continue_text)
+
+    def _continue_text(self) -> None:
         if self.generating:
             return
         text = self.text_area.text
@@ -302,9 +313,12 @@ class NotebookScreen(Screen[None]):
     def _score_typed(self) -> None:
         self._score_timer = None
         if not self.generating and self.text_area.text not in ("", self.continued):
-            self.action_score()
+            self._score_text()
 
     def action_score(self) -> None:
+        self._behind_typing(self._score_text)
+
+    def _score_text(self) -> None:
         if self.generating:
             return
         text = self.text_area.text
