@@ -164,6 +164,46 @@ async def test_text_typed_with_ctrl_o_at_once_is_continued_whole():
         assert nb.text_area.text.endswith("fox. Then")
 
 
+async def test_text_typed_while_the_model_writes_goes_after_its_text():
+    """Typing on while the model continues the text (read-only meanwhile) is not dropped:
+    the characters and line breaks come after the continuation once it ends, the cursor
+    after them; typed in the token view, the same."""
+    from textual import events
+
+    from chatui.textual_compat.testing import deliver
+
+    story = " and then a fox came by, and a hare, and a crow, and the night fell."
+    app = make_app(lambda r, row: story, raw_mode=True, delay_s=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.focus()
+        nb.text_area.text = "Once"
+        await pilot.pause()
+        await pilot.press("ctrl+o")
+        for _ in range(100):
+            await pilot.pause(0.01)
+            if nb.generating:
+                break
+        assert nb.generating
+        for ch in " Then":
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+        deliver(app, events.Key("enter", "\r"))
+        await pilot.pause(0.05)
+        assert nb.generating and "Then" not in nb.text_area.text
+        await wait_done(pilot, nb)
+        assert nb.text_area.text == f"Once{story} Then\n"
+        assert nb.reply.text == story  # the continuation, not the typing
+        assert nb.text_area.cursor_location == nb.text_area.document.end
+        await pilot.press("ctrl+o")
+        for _ in range(100):
+            await pilot.pause(0.01)
+            if nb.generating:
+                break
+        nb.type_into("x", False)  # (a key typed in the token view)
+        await wait_done(pilot, nb)
+        assert nb.text_area.text.endswith("fell.x")
+
+
 def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():
     conv = Conversation()
     conv.add_user("hi")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -91,6 +91,8 @@ class NotebookScreen(Screen[None]):
         """The text as the last continuation left it (edits made by the model are not typed
         text, and are not scored as such)."""
         self._score_timer: Any = None
+        self._typed_meanwhile: list[str] = []
+        """What was typed while the model wrote (the text read-only): added after it ends."""
 
     # ---- widgets ----
 
@@ -218,6 +220,7 @@ class NotebookScreen(Screen[None]):
             if finish != "error":
                 self.status(f"{reply.token_count} tokens · {finish} · " + HELP)
             self._keep(finish)
+            self._add_typed_meanwhile()
 
     def _keep(self, finish: str) -> None:
         """The continuation ended (``finish``): its text and finish set, and saved."""
@@ -258,7 +261,38 @@ class NotebookScreen(Screen[None]):
         """Text typed in the token view goes to the document, where its cursor is (it was
         dropped; seen in tmux); Enter there is a new line, as in the document."""
         self.text_area.focus()
+        if self.generating:
+            self._typed_meanwhile.append(text + ("\n" if submit else ""))
+            return
         self.text_area.insert(text + ("\n" if submit else ""))
+
+    def on_key(self, event: events.Key) -> None:
+        """A key the read-only text let through while the model writes: a character or Enter
+        is kept for after the continuation (it was dropped: a person who goes on typing
+        while the model writes lost it)."""
+        if not self.generating or self.focused is not self.text_area:
+            return
+        if event.key == "enter":
+            typed = "\n"
+        elif event.is_printable and event.character:
+            typed = event.character
+        else:
+            return
+        event.stop()
+        event.prevent_default()
+        if not self._typed_meanwhile:
+            self.status("generating… (Esc stops; what you type goes after it)")
+        self._typed_meanwhile.append(typed)
+
+    def _add_typed_meanwhile(self) -> None:
+        """The text typed while the model wrote, at the end of the document, the cursor after
+        it (it is the person's own text, and is scored as such)."""
+        typed = "".join(self._typed_meanwhile)
+        self._typed_meanwhile.clear()
+        if typed:
+            end = self.text_area.document.end
+            self.text_area.insert(typed, end, maintain_selection_offset=False)
+            self.text_area.move_cursor(self.text_area.document.end)
 
     def action_toggle_focus(self) -> None:
         if self.focused is self.token_view:
