@@ -68,7 +68,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
     BINDINGS = [
         Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True, id="app.interrupt",
                 tooltip="Stop the reply; never quits"),
-        Binding("ctrl+q", "quit", "Quit", priority=True, id="app.quit",
+        Binding("ctrl+q", "quit_in_order", "Quit", priority=True, id="app.quit",
                 tooltip="Quit (the conversation is kept)"),
     ]
 
@@ -392,6 +392,12 @@ class ChatApp(ReportsFatalErrors, App[int]):
                 await screen.action_stop()
                 return True
         return False
+
+    def action_quit_in_order(self) -> None:
+        """Ctrl+Q, a priority binding, run as its key arrives: quit behind the keys already on
+        their way to the focused widget, so a draft typed just before it is kept whole (one
+        typed with Ctrl+Q at once came back as "my unsen"; seen in tmux)."""
+        (self.focused or self.screen).call_later(self.action_quit)
 
     async def action_quit(self) -> None:
         """Stop any reply, keep the conversation, close the worker and exit. If the save

@@ -72,6 +72,22 @@ async def test_prompts_and_an_unsent_message_survive_a_restart():
     assert await box_at_next_start() == ""
 
 
+async def test_a_draft_typed_with_ctrl_q_at_once_is_kept_whole():
+    """Ctrl+Q, a priority binding, quit as its key arrived, before the keys typed just before
+    it had reached the box: the draft came back as "my unsen" (seen in tmux)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        for ch in "my unsent draft":
+            deliver(app, events.Key("space" if ch == " " else ch, ch))
+        deliver(app, events.Key("ctrl+q", None))
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.return_code is not None:
+                break
+    assert await box_at_next_start() == "my unsent draft"
+
+
 async def test_a_closed_terminal_keeps_the_unsent_message(monkeypatch):
     import os
 
