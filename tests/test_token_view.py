@@ -82,6 +82,18 @@ async def test_the_least_likely_token_is_shown_visibly():
             assert shown in stats
 
 
+def test_a_token_with_a_quote_in_it_is_quoted_unambiguously():
+    """As Python's repr: a token holding a single quote goes in double quotes (``('`` read
+    ``'(''`` in a stats line; seen in tmux)."""
+    from chatui.widgets.text import show_token
+
+    assert show_token("('") == '"(\'"'
+    assert show_token(" it's") == '" it\'s"'
+    assert show_token('"') == "'\"'"
+    assert show_token("'\"") == "''\"'"  # both: the single quotes stay
+    assert show_token(" a\n") == "' a↵'"
+
+
 async def test_continuing_from_an_alternative_moves_the_side_panel():
     """After continuing from an alternative, the inspector shows the chosen token, not the
     one it replaced (issue 14)."""

@@ -50,8 +50,12 @@ def tokens_label(n: int) -> str:
 
 
 def show_token(text: str) -> str:
-    """A token's text for a label: quoted, whitespace made visible."""
-    return "'" + safe_text(text).replace("\n", "↵").replace("\t", "⇥") + "'"
+    """A token's text for a label: quoted, whitespace made visible; in double quotes when it
+    holds a single one and no double one, as Python's repr does (the token ``('`` read
+    ``'(''``)."""
+    shown = safe_text(text).replace("\n", "↵").replace("\t", "⇥")
+    quote = '"' if "'" in shown and '"' not in shown else "'"
+    return quote + shown + quote
 
 
 def show_prob(prob: float, digits: int = 1) -> str:
