@@ -82,6 +82,52 @@ async def test_the_least_likely_token_is_shown_visibly():
             assert shown in stats
 
 
+async def test_the_side_panel_follows_a_new_reply_as_it_streams():
+    """With the token view on, the side panel shows a new reply's newest token while it
+    streams and its last one when it ends (it kept a token selected before, of another
+    reply); a token selected while it streams stops the following."""
+    words = " ".join(f"w{i}" for i in range(30))
+    app = make_app(lambda r, row: words, delay_s=0.02)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home")  # a token of the first reply, selected
+        await pilot.pause(0.1)
+        inspector = app.chat.inspector
+        first_view = inspector.view_id
+        assert first_view and inspector.position == 0
+        await pilot.press("escape")  # back to the box; the token view stays on
+        await send_nowait(app, "second")
+        seen = set()
+        for _ in range(300):
+            await pilot.pause(0.02)
+            if inspector.view_id != first_view:
+                seen.add(inspector.position)
+            if not app.chat.generating and seen:
+                break
+        await settle(pilot, app)
+        second = replies(app)[-1]
+        assert inspector.view_id == second.id
+        assert len(seen) >= 3  # it moved along while the reply streamed
+        units = second.token_view.units
+        assert inspector.position == units[-1].start  # its last token, once it ended
+        assert "w29" in str(inspector.query_one(".detail").render()).split("alternatives")[0]
+        # a token selected while a reply streams: the panel stays on it
+        await send_nowait(app, "third")
+        for _ in range(200):
+            await pilot.pause(0.02)
+            if inspector.view_id not in ("", first_view, second.id):
+                break
+        assert app.chat.generating
+        replies(app)[-1].token_view.focus()
+        await pilot.press("home")  # the streaming reply's first token, chosen
+        await pilot.pause(0.05)
+        chosen = (inspector.view_id, inspector.position)
+        await settle(pilot, app)
+        assert chosen[1] == 0 and (inspector.view_id, inspector.position) == chosen
+
+
 def test_a_token_with_a_quote_in_it_is_quoted_unambiguously():
     """As Python's repr: a token holding a single quote goes in double quotes (``('`` read
     ``'(''`` in a stats line; seen in tmux)."""

@@ -78,6 +78,8 @@ CHECKPOINT_S = 5.0
 closed, an SSH connection dropped or the app killed mid-reply lost all of it (the file held
 the question and an empty reply). A save of a 2,000-token reply takes ~2 ms of the loop (its
 snapshot and its JSON line are written on the autosaver's thread)."""
+LIVE_S = 0.1
+"""How often the side panel follows a streaming reply's newest token (``_show_live``)."""
 
 
 class ChatScreen(Screen[None]):
@@ -167,6 +169,10 @@ class ChatScreen(Screen[None]):
         self._scores: dict[str, list[Token]] = {}
         """The tokens of each scored message shown (``/score``), by its widget id: in memory
         only, for this conversation."""
+        self._live: str = ""
+        """The streaming reply whose newest token the side panel follows (its view's id; ""
+        when none): a new reply's, until a token is selected (see :meth:`_show_live`)."""
+        self._live_at = 0.0
         self.set_reactive(ChatScreen.token_mode, token_mode)
 
     # ---- the state, as the tests and the app read it ----
@@ -850,6 +856,10 @@ class ChatScreen(Screen[None]):
             top_logprobs=self.state.top_logprobs, prefix=prefix, first_tokens=first_tokens,
             thinking=self.state.thinking)
         job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
+        # a new single reply is followed in the side panel; one continued from a token keeps
+        # the panel on that token (the cursor is there)
+        fresh = prefix is None and first_tokens is None and isinstance(view, ReplyView)
+        self._live = (view.id or "") if fresh else ""
         self.state.job = job
         self.generating = True
         self.log_view.anchor()
@@ -887,6 +897,7 @@ class ChatScreen(Screen[None]):
                                 reading = False
                                 self.status.speed = ""
                             await view.show(delta)
+                            self._show_live(view)
                     if time.monotonic() - saved_at >= CHECKPOINT_S:
                         saved_at = time.monotonic()
                         self.services.save_conversation()  # (what streamed so far)
@@ -899,7 +910,9 @@ class ChatScreen(Screen[None]):
                 self.state.job = None
                 self.generating = False
             await view.end()
+            self._show_live(view, final=True)
         finally:
+            self._live = ""
             gcpolicy.stream_ended()
         try:
             await self._after(job)
@@ -995,8 +1008,27 @@ class ChatScreen(Screen[None]):
 
     # ---- tokens ----
 
+    def _show_live(self, view: object, final: bool = False) -> None:
+        """While a new reply streams with the token view on, the side panel shows its newest
+        token (probability, rank, alternatives) as it comes, at most every ``LIVE_S``, and
+        its last one once it ends: it kept showing a token selected before, of another reply
+        or a scored text (seen in tmux). Selecting a token stops the following."""
+        if not self._live or not self.token_mode or not isinstance(view, ReplyView) \
+                or view.id != self._live:
+            return
+        now = time.monotonic()
+        if not final and now < self._live_at + LIVE_S:
+            return
+        self._live_at = now
+        units = view.token_view.units
+        if units:
+            unit = units[-1]
+            self.inspector.show(view.id, view.reply.tokens[unit.start:unit.end + 1],
+                                len(units) - 1, len(units), position=unit.start)
+
     @on(TokenSelected)
     def _token_selected(self, event: TokenSelected) -> None:
+        self._live = ""  # a token chosen: the panel stays on it
         found = self._find_view(event.view_id)
         if found is None:
             self._scored_token_selected(event)
