@@ -397,7 +397,8 @@ class ChatApp(ReportsFatalErrors, App[int]):
         """Ctrl+Q, a priority binding, run as its key arrives: quit behind the keys already on
         their way to the focused widget, so a draft typed just before it is kept whole (one
         typed with Ctrl+Q at once came back as "my unsen"; seen in tmux)."""
-        (self.focused or self.screen).call_later(self.action_quit)
+        if not (self.focused or self.screen).call_later(self.action_quit):
+            self.call_later(self.action_quit)  # (that widget was closing: quit all the same)
 
     async def action_quit(self) -> None:
         """Stop any reply, keep the conversation, close the worker and exit. If the save

@@ -147,7 +147,8 @@ class NotebookScreen(Screen[None]):
         and Ctrl+E are priority bindings, which run as their key arrives (text typed and
         Ctrl+O at once continued "Once upon a time," and the rest of the line, typed while
         the text was read-only, was lost; seen in tmux)."""
-        (self.focused or self).call_later(callback)
+        if not (self.focused or self).call_later(callback):
+            self.call_later(callback)
 
     def action_continue_text(self) -> None:
         self._behind_typing(self._continue_text)
