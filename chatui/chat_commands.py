@@ -102,7 +102,7 @@ class CommandContext(Protocol):
 
     def probe_point(self) -> tuple[Entry, Reply, int] | None: ...
 
-    def open_notebook(self, notice: str = "") -> None: ...
+    def open_notebook(self, notice: str = "", opened: Conversation | None = None) -> None: ...
 
     def toggle_raw(self) -> bool: ...
 
@@ -683,6 +683,11 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
         ctx.notice(str(exc), "error")
         return
     interrupted = conv.stop_unfinished()
+    if conv.mode == "raw":  # a notebook's continuation: its text, in the notebook
+        ctx.open_notebook(opened=conv)
+        ctx.notice(f"Opened {path} in raw mode's notebook (F4 comes back to this "
+                   f"conversation, as it was).")
+        return
     await ctx.show_conversation(conv)
     note = (" A reply was still streaming when it was saved: it is kept as stopped (/continue "
             "goes on with the last one)." if interrupted else "")

@@ -204,6 +204,46 @@ async def test_text_typed_while_the_model_writes_goes_after_its_text():
         assert nb.text_area.text.endswith("fell.x")
 
 
+async def test_a_saved_raw_text_opens_in_the_notebook_not_as_a_chat(tmp_path):
+    """`/load` (and so `--resume` and the search) of a notebook's continuation opens its text
+    in the notebook, as the continuation left it, with its tokens in the token view; the
+    chat stays as it was (it opened as a chat of one message, and went on under the chat
+    template); the text that was in the notebook comes back with Ctrl+Z."""
+    from chatui import transcript
+
+    app = make_app(lambda r, row: " and a fox.", raw_mode=True)
+    async with app.run_test(size=SIZE) as pilot:
+        nb = await notebook(pilot, app)
+        nb.text_area.text = "Once upon a time"
+        await pilot.press("ctrl+o")
+        await wait_done(pilot, nb)
+        assert nb.text_area.text == "Once upon a time and a fox."
+        saved = nb.conversation
+        await pilot.press("f4")
+        await pilot.pause(0.1)
+        await send(pilot, app, "a chat message")
+        chat_before = [e.content for e in app.chat.conversation.entries]
+        await app.chat.action_command("/raw-mode")
+        nb = await notebook(pilot, app)
+        nb.text_area.text = "notes of mine"
+        await pilot.press("f4")
+        await pilot.pause(0.1)
+        assert app.autosaver.flush(timeout=10)
+        [raw] = [s for s in transcript.list_transcripts(tmp_path / "data")
+                 if transcript.load_transcript(s.path).mode == "raw"]
+        await send(pilot, app, f"/load {raw.path}")
+        nb = await notebook(pilot, app)
+        await pilot.pause(0.1)
+        assert nb.text_area.text == "Once upon a time and a fox."
+        expected = [t.text for t in saved.entries[1].reply.tokens]
+        assert [t.text for t in nb.token_view.tokens] == expected
+        assert "Ctrl+Z brings back" in str(nb.query_one("#notebook-notice").render())
+        assert [e.content for e in app.chat.conversation.entries] == chat_before
+        await pilot.press("ctrl+z")
+        await pilot.pause(0.05)
+        assert nb.text_area.text == "notes of mine"
+
+
 def test_a_chat_transcript_has_no_mode_key_and_reads_as_chat():
     conv = Conversation()
     conv.add_user("hi")

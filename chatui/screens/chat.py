@@ -454,12 +454,17 @@ class ChatScreen(Screen[None]):
 
         self.call_after_refresh(select)
 
-    def open_notebook(self, notice: str = "") -> None:
-        """Raw mode's notebook over this screen (:mod:`chatui.screens.notebook`)."""
+    def open_notebook(self, notice: str = "", opened: Conversation | None = None) -> None:
+        """Raw mode's notebook over this screen (:mod:`chatui.screens.notebook`); ``opened``:
+        a saved raw-mode conversation to show in it."""
         from .notebook import NotebookScreen
 
-        if not any(isinstance(s, NotebookScreen) for s in self.app.screen_stack):
-            self.app.push_screen(NotebookScreen(self, notice=notice))
+        notebook = next((s for s in self.app.screen_stack if isinstance(s, NotebookScreen)),
+                        None)
+        if notebook is None:
+            self.app.push_screen(NotebookScreen(self, notice=notice, opened=opened))
+        elif opened is not None:
+            notebook.show_saved(opened)
 
     def probe_point(self) -> tuple[Entry, Reply, int] | None:
         """The reply token under the token view's cursor (``/probe`` asks about it): its

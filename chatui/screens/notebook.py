@@ -74,11 +74,14 @@ class NotebookScreen(Screen[None]):
     NotebookScreen #notebook-status { height: 1; color: $text-muted; padding: 0 1; }
     """
 
-    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "") -> None:
+    def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "",
+                 opened: Conversation | None = None) -> None:
         super().__init__()
         self.chat = chat
         self.initial_text = text
         self.initial_notice = notice
+        self.opened = opened
+        """A saved raw-mode conversation to show once up (see :meth:`show_saved`)."""
         self.conversation = Conversation(mode="raw")
         """The latest continuation as a conversation (what the transcript records)."""
         self.base = ""
@@ -136,7 +139,37 @@ class NotebookScreen(Screen[None]):
         self.query_one("#notebook-notice").display = bool(notice)
         self.text_area.focus()
         self.text_area.move_cursor(self.text_area.document.end)
+        if self.opened is not None:
+            opened, self.opened = self.opened, None
+            self.show_saved(opened)
 
+    def show_saved(self, conv: Conversation) -> None:
+        """A saved raw-mode conversation opened (``/load``, the search, ``--resume``): its
+        text as its continuation left it, the continuation's tokens in the token view (an
+        alternative continues from there). It was opened in the chat, as a chat of one
+        message, and went on under the chat template. The text that was here is replaced by
+        an edit, so Ctrl+Z brings it back, and the notice says so."""
+        if self.generating:
+            return
+        base = next((e.text for e in conv.entries if e.role == "user"), "")
+        reply = next((e.reply for e in conv.entries if e.reply is not None), None)
+        text = base + (reply.text if reply is not None else "")
+        old = self.text_area.text
+        area = self.text_area
+        if old != text:
+            area.replace(text, area.document.start, area.document.end,
+                         maintain_selection_offset=False)
+        area.move_cursor(area.document.end)
+        self.conversation, self.base, self.reply = conv, base, reply
+        self.continued = text
+        self.scored = None
+        self.token_view.set_tokens(list(reply.tokens) if reply is not None else [])
+        said = "A saved raw-mode text is open, as its last continuation left it."
+        if old.strip() and old != text:
+            said += " Ctrl+Z brings back the text that was here."
+        notice = self.query_one("#notebook-notice", Static)
+        notice.update(Content(said))
+        notice.display = True
     def status(self, text: str) -> None:
         self.query_one("#notebook-status", Static).update(Content(safe_text(text)))
 
