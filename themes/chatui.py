@@ -1,9 +1,8 @@
 """Theme definitions: a dark and a light theme, each with the logprob heat scale.
 
 The heat scale is five CSS variables, ``$heat-0`` (the model was sure) to ``$heat-4`` (a
-surprise), plus ``$heat-cursor`` for the token cursor. Any Textual theme works with the app:
-variables a theme does not define fall back to :func:`heat_variable_defaults` (a dark scale or
-a light one, as the theme is).
+surprise). Any Textual theme works with the app: variables a theme does not define fall back
+to :func:`heat_variable_defaults` (a dark scale or a light one, as the theme is).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ HEAT_VARIABLE_DEFAULTS: dict[str, str] = {
     "heat-2": "#e9c46a",
     "heat-3": "#f4a261",
     "heat-4": "#f25c68",
-    "heat-cursor": "#ffffff",
 }
 """The heat scale of a dark theme that has none (Textual's own): at least 3:1 against the
 background of each of Textual 8's dark themes (WCAG's floor for what must be told apart;
@@ -57,8 +55,7 @@ DARK = Theme(
         "heat-2": "#e8d06a",
         "heat-3": "#f39c4a",
         "heat-4": "#ff4d5e",
-        "heat-cursor": "#ffffff",
-        "footer-key-foreground": "#5fafd7",
+            "footer-key-foreground": "#5fafd7",
         "block-cursor-background": "#5fafd7",
     },
 )
@@ -82,7 +79,6 @@ LIGHT = Theme(
         "heat-2": "#8a6d00",
         "heat-3": "#c25400",
         "heat-4": "#c8102e",
-        "heat-cursor": "#000000",
         "footer-key-foreground": "#005f87",
     },
 )
