@@ -146,9 +146,9 @@ class NotebookScreen(Screen[None]):
     def show_saved(self, conv: Conversation) -> None:
         """A saved raw-mode conversation opened (``/load``, the search, ``--resume``): its
         text as its continuation left it, the continuation's tokens in the token view (an
-        alternative continues from there). It was opened in the chat, as a chat of one
-        message, and went on under the chat template. The text that was here is replaced by
-        an edit, so Ctrl+Z brings it back, and the notice says so."""
+        alternative continues from there); the chat opened it as a chat of one message once,
+        and went on under the chat template. The text that was here is replaced by an edit,
+        so Ctrl+Z brings it back, and the notice says so."""
         if self.generating:
             return
         base = next((e.text for e in conv.entries if e.role == "user"), "")
@@ -170,6 +170,7 @@ class NotebookScreen(Screen[None]):
         notice = self.query_one("#notebook-notice", Static)
         notice.update(Content(said))
         notice.display = True
+
     def status(self, text: str) -> None:
         self.query_one("#notebook-status", Static).update(Content(safe_text(text)))
 
