@@ -43,7 +43,7 @@ from .messages import (AutosaveBranched, AutosaveFailed, InputReady, ResponseCom
                        ResponseFailed, SubmitSettled)
 from .reporting import run_reported
 from .screens.chat import ChatScreen
-from .screens.held_keys import release_keys
+from .screens.held_keys import behind_typed_keys, release_keys
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
 from .textual_compat import ReportsFatalErrors
 
@@ -397,8 +397,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         """Ctrl+Q, a priority binding, run as its key arrives: quit behind the keys already on
         their way to the focused widget, so a draft typed just before it is kept whole (one
         typed with Ctrl+Q at once came back as "my unsen"; seen in tmux)."""
-        if not (self.focused or self.screen).call_later(self.action_quit):
-            self.call_later(self.action_quit)  # (that widget was closing: quit all the same)
+        behind_typed_keys(self, self.action_quit)
 
     async def action_quit(self) -> None:
         """Stop any reply, keep the conversation, close the worker and exit. If the save

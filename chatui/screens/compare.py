@@ -31,7 +31,7 @@ from ..presets import (
     parse_columns,
     save_preset,
 )
-from .held_keys import hold_keys, release_keys
+from .held_keys import behind_typed_keys, hold_keys, release_keys
 
 EXAMPLES = ("temperature=0", "temperature=0.7 top_p=0.9", "temperature=1.2 min_p=0.05",
             "top_k=40 seed=7", "repetition_penalty=1.2", "current")
@@ -214,7 +214,7 @@ class CompareScreen(ModalScreen[Result | None]):
     @on(Button.Pressed, "#arm")
     def action_arm(self) -> None:
         hold = hold_keys(self)
-        (self.focused or self).call_later(self._arm, hold)
+        behind_typed_keys(self, self._arm, hold)
 
     def _arm(self, hold: int | None) -> None:
         cols = self._checked() if self.is_active else None

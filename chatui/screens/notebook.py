@@ -13,7 +13,6 @@ probability in the token view below, the perplexity in the status line), and on 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from textual import events, on
@@ -34,6 +33,7 @@ from ..widgets.inspector import NARROW_BELOW, TokenInspector
 from ..widgets.scored import score_summary
 from ..widgets.text import safe_text
 from ..widgets.token_view import TokenView
+from .held_keys import behind_typed_keys
 
 if TYPE_CHECKING:
     from .chat import ChatScreen
@@ -176,16 +176,10 @@ class NotebookScreen(Screen[None]):
 
     # ---- continuing ----
 
-    def _behind_typing(self, callback: Callable[[], object]) -> None:
-        """Run ``callback`` behind the keys already on their way to the focused widget: Ctrl+O
-        and Ctrl+E are priority bindings, which run as their key arrives (text typed and
-        Ctrl+O at once continued "Once upon a time," and the rest of the line, typed while
-        the text was read-only, was lost; seen in tmux)."""
-        if not (self.focused or self).call_later(callback):
-            self.call_later(callback)
-
     def action_continue_text(self) -> None:
-        self._behind_typing(self._continue_text)
+        # (a priority binding: text typed with Ctrl+O at once continued "Once upon a time,"
+        # and the rest of the line, typed while the text was read-only, was lost)
+        behind_typed_keys(self, self._continue_text)
 
     def _continue_text(self) -> None:
         if self.generating:
@@ -385,7 +379,7 @@ class NotebookScreen(Screen[None]):
             self._score_text()
 
     def action_score(self) -> None:
-        self._behind_typing(self._score_text)
+        behind_typed_keys(self, self._score_text)
 
     def _score_text(self) -> None:
         if self.generating:
