@@ -32,6 +32,7 @@ from ..reporting import run_reported
 from ..widgets.inspector import NARROW_BELOW, TokenInspector
 from ..widgets.scored import score_summary
 from ..widgets.text import safe_text
+from ..widgets.text_box import TextBox
 from ..widgets.token_view import TokenView
 from .held_keys import behind_typed_keys
 
@@ -103,7 +104,7 @@ class NotebookScreen(Screen[None]):
         with Horizontal(id="notebook-main"):
             with Vertical(id="notebook-left"):
                 yield Static(Content(safe_text(self.initial_notice)), id="notebook-notice")
-                yield TextArea(self.initial_text, id="notebook-text", soft_wrap=True,
+                yield TextBox(self.initial_text, id="notebook-text", soft_wrap=True,
                                placeholder="Type a text for the model to continue, as it is "
                                            "(no chat template); Ctrl+O continues it.")
                 view = TokenView(id="notebook-tokens")

@@ -78,6 +78,7 @@ class PartsLine(Static):
     def height_at(self, width: int, pieces: Sequence[Piece] | None = None) -> int:
         """How many lines the pieces shown (or ``pieces``) take ``width`` cells wide."""
         shown = self.pieces if pieces is None else _safe(pieces)
+        width = max(1, width)  # (0 for one layout of a terminal narrowed: Rich cannot fold at 0)
         return Content(pack(shown, width)).get_height(self.styles, width)
 
     def render(self) -> Content:

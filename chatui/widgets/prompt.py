@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from textual import events
 from textual.binding import Binding
-from textual.widgets import TextArea
 
 from .. import commands
 from ..messages import PageConversation, PromptCleared, PromptSubmitted, SubmitSettled
+from .text_box import TextBox
 
 
-class PromptInput(TextArea):
+class PromptInput(TextBox):
     """A TextArea that posts :class:`PromptSubmitted` on Enter."""
 
     DEFAULT_CSS = """
@@ -70,7 +70,7 @@ class PromptInput(TextArea):
             return True if self.text else None  # in the footer only when there is text
         return True
 
-    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+    def on_text_area_changed(self, event: TextBox.Changed) -> None:
         if bool(self.text) != self._had_text:
             self._had_text = bool(self.text)
             self.refresh_bindings()
