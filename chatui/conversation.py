@@ -327,8 +327,8 @@ class Conversation:
     """"chat", or "raw": a notebook's continuation (raw mode; the user message is the text
     continued, as plain text with no chat template)."""
     deleted: set[str] = field(default_factory=set, compare=False, repr=False)
-    """Node ids the user deleted (an explicit delete, confirmed): the only messages a save
-    may drop from a file."""
+    """Node ids the user removed (an explicit delete, confirmed, or a failed send given back
+    to the prompt box): the only messages a save may drop from a file."""
 
     def __init__(self, id: str | None = None, created: float | None = None, title: str = "",
                  system_prompt: str = "", tops: list[Entry] | None = None, top: int = -1,
@@ -462,8 +462,8 @@ class Conversation:
         return kids[i]
 
     def discard(self, entry: Entry) -> None:
-        """Take ``entry`` (and what follows it) out of the tree: for a message that never
-        got anything (a failed send given back to the prompt box) and the explicit delete."""
+        """Take ``entry`` (and what follows it) out of the tree, leaving saves to keep it in
+        the file (see :meth:`delete` for the user's own removal)."""
         parent = self.parent_of(entry)
         kids = self.tops if parent is None else parent.children
         i = index_of(kids, entry)
@@ -487,8 +487,9 @@ class Conversation:
         return chosen
 
     def delete(self, entry: Entry) -> None:
-        """The explicit delete (confirmed by the user): ``entry`` and its branch go, and saves
-        may drop them from the file."""
+        """The user's own removal (the explicit delete, confirmed, or a failed send given
+        back to the prompt box): ``entry`` and its branch go, and saves may drop them from
+        the file."""
         self.deleted.update(e.node for _, e in walk([entry]))
         self.discard(entry)
 

@@ -267,3 +267,41 @@ async def test_a_loaded_conversation_says_its_system_prompt(tmp_path):
         assert "Loaded" in told and "Its system prompt: You are a pirate." in told
         await send(pilot, app, f"/load {tmp_path / 'q.json'}")
         assert "system prompt" not in str(notices(app)[-1].render())
+
+
+async def test_a_send_given_back_after_its_question_was_saved_makes_no_branch(config_dir):  # noqa: F811
+    """Found using chatui in tmux: a message too long for the context failed after its question
+    had been autosaved; the question went back to the box, taken out of the tree, and the next
+    save found the file holding a message the conversation lacked: it went on in a branch
+    ("This conversation's file was changed elsewhere (another chatui window?)"), which no other
+    window had done. A send given back is the user's own removal: the file drops it."""
+    import time
+
+    import chatui.transcript as tr
+
+    def reply(request, row):
+        if request.messages[-1].content.startswith("LONG"):
+            time.sleep(0.3)  # the engine reads the prompt; meanwhile the question is saved
+            raise ValueError("The message is too long for the model's context: it takes "
+                             "9000 tokens and at most 7680 fit (with room kept for the reply).")
+        return "an answer"
+
+    app = make_app(reply)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "first")
+        conv = app.chat.state.conversation
+        first_id = conv.id
+        await send(pilot, app, "LONG " + "words " * 50)
+        assert app.chat.prompt.text.startswith("LONG")  # given back
+        app.flush_autosaves()
+        await send(pilot, app, "second")
+        app.flush_autosaves()
+        await pilot.pause(0.2)
+        told = [str(n.render()) for n in notices(app, "warning")]
+        assert not any("changed elsewhere" in t for t in told), told
+        assert conv.id == first_id and not conv.parent
+    directory = app.config.transcripts_dir()
+    directory = directory if directory is not None else tr.data_dir()
+    saved = [tr.load_transcript(p) for p in directory.glob("*.json")]
+    assert [[e.text for e in c.entries] for c in saved] == [
+        ["first", "an answer", "second", "an answer"]]

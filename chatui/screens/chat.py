@@ -584,8 +584,11 @@ class ChatScreen(Screen[None]):
         return None
 
     async def remove_entry(self, entry: Entry) -> None:
-        """Take ``entry`` out of the tree (a send that got nothing back) and off the screen."""
-        self.state.conversation.discard(entry)
+        """Take ``entry`` out of the tree (a send that got nothing back, given back to the box)
+        and off the screen. Its file drops it too: the question was autosaved when it was
+        sent, and a save that found it missing went on in a branch, as if another window had
+        added it."""
+        self.state.conversation.delete(entry)
         for item in self.window.items_of(entry):
             await self.window.remove(item)
 
