@@ -210,6 +210,9 @@ def test_load_takes_the_number_history_shows(opened, tmp_path, monkeypatch):
     from chatui.transcript import save_transcript
 
     monkeypatch.setenv("CHATUI_DATA_DIR", str(tmp_path))
+    empty = CliRunner().invoke(app, ["history"])  # says so, on standard error
+    assert empty.exit_code == 0 and empty.stdout == "", empty.output
+    assert empty.stderr == f"no saved conversations in {tmp_path}\n", empty.output
     for i, name in enumerate(["old", "new"]):
         conv = Conversation()
         conv.add_user(name)

@@ -603,7 +603,12 @@ def history_list(directory: _HistoryDir = None,
 
     if directory is not None and not directory.is_dir():
         fail(f"{directory} is not a folder")
-    for n, s in enumerate(list_transcripts(directory), 1):
+    listed = list_transcripts(directory)
+    if not listed:  # (it printed nothing at all: seen in a shell)
+        from ..transcript import data_dir
+
+        print(f"no saved conversations in {directory or data_dir()}", file=sys.stderr)
+    for n, s in enumerate(listed, 1):
         if as_json:
             print(json.dumps({"path": str(s.path), "id": s.id, "title": s.title,
                               "updated": s.updated, "messages": s.messages, "error": s.error,
