@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Iterable
 
 from textual import events
 from textual.app import App, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.theme import Theme
@@ -45,6 +46,7 @@ from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .screens.held_keys import behind_typed_keys, release_keys
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
+from .screens.once import ChatPalette
 from .textual_compat import ReportsFatalErrors
 
 log = logging.getLogger(__name__)
@@ -392,6 +394,20 @@ class ChatApp(ReportsFatalErrors, App[int]):
                 await screen.action_stop()
                 return True
         return False
+
+    def action_command_palette(self) -> None:
+        """Ctrl+P: Textual's palette, dismissed once (:mod:`chatui.screens.once`)."""
+        if self.use_command_palette and not ChatPalette.is_open(self):
+            self.push_screen(ChatPalette(id="--command-palette"))
+
+    def pop_screen(self) -> AwaitComplete:
+        """Pop the top screen, never the chat screen: every other screen is pushed over it,
+        and a screen dismissed twice took it off the stack (see :mod:`chatui.screens.once`);
+        the next key stopped the app."""
+        if isinstance(self.screen, ChatScreen):
+            log.warning("a screen was dismissed twice: the chat screen stays")
+            return ChatPalette.dismiss_nothing(self)
+        return super().pop_screen()
 
     def action_quit_in_order(self) -> None:
         """Ctrl+Q, a priority binding, run as its key arrives: quit behind the keys already on

@@ -32,6 +32,7 @@ from ..presets import (
     save_preset,
 )
 from .held_keys import behind_typed_keys, hold_keys, release_keys
+from .once import DismissOnce
 
 EXAMPLES = ("temperature=0", "temperature=0.7 top_p=0.9", "temperature=1.2 min_p=0.05",
             "top_k=40 seed=7", "repetition_penalty=1.2", "current")
@@ -40,7 +41,7 @@ Result = tuple[tuple[str, ...], str]
 """(column specs, preset name or "") to arm; None when the screen is closed."""
 
 
-class CompareScreen(ModalScreen[Result | None]):
+class CompareScreen(DismissOnce, ModalScreen[Result | None]):
     """Edit the columns of a comparison and its presets (see the module docstring).
 
     Args:

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 
 from ..commands import help_rows
+from .once import DismissOnce
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send the message"),
@@ -89,7 +90,7 @@ class HelpPage(Widget):
         return len(help_text(width).plain.splitlines())
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(DismissOnce, ModalScreen[None]):
     """A modal page of commands and keys; any of Esc, q, F1 closes it."""
 
     DEFAULT_CSS = """

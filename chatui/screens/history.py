@@ -29,6 +29,7 @@ from ..reporting import run_reported
 from ..transcript import list_transcripts
 from ..transcript.search import fts_query, search_transcripts
 from .held_keys import hold_keys, release_keys
+from .once import DismissOnce
 
 SEARCH_DELAY_S = 0.12
 """How long typing must pause before a search runs (one search per pause, not per key)."""
@@ -78,7 +79,7 @@ def _passage(text: str) -> Content:
     return Content.assemble(*parts)
 
 
-class HistoryScreen(ModalScreen[tuple[Path, str] | None]):
+class HistoryScreen(DismissOnce, ModalScreen[tuple[Path, str] | None]):
     """Search and open a saved conversation; dismissed with its path and the search's text
     (the opener shows the branch that holds it), or None."""
 

@@ -35,6 +35,7 @@ from ..widgets.text import safe_text
 from ..widgets.text_box import TextBox
 from ..widgets.token_view import TokenView
 from .held_keys import behind_typed_keys
+from .once import DismissOnce
 
 if TYPE_CHECKING:
     from .chat import ChatScreen
@@ -48,7 +49,7 @@ text: about a second for 1,000 tokens of the default model on this CPU)."""
 HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
 
 
-class NotebookScreen(Screen[None]):
+class NotebookScreen(DismissOnce, Screen[None]):
     """The notebook (see the module docstring). It reads the chat's settings and worker."""
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]

@@ -24,6 +24,7 @@ from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
 from ..conversation import Conversation, Entry
+from .once import DismissOnce
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class BranchTree(Tree[BranchLine]):
         return Text.assemble((icon_text, base_style + TOGGLE), label)
 
 
-class TreeScreen(ModalScreen[str | None]):
+class TreeScreen(DismissOnce, ModalScreen[str | None]):
     """The conversation's branches as a tree; returns the node id to open, or None."""
 
     DEFAULT_CSS = """

@@ -21,6 +21,8 @@ private names chatui needs:
   ``XTermParser._sequence_to_key_events``: Textual dropped the Esc, or typed it as "^"); a
   paste holding ESC is one paste, its colour codes out (wraps ``XTermParser.feed``: Textual
   read what followed the first ESC as keys);
+- :mod:`.wrapping`: text folds into at least one cell, so a terminal narrowed to a few
+  columns does not stop the app (wraps ``Content._wrap_and_format``; Rich raised at 0);
 - :mod:`.testing` (for tests and benchmarks only, not imported by the app): events delivered
   as the terminal driver does, the updates written to the terminal, the screen rendered anew.
 
@@ -33,7 +35,7 @@ public ones.
 
 from __future__ import annotations
 
-from . import compositor, keys, strips, styles_cache
+from . import compositor, keys, strips, styles_cache, wrapping
 from .app_hooks import ReportsFatalErrors
 from .gate import ENABLED, ENV_VAR, TESTED_VERSIONS, patches_enabled, textual_version
 from .widget_hooks import NoLayoutOnResize, RepaintsNewRowsOnly, forget_measured_size
@@ -45,9 +47,10 @@ __all__ = [
 
 
 def apply() -> bool:
-    """Patch Textual's compositor, strips and input parser where the gate allows (idempotent);
-    whether they are patched. The widget and app hooks are decided when their classes are
-    built."""
+    """Patch Textual's compositor, strips, input parser and wrapping where the gate allows
+    (idempotent); whether they are patched. The widget and app hooks are decided when their
+    classes are built."""
     if not ENABLED:
         return False
-    return strips.apply() & compositor.apply() & styles_cache.apply() & keys.apply()
+    return (strips.apply() & compositor.apply() & styles_cache.apply() & keys.apply()
+            & wrapping.apply())

@@ -1,0 +1,78 @@
+"""A screen dismissed once: a second dismiss, once it is no longer on top, does nothing.
+
+Textual's ``Screen.dismiss`` pops whatever screen is on top of the stack, not the screen it
+is called on. A key pressed twice before a screen was gone (Enter twice in the command
+palette, found by random keys in tests/test_monkey.py) dismissed it twice: the second time
+it popped the chat screen under it, and the next key stopped the app ("the chat screen is
+not open"). Every screen chatui pushes, and its command palette, take this mixin; the app
+never pops the chat screen either (``ChatApp.pop_screen``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.await_complete import AwaitComplete
+from textual.binding import Binding
+from textual.command import CommandPalette
+from textual.message import Message
+from textual.message_pump import MessagePump
+from textual.widgets import Input, OptionList
+
+
+async def _nothing() -> None:
+    return None
+
+
+class DismissOnce:
+    """Mixin for a :class:`~textual.screen.Screen`: ``dismiss`` when the screen is not the
+    active one (already dismissed, or under another) neither pops a screen nor calls back."""
+
+    def dismiss(self, result: Any = None) -> AwaitComplete:
+        if not self.is_active:  # type: ignore[attr-defined]
+            return self.dismiss_nothing(self)  # type: ignore[arg-type]
+        return super().dismiss(result)  # type: ignore[misc]
+
+    @staticmethod
+    def dismiss_nothing(node: MessagePump) -> AwaitComplete:
+        """What a dismiss (or a pop) that does nothing returns: an awaitable, as Textual's."""
+        return AwaitComplete(_nothing()).call_next(node)
+
+
+class ChatPalette(DismissOnce, CommandPalette):
+    """Textual's command palette, dismissed once (see the module docstring), and its command
+    run once: the second Enter chose the command again after the palette had gone, and it
+    ran twice (``/retry`` twice is two replies)."""
+
+    BINDINGS = [
+        Binding("pagedown", "page(1)", "Next page", show=False),
+        Binding("pageup", "page(-1)", "Previous page", show=False),
+    ]
+
+    def action_page(self, direction: int) -> None:
+        """PageDown / PageUp in the list, when it is shown: with the list hidden (its options
+        kept while the palette waits for a search) a page key stopped the app, Textual
+        8.2.8's list paging by lines it measures only at a size above zero (KeyError)."""
+        options = self.query_one(OptionList)
+        if not options.display or not options.scrollable_content_region:
+            return
+        if direction > 0:
+            options.action_page_down()
+        else:
+            options.action_page_up()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._chosen_once(event)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self._chosen_once(event)
+
+    def _chosen_once(self, event: Message) -> None:
+        """Run before the palette's own handlers (a subclass's come first): once it has been
+        dismissed, the event goes no further."""
+        if not self.is_active:
+            event.prevent_default()
+            event.stop()
+
+
+__all__ = ["ChatPalette", "DismissOnce"]

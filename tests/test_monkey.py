@@ -1,0 +1,154 @@
+"""Random keys, commands and terminal sizes never stop the app or lose the chat screen.
+
+A person presses keys twice, presses them before a screen is up, resizes the window while a
+reply streams; each key below does something in some screen. Seeded sequences on the
+scripted engine (a reply streams for ~0.3 s, so keys land mid-reply too) found, on
+2026-11-28: Enter twice in the command palette took the chat screen off the stack (Textual's
+``dismiss`` pops whatever is on top) and ran the command twice; PageDown in the palette with
+its list hidden raised in Textual's list; a terminal a few columns wide made Rich fold text
+0 cells wide. Each has its own test besides (tests/test_resize.py, test_palette_*).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from textual import events
+
+from chatui.screens.chat import ChatScreen
+from chatui.textual_compat.testing import deliver
+from test_app import config_dir, loaded, make_app, notices, send, settle  # noqa: F401
+
+KEYS = ["a", "b", "x", "space", "1", "2", "3", "f", "n", "r", "enter", "enter", "escape",
+        "tab", "shift+tab", "up", "down", "left", "right", "home", "end", "pageup",
+        "pagedown", "ctrl+t", "ctrl+r", "ctrl+g", "ctrl+o", "ctrl+f", "ctrl+l", "ctrl+s",
+        "ctrl+z", "ctrl+e", "ctrl+j", "f1", "f2", "f3", "f4", "f5", "f6", "alt+left",
+        "alt+right", "ctrl+c", "delete", "backspace", "ctrl+p"]
+"""Every key chatui binds somewhere (not Ctrl+Q: quitting ends a run, as it should)."""
+
+LINES = ["/tree", "/compare temperature=0 | temperature=1", "/compare off", "/retry", "/edit",
+         "/pick 2", "/fanout 2", "/score", "/raw-mode", "/history", "/load 1", "/find a",
+         "/delete", "/delete yes", "/clear", "/continue", "/logprobs", "/raw", "/sibling prev",
+         "/sibling next", "/title hi", "/system be brief", "/system none", "/probe the",
+         "/export md", "/save", "/help", "/settings", "/set temperature 0", "/think on",
+         "/reasoning", "/copy", "/copy code", "hello there", "tell me more"]
+"""Lines typed and sent as a person would (into whatever has the focus)."""
+
+
+async def monkey(seed: int, steps: int) -> None:
+    rng = random.Random(seed)
+    app = make_app(delay_s=0.002)
+    done: list[str] = []
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot, app)
+        for step in range(steps):
+            r = rng.random()
+            if r < 0.15:
+                line = rng.choice(LINES)
+                done.append(line)
+                for ch in line:
+                    deliver(app, events.Key("space" if ch == " " else ch, ch))
+                deliver(app, events.Key("enter", None))
+            elif r < 0.18:
+                size = (rng.randint(1, 160), rng.randint(1, 50))
+                done.append(f"size {size}")
+                await pilot.resize_terminal(*size)
+            else:
+                key = rng.choice(KEYS)
+                done.append(key)
+                deliver(app, events.Key(key, key if len(key) == 1 else None))
+            await asyncio.sleep(rng.choice([0, 0.001, 0.01, 0.05]))
+            if not app.is_running:
+                # a palette search can end on "Quit": a clean exit is what it asked for
+                assert app.return_code == 0 and app._exception is None, done[-10:]
+                return
+            assert any(isinstance(s, ChatScreen) for s in app.screen_stack), done[-10:]
+        await pilot.pause(0.3)
+        assert app.is_running, done[-10:]
+        # and it still chats: back to the box, one message, one reply
+        while len(app.screen_stack) > 2:
+            app.screen.dismiss()
+            await pilot.pause(0.1)
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause(0.1)
+        await settle(pilot, app)
+        app.chat.prompt.focus()
+        await send(pilot, app, "are you still there?")  # (an /edit still open: beside it)
+        last = app.chat.state.conversation.messages()[-2:]
+        assert [m.role for m in last] == ["user", "assistant"], done[-10:]
+        assert last[0].content == "are you still there?" and last[1].content, done[-10:]
+
+
+@pytest.mark.parametrize("seed", [1, 3, 4, 11])
+async def test_random_keys_never_stop_the_app(seed):
+    await monkey(seed, 250)
+
+
+async def test_enter_twice_in_the_palette_runs_its_command_once_and_keeps_the_chat():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, app, "hello")
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        for ch in "settings":
+            await pilot.press(ch)
+        await pilot.pause(0.5)
+        deliver(app, events.Key("enter", None))  # both before the palette has gone
+        deliver(app, events.Key("enter", None))
+        await pilot.pause(0.5)
+        assert app.is_running and [type(s).__name__ for s in app.screen_stack][1:] == [
+            "ChatScreen"]
+        shown = [str(n.render()) for n in notices(app)]
+        assert sum(t.startswith("Settings in force") for t in shown) == 1, shown
+        await send(pilot, app, "still here")  # the chat goes on
+        assert app.chat.state.conversation.messages()[-2].content == "still here"
+
+
+async def test_a_screen_dismissed_twice_pops_only_itself():
+    """Textual's ``dismiss`` pops the top screen, whichever it is: the help screen's second
+    dismiss (after it had gone) took the chat screen; over another screen, that one."""
+    from chatui.screens.help import HelpScreen
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot, app)
+        help_screen = HelpScreen()
+        await app.push_screen(help_screen)
+        help_screen.dismiss()
+        help_screen.dismiss()
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, ChatScreen)
+        await app.push_screen(HelpScreen())
+        help_screen.dismiss()  # gone already: the help screen now on top stays
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        app.pop_screen()
+        app.pop_screen()  # never the chat screen
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, ChatScreen) and app.is_running
+
+
+async def test_undoing_the_line_that_brought_the_scrollbar_keeps_the_app():
+    """Eight lines in the message box, a ninth begun (Ctrl+J: the box scrolls), then Ctrl+Z:
+    Textual 8.2.8's undo asked to show the cursor on the line it had just taken away and the
+    app stopped (see chatui.widgets.text_box)."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("a")
+        for _ in range(7):
+            await pilot.press("ctrl+j", "a")
+        await pilot.press("ctrl+j")
+        await pilot.pause(0.1)
+        prompt = app.chat.prompt
+        assert prompt.document.line_count == 9
+        await pilot.press("ctrl+z")
+        await pilot.pause(0.2)
+        assert app.is_running and prompt.text == "\n".join("a" * 8)
+        assert prompt.selection.end == (7, 1)
+        await pilot.press("ctrl+y")  # redo, and type on
+        await pilot.press("b")
+        await pilot.pause(0.1)
+        assert app.is_running and prompt.text.endswith("a\nb")
