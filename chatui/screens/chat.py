@@ -846,6 +846,8 @@ class ChatScreen(Screen[None]):
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
         replies keep their settings)."""
+        if self._moved_on(entry):
+            return
         # full collections wait from here (a retry or continue; send holds them from the
         # submit) until _stream ends
         gcpolicy.stream_started()
@@ -875,6 +877,26 @@ class ChatScreen(Screen[None]):
         self.post_message(ResponseStarted(index_of(self.state.conversation.entries, entry)))
         self._gen_worker = run_reported(self, self._stream(job, request, item),
                                         what="The reply", group="generate")
+
+    def _moved_on(self, entry: Entry) -> bool:
+        """Whether ``entry`` can no longer start: a branch made from a token (an alternative,
+        a fan-out) waits for its widgets before it starts, and keys pressed meanwhile can
+        take the conversation elsewhere (Alt+Left, /tree) or start another reply. It then
+        stays in the tree, stopped, and says so (it streamed off the path and the app
+        stopped: found by random keys and clicks, tests/test_monkey.py)."""
+        conv = self.state.conversation
+        if self.state.job is None and any(e is entry for e in conv.entries):
+            return False
+        for reply in entry.replies:
+            reply.finish_reason = reply.finish_reason or "cancelled"
+        view = self._view_of(entry)
+        for shown in (view.views if isinstance(view, CompareView) else [view] if view else []):
+            shown.refresh_stats()
+        self.services.save_conversation()
+        self.notice("The conversation moved on before the new branch could start: it is kept, "
+                    "stopped, as an alternative (‹ ›, /tree), and /continue goes on with it "
+                    "there.", "warning")
+        return True
 
     async def _stream(self, job: Job, request: GenerationRequest, item: Item) -> None:
         """The one loop that applies engine events to replies (through the recorder) and
