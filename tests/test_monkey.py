@@ -202,3 +202,59 @@ async def test_a_branch_whose_path_moved_on_before_it_started_is_kept_stopped():
         assert conv.entries[-1] is new
         await send(pilot, app, "/continue")
         assert all(r.finish_reason == "stop" for r in conv.entries[-1].replies)
+
+
+def test_a_selection_over_a_line_wider_than_its_strip_is_drawn():
+    """A selection's span over a line whose text is wider than the strip drawn for it (random
+    clicks met one): ``Strip.divide`` drops a cut past the strip's end, and unpacking its two
+    strips into three stopped the app."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.geometry import Offset
+    from textual.selection import Selection
+    from textual.strip import Strip
+
+    from chatui.widgets.selection import with_selection
+
+    class Shown:
+        text_selection = Selection.from_offsets(Offset(3, 0), Offset(40, 0))
+
+        class screen:
+            @staticmethod
+            def get_component_rich_style(name):
+                return Style(reverse=True)
+
+    strip = Strip([Segment("hello world")])
+    drawn = with_selection(Shown(), strip, 0, lambda y: "hello world, and more past the edge")
+    assert drawn.text == "hello world" and drawn.cell_length == 11
+    assert [s.style for s in drawn if s.text == "lo world"] == [Style(reverse=True)]
+    Shown.text_selection = Selection.from_offsets(Offset(20, 0), Offset(30, 0))  # all of it past the end
+    assert with_selection(Shown(), strip, 0, lambda y: "x" * 40) is strip
+
+
+@pytest.mark.parametrize("name", ["history", "tree", "compare", "help", "notebook"])
+async def test_a_screen_dismissed_before_it_is_up_keeps_the_app(name):
+    """Ctrl+F and Esc among random keys: the search screen went before its widgets were
+    mounted, and its mount, run after, looked for its input box and stopped the app. A
+    dismiss before the mount now waits for it, on every screen chatui pushes."""
+    from chatui.screens.compare import CompareScreen
+    from chatui.screens.help import HelpScreen
+    from chatui.screens.history import HistoryScreen
+    from chatui.screens.notebook import NotebookScreen
+    from chatui.screens.tree import TreeScreen
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, app, "hello")
+        chat = app.chat
+        screen = {"history": lambda: HistoryScreen(app.config.transcripts_dir(), ""),
+                  "tree": lambda: TreeScreen(chat.state.conversation),
+                  "compare": lambda: CompareScreen(chat.config_dir(), columns=[], base=None),
+                  "help": HelpScreen,
+                  "notebook": lambda: NotebookScreen(chat)}[name]()
+        app.push_screen(screen)
+        screen.dismiss()
+        await pilot.pause(0.3)
+        assert app.is_running and isinstance(app.screen, ChatScreen)
+        await send(pilot, app, "still here")
+        assert chat.state.conversation.messages()[-2].content == "still here"

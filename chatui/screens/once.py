@@ -26,12 +26,21 @@ async def _nothing() -> None:
 
 class DismissOnce:
     """Mixin for a :class:`~textual.screen.Screen`: ``dismiss`` when the screen is not the
-    active one (already dismissed, or under another) neither pops a screen nor calls back."""
+    active one (already dismissed, or under another) neither pops a screen nor calls back;
+    before the screen is mounted, it waits until it is."""
 
     def dismiss(self, result: Any = None) -> AwaitComplete:
         if not self.is_active:  # type: ignore[attr-defined]
             return self.dismiss_nothing(self)  # type: ignore[arg-type]
+        if not self.is_mounted:  # type: ignore[attr-defined]
+            # before it is up (Ctrl+F and Esc at once): once it is, or its mount ran on a
+            # screen gone, without its widgets, and stopped the app
+            self.call_later(self._dismiss_later, result)  # type: ignore[attr-defined]
+            return self.dismiss_nothing(self)  # type: ignore[arg-type]
         return super().dismiss(result)  # type: ignore[misc]
+
+    def _dismiss_later(self, result: Any) -> None:
+        self.dismiss(result)  # (not awaited: awaiting it in its own handler raises)
 
     @staticmethod
     def dismiss_nothing(node: MessagePump) -> AwaitComplete:

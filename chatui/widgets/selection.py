@@ -22,10 +22,14 @@ def with_selection(widget: Widget, strip: Strip, y: int, line_text: Callable[[in
     text = line_text(y)
     start, end = span  # characters of the line
     end = len(text) if end == -1 else min(end, len(text))
-    if end <= start:
+    # (the line's text can be wider than its strip, a wide glyph cut at the edge or a strip
+    # drawn narrower: Strip.divide drops a cut past the end, and the app stopped on the
+    # two strips it gave; found by random keys and clicks, tests/test_monkey.py)
+    total = strip.cell_length
+    left, right = min(cell_len(text[:start]), total), min(cell_len(text[:end]), total)
+    if right <= left:
         return strip
-    head, mid, tail = strip.divide(
-        [cell_len(text[:start]), cell_len(text[:end]), strip.cell_length])
+    head, mid, tail = strip.divide([left, right, total])
     style = widget.screen.get_component_rich_style("screen--selection")
     return Strip.join([head, mid.apply_style(style), tail])
 
