@@ -46,7 +46,7 @@ from .reporting import run_reported
 from .screens.chat import ChatScreen
 from .screens.held_keys import behind_typed_keys, release_keys
 from .screens.notebook import NO_TEMPLATE_NOTICE, NotebookScreen
-from .screens.once import ChatPalette
+from .screens.once import ChatPalette, DismissOnce
 from .textual_compat import ReportsFatalErrors
 
 log = logging.getLogger(__name__)
@@ -406,7 +406,7 @@ class ChatApp(ReportsFatalErrors, App[int]):
         the next key stopped the app."""
         if isinstance(self.screen, ChatScreen):
             log.warning("a screen was dismissed twice: the chat screen stays")
-            return ChatPalette.dismiss_nothing(self)
+            return DismissOnce.dismiss_nothing(self)
         return super().pop_screen()
 
     def action_quit_in_order(self) -> None:

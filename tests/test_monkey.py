@@ -228,7 +228,7 @@ def test_a_selection_over_a_line_wider_than_its_strip_is_drawn():
     drawn = with_selection(Shown(), strip, 0, lambda y: "hello world, and more past the edge")
     assert drawn.text == "hello world" and drawn.cell_length == 11
     assert [s.style for s in drawn if s.text == "lo world"] == [Style(reverse=True)]
-    Shown.text_selection = Selection.from_offsets(Offset(20, 0), Offset(30, 0))  # all of it past the end
+    Shown.text_selection = Selection.from_offsets(Offset(20, 0), Offset(30, 0))  # all past the end
     assert with_selection(Shown(), strip, 0, lambda y: "x" * 40) is strip
 
 
