@@ -400,6 +400,21 @@ class ChatApp(ReportsFatalErrors, App[int]):
         if self.use_command_palette and not ChatPalette.is_open(self):
             self.push_screen(ChatPalette(id="--command-palette"))
 
+    def search_themes(self) -> None:
+        """Textual's theme search (its palette's "Change theme"), in a :class:`ChatPalette`."""
+        from textual.theme import ThemeProvider
+
+        self.push_screen(ChatPalette(providers=[ThemeProvider],
+                                     placeholder="Search for themes…"))
+
+    def search_commands(self, commands: Any, placeholder: str = "Search for commands…") -> Any:
+        """Textual's list of commands (its palette's "Keys" and others), in a
+        :class:`ChatPalette`."""
+        from textual.command import SimpleProvider
+
+        return self.push_screen(ChatPalette(providers=[SimpleProvider(self.screen, commands)],
+                                            placeholder=placeholder))
+
     def pop_screen(self) -> AwaitComplete:
         """Pop the top screen, never the chat screen: every other screen is pushed over it,
         and a screen dismissed twice took it off the stack (see :mod:`chatui.screens.once`);

@@ -51,7 +51,8 @@ class DismissOnce:
 class ChatPalette(DismissOnce, CommandPalette):
     """Textual's command palette, dismissed once (see the module docstring), and its command
     run once: the second Enter chose the command again after the palette had gone, and it
-    ran twice (``/retry`` twice is two replies)."""
+    ran twice (``/retry`` twice is two replies). Every palette the app opens is one (Ctrl+P,
+    Textual's theme and command searches)."""
 
     BINDINGS = [
         Binding("pagedown", "page(1)", "Next page", show=False),
@@ -70,6 +71,11 @@ class ChatPalette(DismissOnce, CommandPalette):
         else:
             options.action_page_up()
 
+    def on_input_changed(self, event: Input.Changed) -> None:
+        # a key typed just before Esc reached the box after the palette had gone: its search
+        # queried the palette's list, gone with it, and the app stopped (NoMatches)
+        self._chosen_once(event)
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self._chosen_once(event)
 
@@ -78,7 +84,7 @@ class ChatPalette(DismissOnce, CommandPalette):
 
     def _chosen_once(self, event: Message) -> None:
         """Run before the palette's own handlers (a subclass's come first): once it has been
-        dismissed, the event goes no further."""
+        dismissed, the event goes no further (no second choice, no search)."""
         if not self.is_active:
             event.prevent_default()
             event.stop()
