@@ -74,17 +74,17 @@ class ChatPalette(DismissOnce, CommandPalette):
     def on_input_changed(self, event: Input.Changed) -> None:
         # a key typed just before Esc reached the box after the palette had gone: its search
         # queried the palette's list, gone with it, and the app stopped (NoMatches)
-        self._chosen_once(event)
+        self._only_while_open(event)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self._chosen_once(event)
+        self._only_while_open(event)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self._chosen_once(event)
+        self._only_while_open(event)
 
-    def _chosen_once(self, event: Message) -> None:
-        """Run before the palette's own handlers (a subclass's come first): once it has been
-        dismissed, the event goes no further (no second choice, no search)."""
+    def _only_while_open(self, event: Message) -> None:
+        """Run before the palette's own handlers (a subclass's come first): once the palette
+        has been dismissed, the event goes no further (no second choice, no search)."""
         if not self.is_active:
             event.prevent_default()
             event.stop()
