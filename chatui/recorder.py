@@ -64,6 +64,8 @@ class ReplyRecorder:
         self._base_text = [r.text for r in self.replies]
         self._reasoning_from: list[float | None] = [None] * len(self.replies)
         """When each row's reasoning began streaming (until its answer starts)."""
+        self._ended_as = [(r.finish_reason, r.usage, r.error) for r in self.replies]
+        """How each reply had ended before this generation (None: it had not)."""
 
     def begin(self) -> None:
         """The generation starts: every reply is unfinished again."""
@@ -122,6 +124,20 @@ class ReplyRecorder:
         for reply in self.replies:
             if reply.finish_reason is None:
                 reply.finish_reason, reply.error = "error", message
+
+    def keep_unchanged(self) -> bool:
+        """After a generation that failed before any row's first token: each reply that had
+        ended before it (``/continue`` of a stopped or cut-off reply) ends as it did, its
+        finish reason, usage and error back (a continuation the context had no room for marked
+        the reply "failed" and it was saved so). True if any reply was put back."""
+        if self.produced:
+            return False
+        kept = False
+        for reply, (reason, usage, error) in zip(self.replies, self._ended_as):
+            if reason is not None and reply.finish_reason == "error":
+                reply.finish_reason, reply.usage, reply.error = reason, usage, error
+                kept = True
+        return kept
 
     def finish(self) -> bool:
         """The generation is over: rows still running were stopped. True if there were any

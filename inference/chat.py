@@ -102,22 +102,30 @@ def encode_raw(tokenizer: Any, text: str, budget: int) -> EncodedPrompt:
 
 def encode_request(tokenizer: Any, messages: Sequence[Message], budget: int,
                    prefix: AssistantPrefix | None = None, raw: bool = False,
-                   options: TemplateOptions = NO_OPTIONS) -> EncodedPrompt:
+                   options: TemplateOptions = NO_OPTIONS,
+                   context: int | None = None) -> EncodedPrompt:
     """A request's prompt: the plain text of its one message when ``raw``, else the chat
     (:func:`fit_to_context`)."""
     if raw:
         return encode_raw(tokenizer, messages[0].content, budget)
-    return fit_to_context(tokenizer, messages, budget, prefix, options)
+    return fit_to_context(tokenizer, messages, budget, prefix, options, context)
 
 
 def fit_to_context(tokenizer: Any, messages: Sequence[Message], budget: int,
                    prefix: AssistantPrefix | None = None,
-                   options: TemplateOptions = NO_OPTIONS) -> EncodedPrompt:
+                   options: TemplateOptions = NO_OPTIONS,
+                   context: int | None = None) -> EncodedPrompt:
     """Encode ``messages``, dropping the oldest turns until the prompt takes at most ``budget``
     tokens. The system prompt and the newest user message always stay.
 
+    A reply continued (``prefix``) whose tokens leave less room than ``budget`` keeps for it
+    once every older turn is out goes on in the room there is, up to ``context`` (the model's
+    whole context): ``/continue`` on a long reply near the end of the context failed, saying
+    "the message is too long" of a message the user had not changed.
+
     Raises:
-        PromptTooLongError: when the system prompt and the last message alone do not fit.
+        PromptTooLongError: when the system prompt and the last message alone do not fit (a
+            reply continued: when they leave no room for one more token).
     """
     system = [m for m in messages[:1] if m.role == "system"]
     rest = list(messages[len(system):])
@@ -127,9 +135,15 @@ def fit_to_context(tokenizer: Any, messages: Sequence[Message], budget: int,
         if len(ids) <= budget:
             return EncodedPrompt(ids, dropped)
         if len(rest) <= 1:
+            if prefix is None:
+                raise PromptTooLongError(
+                    f"The message is too long for the model's context: it takes {len(ids)} "
+                    f"tokens and at most {budget} fit (with room kept for the reply).")
+            if context is not None and len(ids) < context:
+                return EncodedPrompt(ids, dropped)
             raise PromptTooLongError(
-                f"The message is too long for the model's context: it takes {len(ids)} tokens "
-                f"and at most {budget} fit (with room kept for the reply).")
+                f"There is no room left to go on: the reply and the message it answers take "
+                f"{len(ids)} tokens, and the model's context holds {context or budget}.")
         # Drop the oldest turn; keep the conversation starting with a user message.
         rest.pop(0)
         dropped += 1

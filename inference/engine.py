@@ -443,7 +443,7 @@ class LocalBackend:
         try:
             enc = encode_request(self.tokenizer, request.messages,
                                  self._prompt_budget(settings), request.prefix, request.raw,
-                                 self._template_options(request))
+                                 self._template_options(request), limit)
         except PromptTooLongError as exc:
             yield Failed(str(exc))
             return

@@ -191,6 +191,50 @@ def test_prompt_too_long_fails_cleanly(tiny_backend):
     assert isinstance(ev[-1], Failed) and "too long" in ev[-1].message
 
 
+def test_a_reply_continued_near_the_end_of_the_context_goes_on_in_the_room_left(tiny_ckpt,
+                                                                               tiny_backend):
+    """Found using chatui in tmux on a model of 256 tokens: ``/continue`` on a reply that
+    left less than the room kept for a reply failed, "The message is too long for the model's
+    context", of a message the user had not changed. Older turns go first (the room kept
+    stays whole while they can), then the reply goes on in what room there is, as
+    transformers' greedy decode of the same ids does; with none left, one sentence says so."""
+    tok = tiny_ckpt.tokenizer
+    limit = tiny_backend.info.context_limit
+    question = [Message("user", "Tell me a story.")]
+    earlier = [Message("user", "word " * 30), Message("assistant", "ok " * 30)]
+    base = len(chat_ids(tok, question))
+    word = tuple(tok.encode(" sea", add_special_tokens=False))
+
+    def prefix(ids):
+        return AssistantPrefix(tok.decode(ids), tuple(ids))
+
+    # the earlier turn left out, the reply keeps all its room (24 of GREEDY's)
+    ids = word * (limit - base - 40)
+    ev = run(tiny_backend, earlier + question, GREEDY, prefix=prefix(ids))
+    started = next(e for e in ev if isinstance(e, Started))
+    assert started.dropped_messages == 2 and len(tokens(ev)) == 24
+
+    # nothing left to leave out: 10 tokens of room, taken to the end of the context
+    ids = word * (limit - base - 10)
+    ev = run(tiny_backend, question, GREEDY, prefix=prefix(ids))
+    got = [t.id for t in tokens(ev)]
+    assert len(got) == 10 and done(ev).finish_reason == "length"
+    prompt = torch.tensor([chat_ids(tok, question) + list(ids)])
+    assert prompt.shape[1] == limit - 10
+    ref = tiny_ckpt.model.generate(prompt, max_new_tokens=10, min_new_tokens=10,
+                                   do_sample=False, pad_token_id=2)
+    assert got == ref[0, prompt.shape[1]:].tolist()
+
+    ev = run(tiny_backend, question, GREEDY, prefix=prefix(ids + tuple(got)))
+    assert isinstance(ev[-1], Failed) and len(ev) == 1
+    assert ev[-1].message == ("There is no room left to go on: the reply and the message it "
+                              f"answers take {limit} tokens, and the model's context holds "
+                              f"{limit}.")
+    # a new message too long is still "too long"
+    ev = run(tiny_backend, [Message("user", "sea " * limit)], GREEDY)
+    assert isinstance(ev[-1], Failed) and "message is too long" in ev[-1].message
+
+
 def test_bench_over_the_context_is_one_clear_error(tiny_backend):
     """``chatui bench --prompt-tokens 9000`` on a smaller context: refused before any run."""
     from inference.bench import BenchError, run_bench, run_compare_bench

@@ -257,3 +257,34 @@ async def test_title_names_the_conversation_where_it_is_listed_searched_and_expo
         assert last_notice(app) == "Title: Quarterly plans"
         await send(pilot, app, f"/export md {tmp_path / 'out.md'}")
         assert (tmp_path / "out.md").read_text().startswith("# Quarterly plans\n")
+
+
+async def test_a_continuation_that_fails_leaves_the_reply_as_it_had_ended():
+    """Found using chatui in tmux: ``/continue`` on a reply cut off at the end of a small
+    model's context failed, and the reply was marked failed ("✗", its statistics' speed gone)
+    and saved so, although nothing of it had changed. It stays as it had ended, and a notice
+    says why it could not go on."""
+    def reply(request, row):
+        if request.prefix is not None:
+            raise ValueError("There is no room left to go on: the reply and the message it "
+                             "answers take 256 tokens, and the model's context holds 256.")
+        return "one two three four five six"
+
+    app = make_app(reply)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/set max_tokens 3")
+        await send(pilot, app, "count")
+        reply = app.chat.conversation.entries[1].reply
+        before = (reply.finish_reason, reply.usage, reply.text, len(reply.tokens))
+        assert before[0] == "length" and before[1] is not None
+        await send(pilot, app, "/continue")
+        assert (reply.finish_reason, reply.usage, reply.text, len(reply.tokens)) == before
+        assert reply.error == ""
+        assert last_notice(app, "error").startswith(
+            "The reply is kept as it was. There is no room left to go on: the reply and the "
+            "message it answers take 256 tokens, and the model's context holds 256.")
+        view = app.chat.query_one("ReplyView")
+        assert "cut off at the token limit" in str(view.query_one(".reply-finish").render())
+        assert app.autosaver.flush(timeout=10)
+        [saved] = transcript.list_transcripts(app.config.transcripts_dir())
+    assert transcript.load_transcript(saved.path).entries[1].reply.finish_reason == "length"

@@ -889,8 +889,7 @@ class ChatScreen(Screen[None]):
             return False
         for reply in entry.replies:
             reply.finish_reason = reply.finish_reason or "cancelled"
-        view = self._view_of(entry)
-        for shown in (view.views if isinstance(view, CompareView) else [view] if view else []):
+        for shown in _reply_views(self._view_of(entry)):
             shown.refresh_stats()
         self.services.save_conversation()
         self.notice("The conversation moved on before the new branch could start: it is kept, "
@@ -981,15 +980,21 @@ class ChatScreen(Screen[None]):
         failed = recorder.failed_rows
         if failed and len(failed) == len(replies):
             error = replies[0].error
-            if not recorder.produced and job.prompt_text and index >= 1:
-                # nothing came back: give the prompt back, as if it had not been sent
-                user = entries[index - 1]
-                await self.remove_entry(entry)
-                await self.remove_entry(user)
-                if not self.prompt.text:
-                    self.prompt.set_text(job.prompt_text)
-            what = "reply" if single else "comparison"
-            self.notice(f"The {what} failed: {error}", "error")
+            if recorder.keep_unchanged():
+                # a continuation with no room, say: the reply stays as it had ended
+                self.notice(f"The reply is kept as it was. {error}", "error")
+                for shown in _reply_views(job.view):
+                    shown.refresh_stats()
+            else:
+                if not recorder.produced and job.prompt_text and index >= 1:
+                    # nothing came back: give the prompt back, as if it had not been sent
+                    user = entries[index - 1]
+                    await self.remove_entry(entry)
+                    await self.remove_entry(user)
+                    if not self.prompt.text:
+                        self.prompt.set_text(job.prompt_text)
+                what = "reply" if single else "comparison"
+                self.notice(f"The {what} failed: {error}", "error")
             self.services.save_conversation()
             self.post_message(ResponseFailed(index, error))
         else:
@@ -1475,3 +1480,10 @@ class ChatScreen(Screen[None]):
             return
         hint.update(Content(commands.hint_text(text)))
         hint.display = True
+
+
+def _reply_views(view: object) -> list[ReplyView]:
+    """The reply widgets a job's or an entry's view holds (a comparison's columns)."""
+    if isinstance(view, CompareView):
+        return list(view.views)
+    return [view] if isinstance(view, ReplyView) else []
