@@ -825,7 +825,8 @@ class LocalBackend:
         span = (row.last_at - row.first_at) if row.first_at and row.last_at else 0.0
         tps = (row.generated - 1) / span if row.generated > 1 and span > 0 else 0.0
         yield RowDone(r, reason, row.stops.released_text,  # type: ignore[arg-type]
-                      Usage(row.prompt_len, row.generated, cached, ttft, tps))
+                      Usage(row.prompt_len, row.generated, cached, ttft, tps,
+                            self.info.context_limit))
 
 
 def _byte_spelling(tokenizer: Any, token_id: int) -> str | None:

@@ -176,7 +176,7 @@ class ScriptedBackend:
                     reason = "cancelled"
                 elif step >= len(pieces):
                     reason = "stop"
-                elif step >= s.max_new_tokens:
+                elif step >= s.max_new_tokens or prompt + step >= self.info.context_limit:
                     reason = "length"
                 if reason is None:
                     planned = pieces[step]
@@ -194,7 +194,7 @@ class ScriptedBackend:
                     n = min(step, len(pieces))
                     tps = (n - 1) / max(elapsed - ttft, 1e-9) if n > 1 else 0.0
                     yield RowDone(row, reason, texts[row],
-                                  Usage(prompt, n, 0, ttft, tps))
+                                  Usage(prompt, n, 0, ttft, tps, self.info.context_limit))
                     continue
                 if planned.marker:
                     tok = Token(index=step, id=None, text="", logprob=-0.01, entropy=0.05,

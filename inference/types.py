@@ -181,6 +181,14 @@ class Usage:
     """Time from the request to the first token."""
     decode_tokens_per_s: float
     """Tokens per second after the first one (0 when there was none after it)."""
+    context_limit: int = 0
+    """The model's context when the reply ended (0 where it is not known)."""
+
+    @property
+    def filled_context(self) -> bool:
+        """Whether the prompt and the reply took the model's whole context: a reply ended
+        "length" there was cut off by the context's end, not by its token limit."""
+        return 0 < self.context_limit <= self.prompt_tokens + self.completion_tokens
 
     @property
     def decode_rate(self) -> float | None:

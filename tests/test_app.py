@@ -707,7 +707,7 @@ async def test_context_overflow_notice():
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "hello")
         text = str(notices(app, "warning")[-1].render())
-        assert "oldest 2 message(s) were left out" in text
+        assert "oldest 2 messages were left out" in text
         assert app.chat.status.context_limit == 64
 
 

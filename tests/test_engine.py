@@ -213,12 +213,14 @@ def test_a_reply_continued_near_the_end_of_the_context_goes_on_in_the_room_left(
     ev = run(tiny_backend, earlier + question, GREEDY, prefix=prefix(ids))
     started = next(e for e in ev if isinstance(e, Started))
     assert started.dropped_messages == 2 and len(tokens(ev)) == 24
+    assert not done(ev).usage.filled_context  # its token limit, not the context
 
     # nothing left to leave out: 10 tokens of room, taken to the end of the context
     ids = word * (limit - base - 10)
     ev = run(tiny_backend, question, GREEDY, prefix=prefix(ids))
     got = [t.id for t in tokens(ev)]
     assert len(got) == 10 and done(ev).finish_reason == "length"
+    assert done(ev).usage.filled_context and done(ev).usage.context_limit == limit
     prompt = torch.tensor([chat_ids(tok, question) + list(ids)])
     assert prompt.shape[1] == limit - 10
     ref = tiny_ckpt.model.generate(prompt, max_new_tokens=10, min_new_tokens=10,

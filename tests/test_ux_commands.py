@@ -288,3 +288,29 @@ async def test_a_continuation_that_fails_leaves_the_reply_as_it_had_ended():
         assert app.autosaver.flush(timeout=10)
         [saved] = transcript.list_transcripts(app.config.transcripts_dir())
     assert transcript.load_transcript(saved.path).entries[1].reply.finish_reason == "length"
+
+
+async def test_a_reply_cut_off_by_the_context_says_so_not_the_token_limit():
+    """Found using chatui in tmux on a model of 256 tokens with ``/set max_tokens 1000``: a
+    reply that ran to the end of the context said "cut off at the token limit — /continue to
+    go on", and /continue then had no room. The label names the context (kept in the file's
+    usage, so a loaded reply says it too); a reply cut at max_tokens still offers /continue."""
+    app = make_app(lambda r, row: " ".join(["word"] * 200), context_limit=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/set max_tokens 1000")
+        await send(pilot, app, "tell")
+        reply = app.chat.conversation.entries[1].reply
+        assert reply.finish_reason == "length" and reply.usage.filled_context
+        assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 60
+        finish = app.chat.query_one("ReplyView .reply-finish")
+        assert str(finish.render()) == "✂ cut off at the end of the model's context (60 tokens)"
+        await send(pilot, app, "/set max_tokens 3")
+        await send(pilot, app, "/retry")
+        finish = app.chat.query("ReplyView .reply-finish").last()
+        assert str(finish.render()) == "✂ cut off at the token limit — /continue to go on"
+        assert app.autosaver.flush(timeout=10)
+        [saved] = transcript.list_transcripts(app.config.transcripts_dir())
+    conv = transcript.load_transcript(saved.path)
+    usages = [r.usage for e in conv.all_entries() for r in e.replies]
+    assert sorted(u.filled_context for u in usages) == [False, True]
+    assert {u.context_limit for u in usages} == {60}

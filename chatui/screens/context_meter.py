@@ -42,9 +42,10 @@ class ContextMeter:
         if delta.dropped_messages <= 0:
             return ""
         self._warned = True  # the notice says it; no toast about "soon" after it
+        n = delta.dropped_messages
+        oldest = "the oldest message was" if n == 1 else f"the oldest {n} messages were"
         return (f"The conversation no longer fits the model's context ({limit} tokens): "
-                f"the oldest {delta.dropped_messages} message(s) were left out of this {what}. "
-                "Use /clear to start afresh.")
+                f"{oldest} left out of this {what}. Use /clear to start afresh.")
 
     async def follow(self, worker: Any, model: object, messages: tuple[Message, ...]) -> None:
         """Recount unless ``messages`` under ``model`` (compared by identity: another model

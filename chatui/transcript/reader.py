@@ -286,6 +286,7 @@ def _usage(v: Any, where: str) -> Usage | None:
         cached_tokens=o.int("cached_tokens", 0, _MAX_COUNT),  # type: ignore[arg-type]
         ttft_s=o.num("ttft_s", 0, _MAX_SECONDS),  # type: ignore[arg-type]
         decode_tokens_per_s=o.num("decode_tokens_per_s", 0, _MAX_RATE),  # type: ignore[arg-type]
+        context_limit=o.int("context_limit", 0, _MAX_COUNT, 0),  # type: ignore[arg-type]
     )
 
 

@@ -41,6 +41,7 @@ def _usage_json(u: Usage | None) -> dict[str, Any] | None:
         "cached_tokens": u.cached_tokens,
         "ttft_s": u.ttft_s if _finite(u.ttft_s) else 0.0,
         "decode_tokens_per_s": u.decode_tokens_per_s if _finite(u.decode_tokens_per_s) else 0.0,
+        "context_limit": u.context_limit,
     }
 
 

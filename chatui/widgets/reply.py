@@ -49,6 +49,10 @@ FINISH_LABELS = {
     "error": "✗ failed",
 }
 
+CONTEXT_FULL_LABEL = "✂ cut off at the end of the model's context ({:,} tokens)"
+"""A reply ended "length" with its prompt at the context's end: /continue goes on only as far
+as older turns can be left out (a one-turn reply has no room left), so it is not offered."""
+
 COLUMN_FINISH_LABELS = {
     **FINISH_LABELS,
     "length": "✂ cut off at the token limit — /pick it, then /continue",
@@ -486,6 +490,8 @@ class ReplyView(SettledSize, Vertical):
             label = "generating…" if self._streaming else ""
         elif reply.finish_reason == "error":
             label = f"✗ {reply.error or 'failed'}"
+        elif reply.finish_reason == "length" and reply.usage and reply.usage.filled_context:
+            label = CONTEXT_FULL_LABEL.format(reply.usage.context_limit)
         else:
             label = self.finish_labels.get(reply.finish_reason, "")
         if label != self._shown[0]:  # an update is a layout: only when it changed
