@@ -22,7 +22,7 @@ from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
 from .conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
-from .recorder import prefix_of
+from .recorder import prefix_of, spellings
 
 if TYPE_CHECKING:
     from inference.worker import InferenceWorker
@@ -90,7 +90,8 @@ class CommandContext(Protocol):
 
     def start_reply(self, entry: Entry, *, prompt_text: str = "",
                     prefix: AssistantPrefix | None = None,
-                    max_new_tokens: int | None = None) -> None: ...
+                    max_new_tokens: int | None = None,
+                    branch_of: Entry | None = None) -> None: ...
 
     def put_prompt(self, text: str) -> None: ...
 
@@ -282,7 +283,7 @@ async def _continue_column(ctx: CommandContext, group: Entry, reply: Reply) -> N
     await ctx.sync_path()
     ctx.notify(f"Continuing column {group.chosen + 1} as a new alternative to the "
                "comparison (‹ › goes back to it).", timeout=3)
-    ctx.start_reply(entry, prefix=prefix_of(new))
+    ctx.start_reply(entry, prefix=prefix_of(new), branch_of=group)
 
 
 async def cmd_logprobs(ctx: CommandContext, arg: str = "") -> None:
@@ -403,8 +404,9 @@ async def cmd_probe(ctx: CommandContext, arg: str = "") -> None:
         return
     entry, reply, position = point
     ids = reply.tokens.ids()[:position]
-    prefix = AssistantPrefix(reply.tokens.text(0, position),
-                             None if any(i is None for i in ids) else ids)  # type: ignore[arg-type]
+    prefix = (AssistantPrefix(reply.tokens.text(0, position)) if any(i is None for i in ids)
+              else AssistantPrefix(reply.tokens.text(0, position), ids,  # type: ignore[arg-type]
+                                   spellings(reply.tokens, position + 1)))
     request = ScoreRequest(text, state.top_logprobs, context=state.messages_before(entry),
                            prefix=prefix)
     scored = await _scored(ctx, request)

@@ -16,6 +16,7 @@ from typing import Sequence
 from inference.types import AssistantPrefix, Failed, RowDone, Started, Token, TokenBatch
 
 from .conversation import Reply, visible_text
+from .token_records import TokenRecords
 
 
 @dataclass(frozen=True)
@@ -161,11 +162,29 @@ class ReplyRecorder:
         return [i for i, r in enumerate(self.replies) if r.finish_reason == "error"]
 
 
-def prefix_of(reply: Reply) -> AssistantPrefix:
-    """What the engine continues ``reply`` from (its token ids when every one is known)."""
+WITNESSES = 8
+"""How many of a prefix's tokens give their alternatives as :func:`spellings`."""
+
+
+def prefix_of(reply: Reply, witnesses: TokenRecords | None = None) -> AssistantPrefix:
+    """What the engine continues ``reply`` from: its token ids when every one is known, with
+    :func:`spellings` from its tokens (or from ``witnesses``, tokens of the same model)."""
     ids = reply.tokens.ids()
-    known = None if any(i is None for i in ids) else ids
-    return AssistantPrefix(reply.text, known)  # type: ignore[arg-type]
+    if any(i is None for i in ids):
+        return AssistantPrefix(reply.text)
+    spelled = spellings(reply.tokens if witnesses is None else witnesses)
+    return AssistantPrefix(reply.text, ids, spelled)  # type: ignore[arg-type]
+
+
+def spellings(tokens: TokenRecords, end: int | None = None) -> tuple[tuple[int, str], ...]:
+    """The alternatives (id, spelling) of up to :data:`WITNESSES` tokens among the first
+    ``end``, spread over them, the last one always: the engine takes a prefix's ids only
+    where its tokenizer spells these alike (a reply loaded from a conversation made with
+    another model carries that model's ids; see ``AssistantPrefix.spellings``)."""
+    n = len(tokens) if end is None else min(end, len(tokens))
+    picks = sorted({n - 1 - (i * n) // WITNESSES for i in range(min(n, WITNESSES))})
+    return tuple((a.id, a.text) for i in picks for a in tokens.alternatives(i)
+                 if a.id is not None and a.text is not None)
 
 
 def branch(reply: Reply, position: int, rank: int) -> AssistantPrefix:

@@ -58,6 +58,11 @@ class Job:
     recorder: ReplyRecorder
     prompt_text: str = ""
     """The prompt to give back to the box if the reply fails before its first token."""
+    branch_of: Entry | None = None
+    """The entry whose tokens this job's entry was made from, for this job (a branch from an
+    alternative, a fan-out, a column continued as an alternative): if the job fails before
+    its first token, its entry leaves the tree (it holds nothing that one does not) and that
+    one is shown again."""
     stream: Stream | None = None
 
 

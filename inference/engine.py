@@ -28,6 +28,7 @@ from .settings import SamplingParams
 from .threads import ThreadTuner, fixed_threads
 from .types import (
     Alternative,
+    AssistantPrefix,
     Event,
     Failed,
     GenerationRequest,
@@ -157,6 +158,8 @@ class LocalBackend:
         if self.reasoning is not None:
             self.info = dataclasses.replace(info, reasoning=self.reasoning.kind,
                                             thinking_switch=self.reasoning.switch)
+        self.vocab_size = _vocab_size(self.runner, model, tokenizer)
+        """Ids below this are tokens of the model (its embedding table's rows)."""
         self._piece_cache: dict[int, str] = {}
         self._piece_decode = ids_decoder(tokenizer, skip_special_tokens=False)
         self._singles: dict[int, str] = {}  # the detokenizers' one-token decodes
@@ -227,6 +230,34 @@ class LocalBackend:
                 text = _byte_spelling(self.tokenizer, token_id) or text
             self._piece_cache[token_id] = text
         return text
+
+    def own_prefix(self, prefix: AssistantPrefix | None) -> AssistantPrefix | None:
+        """``prefix`` as this model takes it: with its token ids where they are this model's
+        (every id in its vocabulary, the spellings given with them this tokenizer's), else
+        its text alone, encoded here (a reply made by another model; see
+        :attr:`AssistantPrefix.spellings`)."""
+        if prefix is None or prefix.token_ids is None or self._own_ids(
+                prefix.token_ids, prefix.spellings):
+            return prefix
+        log.info("a prefix's token ids are another tokenizer's: continuing from its text")
+        return AssistantPrefix(prefix.text)
+
+    def _own_ids(self, ids: Sequence[int], spellings: Sequence[tuple[int, str]] = ()) -> bool:
+        n = self.vocab_size
+        return (all(0 <= i < n for i in ids)
+                and all(0 <= i < n and self.piece_text(i) == s for i, s in spellings))
+
+    def _checked(self, request: GenerationRequest) -> GenerationRequest | str:
+        """``request`` with its prefix as this model takes it (:meth:`own_prefix`); or why it
+        cannot run: forced first tokens (a fan-out's alternatives) that are not this model's
+        own."""
+        prefix = self.own_prefix(request.prefix)
+        if request.first_tokens is not None and (
+                prefix is not request.prefix or not self._own_ids(request.first_tokens)):
+            return ("That reply was made by a model with another vocabulary: its alternatives "
+                    "are not this model's tokens (/retry makes a reply of its own).")
+        return request if prefix is request.prefix else dataclasses.replace(request,
+                                                                            prefix=prefix)
 
     def count_tokens(self, messages: tuple[Message, ...]) -> int:
         if not messages:
@@ -365,7 +396,7 @@ class LocalBackend:
             return
         try:
             enc = encode_request(self.tokenizer, request.context, limit - len(text_ids),
-                                 request.prefix, request.raw)
+                                 self.own_prefix(request.prefix), request.raw)
         except PromptTooLongError as exc:
             yield Failed(str(exc))
             return
@@ -438,6 +469,11 @@ class LocalBackend:
 
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
         t0 = time.perf_counter()
+        checked = self._checked(request)
+        if isinstance(checked, str):
+            yield Failed(checked)
+            return
+        request = checked
         settings = request.settings
         limit = self.info.context_limit
         try:
@@ -489,6 +525,11 @@ class LocalBackend:
         prompts, settings = [], []
         for req in requests:
             s = req.settings[0]
+            checked = self._checked(req)
+            if isinstance(checked, str):
+                yield Failed(checked)
+                return
+            req = checked
             try:
                 enc = encode_request(self.tokenizer, req.messages, self._prompt_budget((s,)),
                                      req.prefix, req.raw, self._template_options(req))
@@ -827,6 +868,16 @@ class LocalBackend:
         yield RowDone(r, reason, row.stops.released_text,  # type: ignore[arg-type]
                       Usage(row.prompt_len, row.generated, cached, ttft, tps,
                             self.info.context_limit))
+
+
+def _vocab_size(runner: Any, model: Any, tokenizer: Any) -> int:
+    """The model's vocabulary: its embedding table's rows (the fast runner's, else the
+    module's), or the tokenizer's where neither says."""
+    size = getattr(runner, "vocab", None)
+    if size is None and model is not None:
+        embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+        size = getattr(embeddings, "num_embeddings", None)
+    return int(size) if size else len(tokenizer)
 
 
 def _byte_spelling(tokenizer: Any, token_id: int) -> str | None:

@@ -36,6 +36,12 @@ class AssistantPrefix:
 
     text: str
     token_ids: tuple[int, ...] | None = None
+    spellings: tuple[tuple[int, str], ...] = ()
+    """Some token ids with their spellings as the tokenizer that made ``token_ids`` spelled
+    them (a reply's alternatives): the engine takes the ids only where its own tokenizer
+    spells these alike. A reply made by another model (a conversation loaded under a new one)
+    carries that model's ids, which mean other tokens here, or none: past the end of the
+    vocabulary they read outside the embedding table (the engine process crashed)."""
 
 
 @dataclass(frozen=True)

@@ -200,3 +200,47 @@ async def test_fan_out_decodes_the_alternatives_as_branches(engine_app):
         conv = app.chat.conversation
         assert conv.entries[-1].reply is group.replies[2]
         assert len(conv.siblings(conv.entries[-1])) == 4
+
+
+async def test_a_reply_of_another_vocabulary_continues_from_its_text(engine_app):
+    """A conversation made with another model (ids of its vocabulary: here shifted by one,
+    the last past this one's end) and ``/continue``d: the prefix carries its spellings, the
+    engine continues from the text (no crash, no failure); ``f`` on it says in one sentence
+    that its alternatives are not this model's."""
+    import dataclasses
+
+    from chatui.token_records import TokenRecords
+    from test_app import notices
+
+    app = engine_app(max_new_tokens=8)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello there")
+        reply = app.chat.conversation.entries[-1].reply
+        assert reply.finish_reason == "length"
+        vocab = len(app.holder["backend"].tokenizer)
+
+        def shift(i):
+            return vocab + 5 if i == reply.tokens[-1].id else i + 1
+
+        reply.tokens = TokenRecords(dataclasses.replace(
+            t, id=shift(t.id), top=tuple(dataclasses.replace(a, id=shift(a.id)) for a in t.top))
+            for t in reply.tokens)
+        text = reply.text
+        await send(pilot, app, "/continue")
+        request = app.holder["backend"].requests[-1]
+        assert request.prefix.token_ids == tuple(t.id for t in reply.tokens[:8])
+        assert request.prefix.spellings
+        assert reply.finish_reason == "length" and not reply.error
+        assert len(reply.tokens) == 16 and reply.text.startswith(text)
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home", "right")
+        await pilot.press("f")
+        await settle(pilot, app)
+        told = str(notices(app, "error")[-1].render())
+        assert told.startswith("The new branch failed before its first token and is not "
+                               "kept: That reply was made by a model with another vocabulary")
+        conv = app.chat.conversation  # the fan-out held nothing: it left the tree
+        assert conv.entries[-1].reply is reply and conv.siblings(conv.entries[-1]) == [
+            conv.entries[-1]]
+        assert len(replies(app)) == 1

@@ -237,6 +237,42 @@ def test_a_reply_continued_near_the_end_of_the_context_goes_on_in_the_room_left(
     assert isinstance(ev[-1], Failed) and "message is too long" in ev[-1].message
 
 
+def test_a_prefix_with_another_tokenizers_ids_continues_from_its_text(tiny_ckpt, tiny_backend):
+    """Found using chatui in tmux: a conversation made with one model, loaded under a model
+    of another vocabulary, and ``/continue``d sent the first model's token ids; past the end
+    of this one's vocabulary the int8 embedding read outside its table (the engine process
+    crashed, or decoded garbage), and inside it they meant other tokens. Ids are taken only
+    where they are in the vocabulary and the spellings given with them are this tokenizer's;
+    otherwise the text is continued, as a fresh run from that text is. Forced first tokens (a
+    fan-out) that are not this model's fail in one sentence."""
+    tok = tiny_ckpt.tokenizer
+    question = [Message("user", "Tell me a story.")]
+    first = [t for t in tokens(run(tiny_backend, question, GREEDY))][:6]
+    ids = tuple(t.id for t in first)
+    text = tok.decode(list(ids))
+    spelled = tuple((a.id, a.text) for t in first for a in t.top)
+    as_text = [t.id for t in tokens(run(tiny_backend, question, GREEDY,
+                                        prefix=AssistantPrefix(text)))]
+    own = [t.id for t in tokens(run(tiny_backend, question, GREEDY,
+                                    prefix=AssistantPrefix(text, ids, spelled)))]
+    assert own == [t.id for t in tokens(run(tiny_backend, question,
+                                            GREEDY.with_values(max_tokens=30)))][6:30]
+    vocab = tiny_backend.vocab_size
+    shifted = tuple((i + 1) % vocab for i in ids)
+    for foreign in [AssistantPrefix(text, ids[:-1] + (vocab + 10**6,), spelled),
+                    AssistantPrefix(text, shifted, tuple((i + 1, s) for i, s in spelled))]:
+        ev = run(tiny_backend, question, GREEDY, prefix=foreign)
+        assert not any(isinstance(e, Failed) for e in ev)
+        assert [t.id for t in tokens(ev)] == as_text
+    fan = GenerationRequest(tuple(question), (GREEDY, GREEDY), top_logprobs=5,
+                            prefix=AssistantPrefix(text, ids, spelled),
+                            first_tokens=(5, vocab + 3))
+    ev = list(tiny_backend.generate(fan, threading.Event()))
+    assert len(ev) == 1 and ev[0].message == (
+        "That reply was made by a model with another vocabulary: its alternatives are not "
+        "this model's tokens (/retry makes a reply of its own).")
+
+
 def test_bench_over_the_context_is_one_clear_error(tiny_backend):
     """``chatui bench --prompt-tokens 9000`` on a smaller context: refused before any run."""
     from inference.bench import BenchError, run_bench, run_compare_bench

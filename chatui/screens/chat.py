@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -842,10 +843,11 @@ class ChatScreen(Screen[None]):
     def start_reply(self, entry: Entry, *, prompt_text: str = "",
                     prefix: AssistantPrefix | None = None,
                     max_new_tokens: int | None = None,
-                    first_tokens: tuple[int, ...] | None = None) -> None:
+                    first_tokens: tuple[int, ...] | None = None,
+                    branch_of: Entry | None = None) -> None:
         """Generate (or continue, from ``prefix``) ``entry``'s replies, one per row, in a
         worker on the app's loop; ``max_new_tokens`` caps this request's new tokens (the
-        replies keep their settings)."""
+        replies keep their settings); ``branch_of``: see ``Job.branch_of``."""
         if self._moved_on(entry):
             return
         # full collections wait from here (a retry or continue; send holds them from the
@@ -865,7 +867,8 @@ class ChatScreen(Screen[None]):
             settings=settings,
             top_logprobs=self.state.top_logprobs, prefix=prefix, first_tokens=first_tokens,
             thinking=self.state.thinking)
-        job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text)
+        job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text,
+                  branch_of=branch_of)
         # a new single reply is followed in the side panel; one continued from a token keeps
         # the panel on that token (the cursor is there)
         fresh = prefix is None and first_tokens is None and isinstance(view, ReplyView)
@@ -985,6 +988,15 @@ class ChatScreen(Screen[None]):
                 self.notice(f"The reply is kept as it was. {error}", "error")
                 for shown in _reply_views(job.view):
                     shown.refresh_stats()
+            elif job.branch_of is not None and not recorder.produced and index >= 0:
+                # a branch from a reply's tokens that got none of its own: nothing to keep
+                conv = self.state.conversation
+                conv.delete(entry)
+                with suppress(ValueError):  # (unless it left the tree meanwhile)
+                    conv.select(job.branch_of)
+                await self.sync_path(in_place=True)
+                self.notice(f"The new branch failed before its first token and is not kept: "
+                            f"{error}", "error")
             else:
                 if not recorder.produced and job.prompt_text and index >= 1:
                     # nothing came back: give the prompt back, as if it had not been sent
@@ -1136,7 +1148,8 @@ class ChatScreen(Screen[None]):
         # a sibling of the reply that shares its prefix (issue 18): the reply itself stays
         new = Reply(self.state.settings, tokens=reply.tokens.copy())
         prefix = branch(new, position, rank)
-        entry = self.state.conversation.add_sibling(entry, Entry("assistant", replies=[new]))
+        source, entry = entry, self.state.conversation.add_sibling(
+            entry, Entry("assistant", replies=[new]))
         reply = new
         # max_tokens bounds the whole reply: the kept tokens and the alternative count
         # (a continuation of 512 more made a 513-token reply for max_tokens 512)
@@ -1156,7 +1169,7 @@ class ChatScreen(Screen[None]):
             self.services.save_conversation()
             self.post_message(ResponseComplete(index, "length"))
             return
-        self.start_reply(entry, prefix=prefix, max_new_tokens=left)
+        self.start_reply(entry, prefix=prefix, max_new_tokens=left, branch_of=source)
 
     @on(FanOutRequested)
     async def _fan_out_requested(self, event: FanOutRequested) -> None:
@@ -1191,13 +1204,13 @@ class ChatScreen(Screen[None]):
         shared = Reply(self.state.settings, tokens=reply.tokens.copy())
         shared.tokens.truncate(position)
         shared.text = shared.tokens.text()
-        prefix = prefix_of(shared)
+        prefix = prefix_of(shared, witnesses=reply.tokens)  # (the alternatives fanned out too)
         rows = [Reply(self.state.settings, text=shared.text, tokens=shared.tokens.copy())
                 for _ in range(k)]
         group = self.state.conversation.add_sibling(
             entry, Entry("assistant", replies=rows, fan_out=True))
         await self.sync_path()
-        self.start_reply(group, prefix=prefix, max_new_tokens=left,
+        self.start_reply(group, prefix=prefix, max_new_tokens=left, branch_of=entry,
                          first_tokens=ids)  # type: ignore[arg-type]
         self.prompt.focus()  # where /pick N (or F6) is typed
 
