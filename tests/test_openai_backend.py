@@ -688,3 +688,42 @@ async def test_worker_load_failure_is_one_sentence():
     finally:
         worker.close()
         worker.join(5)
+
+
+def _counting(honours: bool) -> Callable[[Handler, dict], None]:
+    """A chat script whose one-token answers count the prompt as a template would: with the
+    continuation fields honoured, the final message stays open (two tokens shorter)."""
+    def chat(h: Handler, body: dict) -> None:
+        if body.get("stream"):
+            stream_tokens(h, ["Hel", "lo", " world"])
+            return
+        n = 4 * len(body["messages"]) + 6
+        if honours and body.get("continue_final_message"):
+            n -= 2
+        h.send_json(200, {"id": "x", "object": "chat.completion", "model": MODEL,
+                          "choices": [{"index": 0, "finish_reason": "length",
+                                       "message": {"role": "assistant", "content": "x"}}],
+                          "usage": {"prompt_tokens": n, "completion_tokens": 1,
+                                    "total_tokens": n + 1}})
+    return chat
+
+
+@pytest.mark.parametrize("honours", [True, False])
+def test_a_server_that_would_start_a_new_reply_is_not_asked_to_continue(fake, honours):
+    """Found using chatui in tmux: llama-cpp-python's server ignores continue_final_message,
+    and /continue showed a new reply joined to the old one. Two one-token requests, once,
+    tell such a server apart by the prompt it counts; its continuations fail in one sentence
+    (the chat then keeps the reply as it was), and a server that honours them continues."""
+    fake.chat = _counting(honours)
+    b = OpenAIBackend(fake.url, None, None)
+    for _ in range(2):
+        events = run(b, ask(prefix=AssistantPrefix("Once upon")))
+        if honours:
+            assert events[-1].text == "Hello world"
+        else:
+            assert events == [Failed(ob.continuation.CONTINUE_UNSUPPORTED)]
+    probes = [r for r in fake.requests if not r.get("stream")]
+    assert len(probes) == 2  # asked once
+    assert [r.get("continue_final_message") for r in probes] == [True, None]
+    assert run(b, ask())[-1].text == "Hello world"  # a new reply is never refused
+    b.close()

@@ -206,6 +206,21 @@ def test_compare_three_settings(backend):
     assert single[-1].text == done[0].text
 
 
+def test_continuing_a_reply_is_refused_in_one_sentence_by_this_server(backend):
+    """llama-cpp-python 0.3.36 ignores continue_final_message and starts a new reply after
+    the partial one (shown joined to it, found in tmux): chatui finds that out from the
+    server's own prompt counts and refuses the continuation (the README's table says "no")."""
+    from dataclasses import replace
+
+    from inference.openai_backend.continuation import CONTINUE_UNSUPPORTED
+    from inference.types import AssistantPrefix
+
+    events = list(backend.generate(replace(ask("Tell me about bread.", greedy(4)),
+                                           prefix=AssistantPrefix("Bread is")),
+                                   threading.Event()))
+    assert events == [Failed(CONTINUE_UNSUPPORTED)]
+
+
 def test_nothing_listening():
     with pytest.raises(OpenAIBackendError, match="connection refused") as err:
         OpenAIBackend(f"http://127.0.0.1:{_free_port()}", None, None)

@@ -29,8 +29,10 @@ What maps to what:
   ``continue_final_message: true, add_generation_prompt: false`` (vLLM, SGLang). The server
   re-encodes the text, so the continuation is text-exact but not token-exact: token-exact
   continuation (``AssistantPrefix.token_ids``) is only for the local engine. Servers that do
-  not know these fields (llama.cpp) start a new assistant turn instead. ``RowDone.text`` is the
-  continuation only, like the local engine's.
+  not know these fields (llama-cpp-python, TGI) would start a new assistant turn instead: two
+  one-token requests before the first continuation tell them apart (``continuation``), and
+  such a server's continuations fail in one sentence. ``RowDone.text`` is the continuation
+  only, like the local engine's.
 
 Events and failures (one clear sentence each, nothing lost):
 

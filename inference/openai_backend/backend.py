@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 from ..backend import BackendFactory, ProgressCallback
 from ..types import Event, Failed, GenerationRequest, Message, ModelInfo, Progress, ScoreRequest
+from .continuation import CONTINUE_UNSUPPORTED, continues_replies
 from .protocol import parse_base_url
 from .rows import generate_rows
 from .scoring import score_over_openai
@@ -65,6 +66,8 @@ class OpenAIBackend:
     def generate(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[Event]:
         if request.raw:
             return iter((Failed(RAW_UNSUPPORTED),))
+        if request.prefix is not None and continues_replies(self.server) is False:
+            return iter((Failed(CONTINUE_UNSUPPORTED),))
         return generate_rows(self.server, request, cancel, self.count_tokens,
                              self.info.context_limit)
 
