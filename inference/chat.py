@@ -85,14 +85,24 @@ def encode_messages(tokenizer: Any, messages: Sequence[Message],
     return ids
 
 
-def encode_raw(tokenizer: Any, text: str, budget: int) -> EncodedPrompt:
+def encode_raw(tokenizer: Any, text: str, budget: int,
+               context: int | None = None) -> EncodedPrompt:
     """A plain prompt for raw completion: ``text`` as the tokenizer encodes it (its BOS token
-    added when the tokenizer adds one), no chat template.
+    added when the tokenizer adds one), no chat template. A text over ``budget`` is continued
+    in the room left, up to ``context`` (the model's whole context): a document is continued
+    as a reply is (``fit_to_context``), not refused while the context still has room.
 
     Raises:
-        PromptTooLongError: when it takes more than ``budget`` tokens.
+        PromptTooLongError: when it takes more than ``budget`` tokens (with ``context``: when
+            it leaves no room for one more token).
     """
     ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    if context is not None and budget < len(ids) < context:
+        return EncodedPrompt(ids, 0)
+    if context is not None and len(ids) > budget:
+        raise PromptTooLongError(
+            f"The text fills the model's context: it takes {len(ids)} tokens, and the model "
+            f"holds {context}.")
     if len(ids) > budget:
         raise PromptTooLongError(
             f"The text is too long for the model's context: it takes {len(ids)} tokens and at "
@@ -107,7 +117,7 @@ def encode_request(tokenizer: Any, messages: Sequence[Message], budget: int,
     """A request's prompt: the plain text of its one message when ``raw``, else the chat
     (:func:`fit_to_context`)."""
     if raw:
-        return encode_raw(tokenizer, messages[0].content, budget)
+        return encode_raw(tokenizer, messages[0].content, budget, context)
     return fit_to_context(tokenizer, messages, budget, prefix, options, context)
 
 

@@ -13,7 +13,7 @@ import torch
 from inference.chat import GENERIC_CHAT_TEMPLATE, PromptTooLongError, encode_raw
 from inference.engine import LocalBackend
 from inference.settings import SamplingParams
-from inference.types import Failed, GenerationRequest, Message, Started, TokenBatch
+from inference.types import Failed, GenerationRequest, Message, RowDone, Started, TokenBatch
 
 TEXT = "Once upon a time, in a small village by the sea,"
 
@@ -59,7 +59,23 @@ def test_raw_too_long_is_one_sentence(tiny_ckpt):
     backend = LocalBackend.from_checkpoint(tiny_ckpt)
     events = list(backend.generate(raw_request("word " * 600), threading.Event()))
     assert len(events) == 1 and isinstance(events[0], Failed)
-    assert "too long for the model's context" in events[0].message
+    assert events[0].message.startswith("The text fills the model's context: it takes ")
+    assert events[0].message.endswith("tokens, and the model holds 512.")
+
+
+def test_a_text_near_the_end_of_the_context_is_continued_in_the_room_left(tiny_ckpt):
+    """A notebook's document past the room kept for a continuation (the context less
+    max_tokens) was refused, "too long", with room still left: it is continued to the end of
+    the context, as a reply continued there is."""
+    backend = LocalBackend.from_checkpoint(tiny_ckpt)
+    tok = tiny_ckpt.tokenizer
+    text = "word" + " word" * 500
+    n = len(tok(text, add_special_tokens=True)["input_ids"])
+    assert 512 - 16 < n < 512  # over the budget that keeps 16 new tokens, under the context
+    events = list(backend.generate(raw_request(text), threading.Event()))
+    done = [e for e in events if isinstance(e, RowDone)]
+    assert len(done) == 1 and done[0].finish_reason == "length"
+    assert done[0].usage.completion_tokens == 512 - n and done[0].usage.filled_context
 
 
 def test_chatml_fallback_starts_with_the_tokenizers_bos(tiny_ckpt):
