@@ -153,12 +153,11 @@ def settings_label(s: SamplingParams) -> str:
     """The settings in force, short: temperature and the token limit, then every other
     sampler that is on (top_p 1 and top_k 0 do nothing, so they are left out: the field
     was cut off at 120 columns)."""
-    parts = [f"temp {s.temperature:g}"]
+    parts = [f"temp {s.temperature:g}", f"max {s.max_new_tokens}"]
     if s.top_p < 1:
         parts.append(f"top_p {s.top_p:g}")
     if s.top_k > 0:
         parts.append(f"top_k {s.top_k}")
-    parts.append(f"max {s.max_new_tokens}")
     base = SamplingParams()
     for name in ("min_p", "repetition_penalty", "seed", "stop", "reasoning_budget"):
         value = getattr(s, name)

@@ -48,6 +48,33 @@ async def test_the_context_count_and_the_settings_always_show(size):
             assert "int8 weights" in line, line
 
 
+@pytest.mark.parametrize("width", [60, 80, 100, 120])
+async def test_the_settings_are_cut_between_items_never_inside_one(width):
+    """Found using chatui in tmux at 100 columns with a seed set: the settings read
+    "temp 0.7 · max 51…", a max_tokens of 51 to anyone reading it (it was 512). Items that do
+    not fit are left out whole, and " …" says some are."""
+    from chatui.widgets.status import fit_items
+
+    text = "temp 0.7 · max 512 · seed 42"
+    assert fit_items(text, 40) == text
+    assert fit_items(text, 20) == "temp 0.7 · max 512 …"
+    assert fit_items(text, 19) == "temp 0.7 …"
+    assert fit_items(text, 5) == "…" and fit_items(text, 0) == ""
+    app = make_app(backend=long_named(8192),
+                   settings=SamplingParams(temperature=0.7, max_new_tokens=512, seed=42,
+                                           top_p=0.9, min_p=0.05))
+    async with app.run_test(size=(width, 24)) as pilot:
+        await send(pilot, app, "hello")
+        app.chat.status.speed = "130.4 tok/s"
+        await pilot.pause(0.1)
+        line = top_line(app)
+        shown = line[line.index("temp"):line.index("ctx")].split(" · ")
+        items = ["temp 0.7", "max 512", "top_p 0.9", "min_p 0.05", "seed 42"]
+        assert "temp 0.7 · max 512" in line, line  # the two that matter most, first
+        for i, part in enumerate(p.strip() for p in shown):
+            assert part.removesuffix(" …") in (items[i], "…", ""), line
+
+
 def test_the_precision_says_what_is_quantized():
     info = ModelInfo(name="m", backend="local", device="cpu", dtype="float32",
                      context_limit=10, quantization="int8")

@@ -37,6 +37,32 @@ def _k(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
+SEPARATOR = " · "
+
+
+def fit_items(text: str, width: int) -> str:
+    """``text``'s " · "-separated items that fit in ``width`` cells, then " …" where some
+    were left out: cut between items, never inside one (the settings read "max 51…" where
+    max_tokens was 512)."""
+    if Content(text).cell_length <= width:
+        return text
+    items = text.split(SEPARATOR)
+    for n in range(len(items) - 1, 0, -1):
+        shown = SEPARATOR.join(items[:n]) + " …"
+        if Content(shown).cell_length <= width:
+            return shown
+    return "…" if width >= 1 else ""
+
+
+class ItemsLine(Static):
+    """One line of " · "-separated items fitted to its width by :func:`fit_items`."""
+
+    text: reactive[str] = reactive("", layout=True)
+
+    def render(self) -> Content:
+        return Content(fit_items(self.text, self.content_region.width))
+
+
 class StatusBar(Horizontal):
     """One line: model · device · precision | settings | context meter | speed.
 
@@ -46,7 +72,7 @@ class StatusBar(Horizontal):
     DEFAULT_CSS = """
     StatusBar { height: 1; background: $panel; color: $text; }
     StatusBar > Static { width: auto; padding: 0 1; text-wrap: nowrap; }
-    StatusBar > #status-settings { width: 1fr; color: $text-muted; text-overflow: ellipsis; }
+    StatusBar > #status-settings { width: 1fr; color: $text-muted; }
     StatusBar > #status-model { color: $primary; text-style: bold; text-overflow: ellipsis; }
     StatusBar > #status-context, StatusBar > #status-speed { min-width: 8; }
     """
@@ -63,7 +89,7 @@ class StatusBar(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Static(id="status-model")
-        yield Static(id="status-settings")
+        yield ItemsLine(id="status-settings")
         yield Static(id="status-context")
         yield Static(id="status-speed")
 
@@ -73,8 +99,8 @@ class StatusBar(Horizontal):
         field.tooltip = value  # the whole text, where the line cuts it short
 
     def watch_settings(self, value: str) -> None:
-        field = self.query_one("#status-settings", Static)
-        field.update(Content(value))
+        field = self.query_one("#status-settings", ItemsLine)
+        field.text = value
         field.tooltip = value
         self._fit()
 
@@ -87,9 +113,10 @@ class StatusBar(Horizontal):
 
     _meter_cells = 0
 
-    SETTINGS_CELLS = 20
+    SETTINGS_CELLS = 22
     """What the settings keep of the line before the model's name gives way ("temp 0.7 · max
-    512" whole): at 80 columns the name's "int8 weigh…" left them "tem…"."""
+    512 …" whole, with its padding): at 80 columns the name's "int8 weigh…" left them
+    "tem…"."""
 
     def _fit(self) -> None:
         """At most what the line leaves the model once the meter, the speed (each at least 8
