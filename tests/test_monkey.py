@@ -26,6 +26,13 @@ from chatui.screens.chat import ChatScreen
 from chatui.textual_compat.testing import deliver
 from test_app import config_dir, loaded, make_app, notices, send, settle  # noqa: F401
 
+
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """``/export md`` writes into the working folder: a run of other seeds left an export in
+    the checkout."""
+    monkeypatch.chdir(tmp_path)
+
 KEYS = ["a", "b", "x", "space", "1", "2", "3", "f", "n", "r", "enter", "enter", "escape",
         "tab", "shift+tab", "up", "down", "left", "right", "home", "end", "pageup",
         "pagedown", "ctrl+t", "ctrl+r", "ctrl+g", "ctrl+o", "ctrl+f", "ctrl+l", "ctrl+s",
