@@ -397,8 +397,9 @@ class LocalBackend:
         try:
             enc = encode_request(self.tokenizer, request.context, limit - len(text_ids),
                                  self.own_prefix(request.prefix), request.raw)
-        except PromptTooLongError as exc:
-            yield Failed(str(exc))
+        except PromptTooLongError:
+            yield Failed(f"The conversation up to there and the text to probe take more than "
+                         f"the model's context of {limit} tokens.")
             return
         ctx = enc.ids
         if not ctx:

@@ -84,3 +84,18 @@ def test_probe_leaves_the_conversation_cache_alone_and_refuses_in_one_sentence(t
     assert events[0].message.endswith(".") and "\n" not in events[0].message
     with pytest.raises(ValueError, match="needs a context"):
         ScoreRequest("x", raw=True)
+
+
+def test_a_probe_past_the_end_of_the_context_is_one_sentence(tiny_ckpt):
+    """A probe at a token near the end of the context (the reply before it and the text
+    together past it) was refused with the continuation's words, "The reply cannot go on",
+    and the context less the text as the model's context."""
+    backend = LocalBackend.from_checkpoint(tiny_ckpt)
+    tok = tiny_ckpt.tokenizer
+    word = tuple(tok.encode(" sea", add_special_tokens=False))
+    ids = word * 500
+    events = list(backend.score(ScoreRequest(" and the sky" * 5, context=CONTEXT,
+                                             prefix=AssistantPrefix(tok.decode(ids), ids)),
+                                threading.Event()))
+    assert events == [Failed("The conversation up to there and the text to probe take more "
+                             "than the model's context of 512 tokens.")]
