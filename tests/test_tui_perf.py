@@ -262,7 +262,7 @@ async def test_the_streaming_loop_holds_the_gc_policy():
 async def test_long_reply_redraw_renders_only_visible_lines():
     """A 6,000-token reply: appending more text re-renders a few lines, not the reply."""
     text = " ".join(f"w{i}" for i in range(6000))
-    app = make_app(lambda r, row: text, token_view=True,
+    app = make_app(lambda r, row: text, token_view=True, context_limit=16384,
                    settings=SamplingParams(max_new_tokens=7000))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "go")
