@@ -35,15 +35,14 @@ CONTINUE_UNSUPPORTED = (
 def continues_replies(server: Server) -> bool | None:
     """Whether ``server`` honours ``continue_final_message`` (None: its answers do not say);
     asked once, then remembered on the server."""
-    known = getattr(server, "_continues", ...)
-    if known is not ...:
-        return known  # type: ignore[no-any-return]
+    if server.asked_continues:
+        return server.continues
     opened = _prompt_tokens(server, {"continue_final_message": True,
                                      "add_generation_prompt": False})
     closed = _prompt_tokens(server, {}) if opened is not None else None
-    answer = None if opened is None or closed is None else opened < closed
-    server._continues = answer  # type: ignore[attr-defined]
-    return answer
+    server.continues = None if opened is None or closed is None else opened < closed
+    server.asked_continues = True
+    return server.continues
 
 
 def _prompt_tokens(server: Server, fields: dict[str, Any]) -> int | None:

@@ -79,6 +79,9 @@ class Server:
         self.timeout_s = timeout_s
         self.model = ""
         self.models: list[dict[str, Any]] = []
+        self.continues: bool | None = None
+        """Whether it honours ``continue_final_message`` (``continuation``; None: unknown)."""
+        self.asked_continues = False
         headers = {"Accept": "application/json"}
         key = read_api_key(api_key_env)
         if key is not None:
