@@ -319,6 +319,26 @@ async def test_the_notebook_honours_stop_strings():
         assert nb.reply.finish_reason == "stop"
 
 
+async def test_the_status_says_in_words_how_a_continuation_ended():
+    """It showed the finish reason ("length") both where the token limit cut the text off (^O
+    goes on) and where the text had filled the model's context (^O cannot): seen in tmux."""
+    long = " ".join(f"w{i}" for i in range(400))
+    cases = ((4096, {"max_new_tokens": 5}, "cut off at the token limit (^O goes on)"),
+             (40, {}, "cut off at the end of the model's context (40 tokens)"),
+             (4096, {"stop": ("w3",)}, "3 tokens · ended ·"))
+    for context, overrides, words in cases:
+        app = make_app(lambda r, row: long, raw_mode=True, context_limit=context,
+                       settings_overrides=overrides)
+        async with app.run_test(size=SIZE) as pilot:
+            nb = await notebook(pilot, app)
+            nb.text_area.insert("go on")
+            await pilot.press("ctrl+o")
+            await wait_done(pilot, nb)
+            status = str(nb.query_one("#notebook-status").render())
+            assert words in status, (words, status)
+            assert "· length ·" not in status and "· stop ·" not in status
+
+
 async def test_escape_and_ctrl_c_stop_a_continuation_and_keep_what_came():
     long = " ".join(f"w{i}" for i in range(400))
     for key in ("escape", "ctrl+c"):

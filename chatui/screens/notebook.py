@@ -46,6 +46,20 @@ NO_TEMPLATE_NOTICE = ("This checkpoint has no chat template: it opened in raw mo
 SCORE_AFTER_S = 1.5
 """Pause in typing after which the text is scored (each score is one prefill of the whole
 text: about a second for 1,000 tokens of the default model on this CPU)."""
+def ending(reply: Reply) -> str:
+    """How a continuation ended, in words for the status line (it showed the finish reason
+    itself, "length" also where the text had filled the model's context and ^O could not go
+    on: seen in tmux on a model of 256 tokens of context)."""
+    usage = reply.usage
+    if reply.finish_reason == "length":
+        if usage is not None and usage.filled_context:
+            return f"cut off at the end of the model's context ({usage.context_limit:,} tokens)"
+        return "cut off at the token limit (^O goes on)"
+    if reply.finish_reason == "cancelled":
+        return "stopped (^O goes on)"
+    return "ended"
+
+
 HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
 
 
@@ -248,9 +262,9 @@ class NotebookScreen(DismissOnce, Screen[None]):
             self.generating = False
             self.continued = self.text_area.text
             self.text_area.read_only = False
-            if finish != "error":
-                self.status(f"{reply.token_count} tokens · {finish} · " + HELP)
             self._keep(finish)
+            if finish != "error":
+                self.status(f"{reply.token_count} tokens · {ending(reply)} · " + HELP)
             self._add_typed_meanwhile()
 
     def _keep(self, finish: str) -> None:
