@@ -187,14 +187,16 @@ def _is_stop(name: str) -> bool:
 
 async def cmd_set(ctx: CommandContext, arg: str) -> None:
     state = ctx.state
+    name, _, value = arg.partition(" ")
     try:
-        if "=" in arg:
+        # several pairs (``/set temp 0 max 64``: one pair's value was "0 max 64"), but a stop
+        # string keeps its spaces
+        if "=" in arg or (not _is_stop(name) and len(value.split()) > 1):
             new = parse_assignments(arg, state.settings)
             named = [a.partition("=") for a in arg.split()]
             if any(_is_stop(n) and v.strip().lower() in CLEARED for n, _, v in named):
                 new = new.with_values(stop=())
         else:
-            name, _, value = arg.partition(" ")
             if _is_stop(name) and value.strip().lower() in (*CLEARED, ""):
                 new = state.settings.with_values(stop=())
             elif not value.strip():

@@ -189,18 +189,27 @@ def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_assignments(text: str, base: SamplingParams | None = None) -> SamplingParams:
-    """Parse ``"temperature=0.7 top_p=0.9"`` (spaces or commas between) onto ``base``.
+    """Parse ``"temperature=0.7 top_p=0.9"`` onto ``base``: pairs ``NAME=VALUE`` or ``NAME
+    VALUE``, between them spaces, commas or "·". The second form is how the app shows settings
+    (``temp 0.7 · max 512``, a comparison's column labels), and ``/compare temp 0 | temp 1`` was
+    refused ("expected NAME=VALUE, got 'temp'": seen in tmux).
 
     Raises:
-        SettingsError: for a malformed pair, an unknown name or an invalid value.
+        SettingsError: for a name without a value, an unknown name or an invalid value.
     """
     base = base or SamplingParams()
+    words = text.replace(",", " ").replace("·", " ").split()
     values: dict[str, str] = {}
-    for chunk in text.replace(",", " ").split():
-        if "=" not in chunk:
-            raise SettingsError(f"expected NAME=VALUE, got {chunk!r} (e.g. temperature=0.7)")
-        k, v = chunk.split("=", 1)
-        values[k] = v
+    while words:
+        word = words.pop(0)
+        name, equals, value = word.partition("=")
+        if not equals:
+            canonical_name(name)  # an unknown word is named as such, not as a missing value
+            if not words or "=" in words[0]:
+                raise SettingsError(f"{name} needs a value: {name}=VALUE or {name} VALUE (e.g. "
+                                    "temperature=0.7)")
+            value = words.pop(0)
+        values[name] = value
     return base.with_values(**values)
 
 

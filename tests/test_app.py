@@ -386,6 +386,12 @@ async def test_set_validates_with_engine_messages_and_settings_shows():
         await send(pilot, app, "/set temp=0 seed=3")
         assert app.chat.settings.temperature == 0 and app.chat.settings.seed == 3
         assert "temp 0" in app.chat.status.settings
+        # several pairs as the status line writes them (the first one's value was the rest)
+        await send(pilot, app, "/set temp 0.3 max 64 seed 5")
+        s = app.chat.settings
+        assert (s.temperature, s.max_new_tokens, s.seed) == (0.3, 64, 5)
+        await send(pilot, app, "/set stop User: and")  # a stop string keeps its spaces
+        assert app.chat.settings.stop == ("User: and",)
         await send(pilot, app, "/settings")
         assert "top_p=0.5" in str(notices(app)[-1].render())
         await send(pilot, app, "hi")

@@ -352,6 +352,11 @@ async def test_compare_errors_and_off():
         assert "cancelled" in str(notices(app)[-1].render())
         await send(pilot, app, "plain")
         assert len(app.holder["backend"].requests[-1].settings) == 1
+        # the columns as the app writes settings ("expected NAME=VALUE, got 'temp'")
+        await send(pilot, app, "/compare temp 0 | temp 1.0 top_p 0.9")
+        await send(pilot, app, "again")
+        settings = app.holder["backend"].requests[-1].settings
+        assert [(s.temperature, s.top_p) for s in settings] == [(0.0, 1.0), (1.0, 0.9)]
 
 
 async def test_compare_screen_saves_presets_and_arms(config_dir):

@@ -125,7 +125,10 @@ def test_logprobs_ignore_temperature_and_filters(logits):
     ("seed=abc", "seed must be a whole number"),
     ("max_tokens=0", "max_tokens must be a whole number between 1"),
     ("warmth=1", "unknown setting 'warmth'"),
-    ("temperature", "expected NAME=VALUE"),
+    ("temperature", "temperature needs a value: temperature=VALUE or temperature VALUE"),
+    ("temp 0.5 top_p", "top_p needs a value"),
+    ("temp 0.5 top_p max=9", "top_p needs a value"),
+    ("warm 1", "unknown setting 'warm'"),
 ])
 def test_invalid_settings_say_the_valid_range(text, words):
     with pytest.raises(SettingsError) as exc:
@@ -139,6 +142,12 @@ def test_settings_parse_and_describe():
     assert "top_p=0.9" in s.describe(against=SamplingParams())
     assert SamplingParams.from_dict(s.to_dict()) == s
     assert parse_assignments("temperature=0").greedy
+    # as the app shows them (the status line, a comparison's labels), and mixed
+    shown = parse_assignments("temp 0.4 · max 64, top_p=0.9 seed 7")
+    assert (shown.temperature, shown.max_new_tokens, shown.top_p, shown.seed) == (0.4, 64, 0.9, 7)
+    from chatui.state import settings_label
+
+    assert parse_assignments(settings_label(shown)) == shown
 
 
 @pytest.mark.parametrize("scale, fast", [(8.0, True), (0.05, False)])
