@@ -47,7 +47,7 @@ async def test_footer_lets_its_old_keys_go():
 
 
 async def test_a_binding_only_enabled_or_disabled_greys_its_key_in_place():
-    """Issue 21: Esc "Stop" and Ctrl+L "Clear" are enabled and disabled four times an exchange;
+    """Issue 21: Esc "Stop" and Ctrl+L "Clear box" are enabled and disabled four times an exchange;
     each rebuilt the footer (~20 keys mounted anew, 16-85 ms), and a key pressed meanwhile
     waited for it. The keys are now greyed in place and drawn as a footer composed anew
     draws them; a binding that comes or goes still recomposes."""

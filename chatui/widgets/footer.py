@@ -17,7 +17,7 @@ footer scrolls them out of view at the edge, mid-word ("f2 C" for "f2 Copy" at 1
 front of the command palette's key, which lists every key).
 
 A change that only enables or disables bindings (Esc "Stop" when a reply starts and ends,
-Ctrl+L "Clear" when the prompt gets its first character and when it is emptied: four per
+Ctrl+L "Clear box" when the prompt gets its first character and when it is emptied: four per
 exchange) greys the keys in place instead of recomposing: a recompose mounts the ~20 keys
 anew, 16-85 ms on the 2-core machine, and a key pressed then waited for it (the first PageUp
 right after a reply ended drew its page in 32-37 ms instead of ~6; issue 21).

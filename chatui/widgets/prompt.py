@@ -26,7 +26,7 @@ class PromptInput(TextBox):
         Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", id="prompt.newline",
                 tooltip="Insert a line break"),
         Binding("tab", "complete", "Complete", show=False, priority=True),
-        Binding("ctrl+l", "clear_all", "Clear", id="prompt.clear",
+        Binding("ctrl+l", "clear_all", "Clear box", id="prompt.clear",
                 tooltip="Empty the box (Ctrl+Z brings the text back)"),
     ]
 
