@@ -355,3 +355,23 @@ async def test_a_finished_exchange_mounts_few_widgets_and_makes_the_rest_when_as
             tokens = view.query_one(TokenView)
             assert tokens is view.token_view and tokens.display and tokens.size.height > 0
             assert "".join(u.text for u in tokens.units) == view.reply.text
+
+
+async def test_the_token_view_turned_on_far_up_a_long_conversation_takes_the_last_reply():
+    """Ctrl+T with the log scrolled far up: the last reply had no widgets, the ones drawn for
+    it were focused before they were mounted, and the box kept the focus (the arrows moved
+    nothing; seen in tmux). Now the log goes to its end and the reply's cursor has the keys."""
+    async with opened() as (app, pilot, _):
+        chat = app.chat
+        chat.log_view.scroll_home(animate=False)
+        await shown(pilot, app)
+        last = chat.conversation.last_assistant
+        assert chat._reply_item_of(last).widgets is None  # far off: not drawn
+        await pilot.press("ctrl+t")
+        for _ in range(40):
+            await pilot.pause(0.02)
+            view = chat._view_of(last)
+            if view is not None and app.focused is view.token_view:
+                break
+        assert view is not None and app.focused is view.token_view
+        assert f"question {EXCHANGES - 1}" in await shown(pilot, app)

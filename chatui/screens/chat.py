@@ -1276,14 +1276,31 @@ class ChatScreen(Screen[None]):
             if target is not None:  # (/score's message, focused where it is)
                 target.focus(scroll_visible=False)
                 return
-            last = self.state.conversation.last_assistant
-            view = self._view_of(last, draw=True) if last else None
-            if isinstance(view, CompareView) and last is not None:  # the column chosen
-                view = view.views[min(last.chosen, len(view.views) - 1)]
-            if view is not None:
-                view.token_view.focus()
+            self._focus_last_token_view()
         else:
             self.prompt.focus()
+
+    def _focus_last_token_view(self, *, far: bool = True) -> None:
+        """The token cursor in the last reply (the column chosen, for a comparison). In a long
+        conversation scrolled far up the reply had no widgets: the ones drawn for it were
+        focused before they were mounted, the focus went nowhere, the box kept it and the
+        arrows moved nothing (seen in tmux). The log goes to its end first (the last reply is
+        there), and once that page is drawn the reply's view is focused."""
+        last = self.state.conversation.last_assistant
+        if last is None:
+            return
+        item = self._reply_item_of(last)
+        if far and (item is None or item.widgets is None):
+            self.log_view.scroll_end(animate=False, immediate=True)
+            self.log_view.anchor()
+            self.call_after_refresh(self.window.when_idle,
+                                    lambda: self._focus_last_token_view(far=False))
+            return
+        view = self._view_of(last, draw=True)
+        if isinstance(view, CompareView):  # the column chosen
+            view = view.views[min(last.chosen, len(view.views) - 1)]
+        if view is not None:
+            view.token_view.focus()
 
     def watch_raw(self, on: bool) -> None:
         for view in self._reply_views():
