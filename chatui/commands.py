@@ -43,8 +43,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 handler=run.cmd_system),
     CommandSpec("title", "Name the conversation, as /history, the search and exports show it "
                 "(no text: show its name).", args="TEXT", handler=run.cmd_title),
-    CommandSpec("set", "Change a sampling setting, e.g. /set temperature 0.2 "
-                "(/set stop none clears the stop strings).",
+    CommandSpec("set", "Change sampling settings, e.g. /set temperature 0.2, or several as "
+                "the status line writes them: /set temp 0 max 64 (/set stop none clears the "
+                "stop strings).",
                 args="NAME VALUE", needs_arg=True, handler=run.cmd_set),
     CommandSpec("settings", "Show the sampling settings in force.", handler=run.cmd_settings),
     CommandSpec("retry", "Regenerate the last reply (the old one is kept: ‹ ›).", key="Ctrl+R",
