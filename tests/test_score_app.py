@@ -52,12 +52,12 @@ async def test_score_shows_the_last_user_message_in_the_token_view():
         assert tv.units[tv.cursor].start == least.index
         detail = str(app.chat.inspector.query_one(".detail").render())
         assert f"{least.prob:.2%}" in detail and "alternatives" in detail
-        # nothing continues a scored message: its alternatives offer no "continue from it"
+        # nothing continues a scored message: its alternatives offer no "continue"
         # (they did, and a digit then said it could not; seen in tmux), a reply's do
-        assert "continue from it" not in detail
+        assert "continue" not in detail
         from chatui.widgets.inspector import describe_tokens
 
-        assert "continue from it" in str(describe_tokens([least], 0, 1))
+        assert "(digit or click: continue)" in str(describe_tokens([least], 0, 1))
         await pilot.press("home")
         await pilot.pause(0.1)
         detail = str(app.chat.inspector.query_one(".detail").render())

@@ -276,3 +276,39 @@ def test_packed_parts_keep_each_part_whole_and_fit_where_they_can(pieces, width)
         assert rest == "" and inside, (pieces, width, lines)
         assert cell_len(line) <= width or len(inside) == 1, (pieces, width, lines)
     assert at == len(texts)
+
+
+async def test_the_side_panel_is_compact_between_the_narrow_and_wide_layouts():
+    """At 80 columns the 46-cell panel left the conversation 33 cells (26 at 72; seen in
+    tmux): between ``NARROW_BELOW`` and ``WIDE_FROM`` it is 38 cells, its lines shortened so
+    none wraps, and the wide lines come back when the terminal widens (or the panel goes below
+    the conversation, where it has the whole width)."""
+    from chatui.widgets.inspector import NARROW_BELOW, WIDE_FROM
+
+    app = make_app(lambda r, row: "The quick brown fox jumps over the lazy dog.")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, app, "go")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home")
+        await pilot.pause(0.1)
+        chat, inspector = app.chat, app.chat.inspector
+        detail = inspector.query_one(".detail")
+
+        def lines() -> list[str]:
+            return str(detail.render()).splitlines()
+
+        for width, compact in ((80, True), (NARROW_BELOW, True), (WIDE_FROM - 1, True),
+                               (WIDE_FROM, False), (NARROW_BELOW - 1, False), (80, True)):
+            await pilot.resize_terminal(width, 24)
+            for _ in range(5):
+                await pilot.pause(0.02)
+            shown = lines()
+            assert ("(digit: continue)" in "\n".join(shown)) is compact, (width, shown)
+            assert any(line.startswith("prob ") for line in shown) is compact, width
+            room = inspector.scrollable_content_region.width
+            assert max(map(len, shown)) <= room, (width, room, shown)  # no line wraps
+            assert detail.outer_size.height == len(shown), width
+            if NARROW_BELOW <= width < WIDE_FROM:
+                assert inspector.outer_size.width == 38
+                assert chat.log_view.outer_size.width >= width - 38 - 1

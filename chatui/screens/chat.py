@@ -60,7 +60,7 @@ from ..state import ChatState, Job, model_label, speed_label, status_label
 from ..textual_compat.internals import paint_scroll_now
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
-from ..widgets.inspector import NARROW_BELOW, TokenInspector
+from ..widgets.inspector import NARROW_BELOW, WIDE_FROM, TokenInspector
 from ..widgets.items import Notice, SiblingBar, UserMessage, estimate_lines
 from ..widgets.log_window import Item, LogWindow
 from ..widgets.prompt import PromptInput
@@ -86,8 +86,10 @@ LIVE_S = 0.1
 class ChatScreen(Screen[None]):
     """The main screen. The app hands it its services and the config (attributes down)."""
 
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
-    """Under ``NARROW_BELOW`` cells the token inspector goes below the conversation."""
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-compact"),
+                              (WIDE_FROM, "-wide")]
+    """Under ``NARROW_BELOW`` cells the token inspector goes below the conversation; under
+    ``WIDE_FROM`` it is beside it in its compact width (``themes/chatui.tcss``)."""
 
     BINDINGS = [
         Binding("escape", "cancel_edit", "Cancel edit", id="chat.cancel_edit",

@@ -29,7 +29,7 @@ from inference.types import (Failed, GenerationRequest, Message, RowDone, Scored
 from ..conversation import Conversation, Reply
 from ..messages import AlternativeChosen, TokenSelected
 from ..reporting import run_reported
-from ..widgets.inspector import NARROW_BELOW, TokenInspector
+from ..widgets.inspector import NARROW_BELOW, WIDE_FROM, TokenInspector
 from ..widgets.scored import score_summary
 from ..widgets.text import safe_text
 from ..widgets.text_box import TextBox
@@ -66,9 +66,11 @@ HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score
 class NotebookScreen(DismissOnce, Screen[None]):
     """The notebook (see the module docstring). It reads the chat's settings and worker."""
 
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-compact"),
+                              (WIDE_FROM, "-wide")]
     """Under ``NARROW_BELOW`` cells the inspector goes below the text (beside it, at 64 cells
-    it left the text 16 cells; seen in tmux), as the chat's goes below the conversation."""
+    it left the text 16 cells; seen in tmux), as the chat's goes below the conversation, and
+    under ``WIDE_FROM`` it is beside it in its compact width."""
 
     BINDINGS = [
         Binding("ctrl+o", "continue_text", "Continue", priority=True, id="notebook.continue",

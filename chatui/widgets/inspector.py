@@ -21,9 +21,17 @@ from ..messages import AlternativeChosen
 from .text import show_prob, show_token
 
 BAR_WIDTH = 14
+COMPACT_BAR_WIDTH = 8
 NARROW_BELOW = 72
-"""Terminal widths under this put the token inspector (46 cells) below the conversation (the
-chat) or the text (the notebook), not beside it."""
+"""Terminal widths under this put the token inspector below the conversation (the chat) or
+the text (the notebook), not beside it..."""
+WIDE_FROM = 100
+"""...from this width on it is beside it at 46 cells, and between the two at 38, its lines
+shortened to fit (``themes/chatui.tcss``): at 80 columns, the classic terminal, the wide panel
+left the conversation 33 cells (26 at 72: seen in tmux), 41 now."""
+COMPACT_BELOW = 43
+"""A panel whose text has fewer cells than this (the wide one has 43, the compact one 35)
+shows the compact lines, each at most 35 cells."""
 EMPTY_HINT = ("Select a token: click it, or use the arrow keys in a reply (Tab moves between "
               "replies).")
 
@@ -49,19 +57,25 @@ def token_rank(token: Token) -> int | None:
     return None
 
 
-def _bar(prob: float) -> str:
-    eighths = int(round(prob * BAR_WIDTH * 8))
+def _bar(prob: float, width: int = BAR_WIDTH) -> str:
+    eighths = int(round(prob * width * 8))
     full, part = divmod(eighths, 8)
-    return ("█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")).ljust(BAR_WIDTH)
+    return ("█" * full + (" ▏▎▍▌▋▊▉"[part] if part else "")).ljust(width)
 
 
 def describe_tokens(tokens: list[Token], index: int, total: int,
-                    forkable: bool = True) -> Content:
+                    forkable: bool = True, *, compact: bool = False) -> Content:
     """The panel's text for the unit made of ``tokens`` (alternatives are the first token's);
     ``forkable`` False (a scored message's tokens, which nothing continues) leaves out the
-    alternatives' "continue from it"."""
+    alternatives' "continue from it". ``compact``: shorter labels and bars, every line at most
+    35 cells (the panel between :data:`NARROW_BELOW` and :data:`WIDE_FROM` columns)."""
     first = tokens[0]
     lines: list[Content] = []
+    pad, gap, bar = (9, "  ", COMPACT_BAR_WIDTH) if compact else (13, "   ", BAR_WIDTH)
+
+    def field(label: str, value: str) -> Content:
+        return Content(f"{label:<{pad}}{value}")
+
     text = "".join(t.text for t in tokens)
     lines.append(Content.assemble(("token ", "bold"), f"{index + 1} of {total}  ",
                                   show_token(text or first.raw)))
@@ -69,28 +83,32 @@ def describe_tokens(tokens: list[Token], index: int, total: int,
         probs = ", ".join(show_prob(t.prob) if t.prob is not None else "?" for t in tokens)
         lines.append(Content(f"glyph of {len(tokens)} tokens: {probs}"))
     if first.prob is not None:
-        lines.append(Content(f"probability  {show_prob(first.prob, 2)}   logprob {first.logprob:.3f}"))
+        lines.append(field("prob" if compact else "probability",
+                           f"{show_prob(first.prob, 2)}{gap}logprob {first.logprob:.3f}"))
     cut = first.sampler
     if cut is not None:
-        lines.append(Content(f"sampled      {show_prob(cut.prob, 2)}   nucleus {cut.nucleus:,} "
-                             f"token{'s' if cut.nucleus != 1 else ''}"))
+        unit = "" if compact else f" token{'s' if cut.nucleus != 1 else ''}"
+        lines.append(field("sampled", f"{show_prob(cut.prob, 2)}{gap}nucleus "
+                                      f"{cut.nucleus:,}{unit}"))
     rank = token_rank(first)
     if first.top:
-        lines.append(Content(f"rank         {rank if rank else f'>{len(first.top)}'} "
-                             f"of top-{len(first.top)}"))
+        lines.append(field("rank", f"{rank if rank else f'>{len(first.top)}'} "
+                                   f"of top-{len(first.top)}"))
     if first.entropy is not None:
-        lines.append(Content(f"entropy      {first.entropy:.3f} nats"))
+        lines.append(field("entropy", f"{first.entropy:.3f} nats"))
     if first.id is not None:
-        lines.append(Content(f"id           {first.id}"))
+        lines.append(field("id", str(first.id)))
     if first.channel == "reasoning":
-        lines.append(Content("channel      reasoning"))
+        lines.append(field("channel", "reasoning"))
     if first.top:
         lines.append(Content(""))
-        lines.append(Content.styled("alternatives  (digit or click: continue from it)"
-                                    if forkable else "alternatives", "$text-muted"))
+        # (the wide panel's line was 48 cells in its 43 and wrapped; seen in tmux)
+        how = "(digit: continue)" if compact else "(digit or click: continue)"
+        lines.append(Content.styled(f"alternatives {how}" if forkable else "alternatives",
+                                    "$text-muted"))
         cuts = cut is not None and len(cut.top_cuts) == len(first.top)
         if cuts:
-            lines.append(Content.styled(f"{'':{BAR_WIDTH + 2}}    raw sampled", "$text-muted"))
+            lines.append(Content.styled(f"{'':{bar + 2}}    raw sampled", "$text-muted"))
         for i, alt in enumerate(first.top):
             prob = math.exp(alt.logprob)
             marker = "←" if rank == i + 1 else " "
@@ -98,8 +116,9 @@ def describe_tokens(tokens: list[Token], index: int, total: int,
             if cuts:  # the post-sampler probability, or the filter that removed it
                 after = f"{cut.top_probs[i]:7.1%} " if not cut.top_cuts[i] \
                     else f"{cut.top_cuts[i]:>7} "
-            label = f"{i + 1} {_bar(prob)} {prob:6.1%} {after}{show_token(alt.text)} {marker}"
-            line = Content(label, [Span(2, 2 + BAR_WIDTH, f"$heat-{heat_bin(prob)}"),
+            label = (f"{i + 1} {_bar(prob, bar)} {prob:6.1%} {after}{show_token(alt.text)} "
+                     f"{marker}")
+            line = Content(label, [Span(2, 2 + bar, f"$heat-{heat_bin(prob)}"),
                                    Span(0, len(label), Style.from_meta({"alt": i + 1}))])
             lines.append(line)
     return Content("\n").join(lines)
@@ -122,6 +141,9 @@ class TokenInspector(VerticalScroll):
         self.token_index = -1
         self.position = -1
         """Position of the shown unit's first token in its reply (-1: nothing shown)."""
+        self._shown: tuple[list[Token], int, int, bool] | None = None
+        """What :meth:`show` showed last, drawn again when the panel's width changes layout."""
+        self._compact = False
 
     def compose(self):
         yield Static(heat_legend(), classes="legend")
@@ -137,9 +159,24 @@ class TokenInspector(VerticalScroll):
         self.view_id = view_id
         self.token_index = tokens[0].index if tokens else -1
         self.position = position
-        self.query_one(".detail", Static).update(
-            describe_tokens(tokens, unit_index, total, forkable))
+        self._shown = (tokens, unit_index, total, forkable)
+        self._draw_detail()
         self.show_branches("")
+
+    def _draw_detail(self) -> None:
+        if self._shown is not None:
+            tokens, unit_index, total, forkable = self._shown
+            self.query_one(".detail", Static).update(
+                describe_tokens(tokens, unit_index, total, forkable, compact=self._compact))
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The compact lines in a narrower panel (:data:`COMPACT_BELOW`), the wide ones
+        again when it widens."""
+        width = self.scrollable_content_region.width
+        compact = 0 < width < COMPACT_BELOW
+        if width and compact != self._compact:
+            self._compact = compact
+            self._draw_detail()
 
     def show_branches(self, text: str) -> None:
         """What the branches that leave the reply at the token shown start with (issue 18;
@@ -152,6 +189,7 @@ class TokenInspector(VerticalScroll):
         """Show nothing selected."""
         self.view_id = ""
         self.position = -1
+        self._shown = None
         self.query_one(".detail", Static).update(self.hint)
 
     def on_click(self, event: events.Click) -> None:
