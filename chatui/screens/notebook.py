@@ -46,6 +46,8 @@ NO_TEMPLATE_NOTICE = ("This checkpoint has no chat template: it opened in raw mo
 SCORE_AFTER_S = 1.5
 """Pause in typing after which the text is scored (each score is one prefill of the whole
 text: about a second for 1,000 tokens of the default model on this CPU)."""
+
+
 def ending(reply: Reply) -> str:
     """How a continuation ended, in words for the status line (it showed the finish reason
     itself, "length" also where the text had filled the model's context and ^O could not go

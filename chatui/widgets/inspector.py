@@ -67,7 +67,7 @@ def describe_tokens(tokens: list[Token], index: int, total: int,
                     forkable: bool = True, *, compact: bool = False) -> Content:
     """The panel's text for the unit made of ``tokens`` (alternatives are the first token's);
     ``forkable`` False (a scored message's tokens, which nothing continues) leaves out the
-    alternatives' "continue from it". ``compact``: shorter labels and bars, every line at most
+    alternatives' "continue". ``compact``: shorter labels and bars, every line at most
     35 cells (the panel between :data:`NARROW_BELOW` and :data:`WIDE_FROM` columns)."""
     first = tokens[0]
     lines: list[Content] = []
