@@ -226,6 +226,17 @@ class TokenBatch:
     tokens: tuple[Token, ...]
 
 
+def finish_words(reason: FinishReason, usage: Usage | None) -> str:
+    """How a reply ended, in words for a person (a terminal, a status line): the finish
+    reason itself ("length") read the same where the token limit cut a reply off and where the
+    model's context did, and only the first can go on."""
+    if reason == "length":
+        if usage is not None and usage.filled_context:
+            return f"cut off at the end of the model's context ({usage.context_limit:,} tokens)"
+        return "cut off at the token limit"
+    return {"stop": "ended", "cancelled": "stopped", "error": "failed"}[reason]
+
+
 @dataclass(frozen=True)
 class RowDone:
     """One row finished."""

@@ -73,6 +73,15 @@ def test_generate_json_on_tiny_model(tiny_model_dir: Path):
     assert {"ttft_s", "decode_tokens_per_s"} <= set(done)
 
 
+def test_generate_says_in_words_how_a_reply_ended(tiny_model_dir: Path):
+    """The plain output's last line said "[length]" (the finish reason itself) both where the
+    token limit cut a reply off and where the context did."""
+    r = chatui("generate", "--ckpt", str(tiny_model_dir), "-p", "Hello", "--temperature", "0",
+               "--max-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    assert "[cut off at the token limit]" in r.stderr and "[length]" not in r.stderr
+
+
 def test_batch_keeps_input_order_and_matches_generate(tiny_model_dir: Path, tmp_path: Path):
     prompts = ["Hello", "What is two plus two?", "Name a colour"]
     (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n\n")

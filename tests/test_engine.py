@@ -11,7 +11,7 @@ import torch
 from inference.engine import LocalBackend
 from inference.settings import SamplingParams
 from inference.types import (AssistantPrefix, Failed, GenerationRequest, Message, RowDone, Started,
-                             TokenBatch)
+                             TokenBatch, finish_words)
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
 
@@ -214,6 +214,7 @@ def test_a_reply_continued_near_the_end_of_the_context_goes_on_in_the_room_left(
     started = next(e for e in ev if isinstance(e, Started))
     assert started.dropped_messages == 2 and len(tokens(ev)) == 24
     assert not done(ev).usage.filled_context  # its token limit, not the context
+    assert finish_words("length", done(ev).usage) == "cut off at the token limit"
 
     # nothing left to leave out: 10 tokens of room, taken to the end of the context
     ids = word * (limit - base - 10)
@@ -221,6 +222,8 @@ def test_a_reply_continued_near_the_end_of_the_context_goes_on_in_the_room_left(
     got = [t.id for t in tokens(ev)]
     assert len(got) == 10 and done(ev).finish_reason == "length"
     assert done(ev).usage.filled_context and done(ev).usage.context_limit == limit
+    assert finish_words("length", done(ev).usage) == (
+        f"cut off at the end of the model's context ({limit:,} tokens)")
     prompt = torch.tensor([chat_ids(tok, question) + list(ids)])
     assert prompt.shape[1] == limit - 10
     ref = tiny_ckpt.model.generate(prompt, max_new_tokens=10, min_new_tokens=10,

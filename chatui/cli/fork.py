@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 
 from inference.types import (AssistantPrefix, Failed, GenerationRequest, RowDone, Token,
-                             TokenBatch)
+                             TokenBatch, finish_words)
 from inference.worker import InferenceWorker
 
 from .options import UserError
@@ -96,6 +96,6 @@ async def fan_out(worker: InferenceWorker, request: GenerationRequest, at: int, 
         print(f"\n--- {k} branches at token {at} ({fork.text or fork.raw!r}) ---")
         for j, a in enumerate(alternatives):
             text = "".join(t.text for t in tokens.get(j, []))
-            reason = done[j].finish_reason if j in done else "?"
+            reason = finish_words(done[j].finish_reason, done[j].usage) if j in done else "?"
             body = f"{prefix.text}{text}".replace("\n", "\n    ")
             print(f"[{j}] {a.text!r} p={math.exp(a.logprob):.2%}  [{reason}]\n    {body}")

@@ -11,7 +11,7 @@ from typing import Any, Coroutine
 
 from inference.settings import SamplingParams, SettingsError
 from inference.types import (Failed, GenerationRequest, Progress, PromptProgress, RowDone,
-                             Scored, ScoreRequest, Started, TokenBatch)
+                             Scored, ScoreRequest, Started, TokenBatch, finish_words)
 from inference.worker import InferenceWorker
 
 from ..backends import BackendOptions, make_factory
@@ -145,7 +145,7 @@ async def stream(worker: InferenceWorker, request: GenerationRequest, *, as_json
     if not as_json and not show_logprobs and not tag_columns:
         print(plain.end())
         if done and done[0].finish_reason != "stop":
-            print(f"[{done[0].finish_reason}]", file=sys.stderr)
+            print(f"[{finish_words(done[0].finish_reason, done[0].usage)}]", file=sys.stderr)
     if failed is not None:
         raise UserError(failed.message)
     return sorted(done, key=lambda d: d.row)

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from inference.settings import SamplingParams
-from inference.types import Progress, RowDone, Scored, Started, Token
+from inference.types import Progress, RowDone, Scored, Started, Token, finish_words
 
 
 def progress_line(p: Progress) -> None:
@@ -149,7 +149,7 @@ def print_compare_table(rows: tuple[SamplingParams, ...], done: list[RowDone],
         rate = d.usage.decode_rate
         stats = "\n".join([f"{d.usage.completion_tokens} tokens",
                            *([f"{rate:.1f} tok/s"] if rate is not None else []),
-                           d.finish_reason])
+                           finish_words(d.finish_reason, d.usage)])
         table.add_row(str(d.row + 1), Text(label), Text(d.text), Text(stats))
     Console().print(table)
 

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Static, TextArea
 
 from inference.types import (Failed, GenerationRequest, Message, RowDone, Scored, ScoreRequest,
-                             TokenBatch)
+                             TokenBatch, finish_words)
 
 from ..conversation import Conversation, Reply
 from ..messages import AlternativeChosen, TokenSelected
@@ -52,14 +52,10 @@ def ending(reply: Reply) -> str:
     """How a continuation ended, in words for the status line (it showed the finish reason
     itself, "length" also where the text had filled the model's context and ^O could not go
     on: seen in tmux on a model of 256 tokens of context)."""
-    usage = reply.usage
-    if reply.finish_reason == "length":
-        if usage is not None and usage.filled_context:
-            return f"cut off at the end of the model's context ({usage.context_limit:,} tokens)"
-        return "cut off at the token limit (^O goes on)"
-    if reply.finish_reason == "cancelled":
-        return "stopped (^O goes on)"
-    return "ended"
+    words = finish_words(reply.finish_reason, reply.usage)
+    goes_on = reply.finish_reason == "cancelled" or (
+        reply.finish_reason == "length" and not (reply.usage and reply.usage.filled_context))
+    return words + (" (^O goes on)" if goes_on else "")
 
 
 HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
