@@ -52,10 +52,10 @@ def ending(reply: Reply) -> str:
     """How a continuation ended, in words for the status line (it showed the finish reason
     itself, "length" also where the text had filled the model's context and ^O could not go
     on: seen in tmux on a model of 256 tokens of context)."""
-    words = finish_words(reply.finish_reason, reply.usage)
-    goes_on = reply.finish_reason == "cancelled" or (
-        reply.finish_reason == "length" and not (reply.usage and reply.usage.filled_context))
-    return words + (" (^O goes on)" if goes_on else "")
+    context_full = reply.usage is not None and reply.usage.filled_context
+    goes_on = reply.finish_reason == "cancelled" or (reply.finish_reason == "length"
+                                                     and not context_full)
+    return finish_words(reply.finish_reason, reply.usage) + (" (^O goes on)" if goes_on else "")
 
 
 HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"

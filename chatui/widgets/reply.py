@@ -22,7 +22,7 @@ from textual.timer import Timer
 from textual.widget import AwaitMount, Widget
 from textual.widgets import Static
 
-from inference.types import Token
+from inference.types import Token, finish_words
 
 from ..conversation import Reply
 from ..recorder import Delta, TokensAdded
@@ -49,9 +49,6 @@ FINISH_LABELS = {
     "error": "✗ failed",
 }
 
-CONTEXT_FULL_LABEL = "✂ cut off at the end of the model's context ({:,} tokens)"
-"""A reply ended "length" with its prompt at the context's end: /continue goes on only as far
-as older turns can be left out (a one-turn reply has no room left), so it is not offered."""
 
 COLUMN_FINISH_LABELS = {
     **FINISH_LABELS,
@@ -491,7 +488,9 @@ class ReplyView(SettledSize, Vertical):
         elif reply.finish_reason == "error":
             label = f"✗ {reply.error or 'failed'}"
         elif reply.finish_reason == "length" and reply.usage and reply.usage.filled_context:
-            label = CONTEXT_FULL_LABEL.format(reply.usage.context_limit)
+            # ended at the context's end: /continue goes on only as far as older turns can be
+            # left out (a one-turn reply has no room left), so it is not offered
+            label = "✂ " + finish_words("length", reply.usage)
         else:
             label = self.finish_labels.get(reply.finish_reason, "")
         if label != self._shown[0]:  # an update is a layout: only when it changed
