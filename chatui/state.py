@@ -5,11 +5,12 @@ has this one owner (widgets keep only what they show).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inference.settings import SamplingParams, SettingsError
+from inference.settings import SamplingParams, SettingsError, does_nothing, setting_words
 from inference.types import Message, ModelInfo
 
 from .conversation import Conversation, Entry, Reply, entry_message
@@ -152,19 +153,16 @@ SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 def settings_label(s: SamplingParams) -> str:
     """The settings in force, short: temperature and the token limit, then every other
     sampler that is on (top_p 1 and top_k 0 do nothing, so they are left out: the field
-    was cut off at 120 columns)."""
-    parts = [f"temp {s.temperature:g}", f"max {s.max_new_tokens}"]
-    if s.top_p < 1:
-        parts.append(f"top_p {s.top_p:g}")
-    if s.top_k > 0:
-        parts.append(f"top_k {s.top_k}")
-    base = SamplingParams()
-    for name in ("min_p", "repetition_penalty", "seed", "stop", "reasoning_budget"):
-        value = getattr(s, name)
-        if value != getattr(base, name):
-            value = ",".join(value) if name == "stop" else value
-            parts.append(f"{name} {value}")
-    return " · ".join(parts)
+    was cut off at 120 columns), in the words ``/set`` takes."""
+    return " · ".join(setting_words(f.name, getattr(s, f.name))
+                      for f in sorted(dataclasses.fields(s), key=_shown_first)
+                      if not does_nothing(f.name, getattr(s, f.name)))
+
+
+def _shown_first(f: dataclasses.Field) -> int:
+    """Temperature and the token limit lead a label (they are always there), then the field
+    order."""
+    return {"temperature": 0, "max_new_tokens": 1}.get(f.name, 2)
 
 
 def status_label(state: ChatState) -> str:

@@ -119,6 +119,32 @@ class SamplingParams:
         return cls().with_values(**dict(data))
 
 
+SHOWN_NAMES: dict[str, str] = {"temperature": "temp", "max_new_tokens": "max",
+                               "repetition_penalty": "rep"}
+"""The short names the UI shows a setting by (each one an alias ``/set`` takes, so a label can
+be typed back); the other fields are shown by their own names."""
+
+ALWAYS_SHOWN = ("temperature", "max_new_tokens")
+"""The fields a label names even at their defaults: the others at their defaults do nothing."""
+
+
+def setting_words(name: str, value: Any) -> str:
+    """One setting as the UI shows it, in the words ``/set`` takes: "temp 0.7", "max 512",
+    "top_p 0.9", "stop </s>,###"."""
+    if name == "stop":
+        value = ",".join(value)
+    return f"{SHOWN_NAMES.get(name, name)} {_fmt(value)}"
+
+
+def does_nothing(name: str, value: Any) -> bool:
+    """Whether a setting at ``value`` leaves sampling as it is (top_p 1, top_k 0, min_p 0, rep
+    1, no seed, no stop strings, no reasoning budget): a label leaves it out."""
+    default = SamplingParams.__dataclass_fields__[name].default
+    if name == "stop":
+        default = ()
+    return name not in ALWAYS_SHOWN and value == default
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"

@@ -11,11 +11,12 @@ import pytest
 from chatui import presets
 from chatui.conversation import Reply
 from chatui.screens.compare import CompareScreen
+from chatui.state import settings_label
 from chatui.conversation import first_divergence
 from chatui.widgets.compare import MIN_COLUMN, CompareView, column_labels
 from chatui.widgets.reply import ReplyView
 from inference.scripted import echo_reply
-from inference.settings import SamplingParams, SettingsError
+from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import GenerationRequest, Message, Token, TokenBatch
 from test_app import loaded, make_app, notices, send, settle, tap
 
@@ -109,9 +110,19 @@ def test_column_labels_show_what_differs():
     a = SamplingParams(temperature=0, max_new_tokens=64)
     b = SamplingParams(temperature=1.2, seed=3, max_new_tokens=64)
     labels, shared = column_labels([a, b])
-    assert labels == ["temperature=0", "temperature=1.2 seed=3"]
-    assert "max_tokens=64" in shared and "temperature" not in shared
+    assert labels == ["temp 0", "temp 1.2, seed 3"]
+    # in the status bar's words, and what does nothing (top_p 1, rep 1...) is left out
+    assert shared == "max 64"
     assert column_labels([a, a])[0] == ["same settings", "same settings"]
+    # a setting that differs is named in every column, even where it does nothing
+    c = SamplingParams(top_p=0.9, repetition_penalty=1.1)
+    labels, shared = column_labels([c, SamplingParams()])
+    assert labels == ["top_p 0.9, rep 1.1", "top_p 1, rep 1"]
+    assert shared == "temp 0.7, max 512"
+    assert settings_label(c) == "temp 0.7 · max 512 · top_p 0.9 · rep 1.1"
+    # every label can be typed back to /set
+    assert parse_assignments(settings_label(c)) == c
+    assert parse_assignments(labels[0] + ", " + shared) == c
 
 
 # ---- pilot tests (scripted engine) ----

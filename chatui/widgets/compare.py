@@ -25,7 +25,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-from inference.settings import SamplingParams
+from inference.settings import SamplingParams, does_nothing, setting_words
 
 from ..conversation import Entry, Reply, first_divergence
 from ..recorder import Delta, RowEnded, TokensAdded
@@ -35,30 +35,23 @@ from .text import show_token
 MIN_COLUMN = 30
 """Narrowest a column gets side by side; below two of these the columns stack."""
 
-_SHORT = {"max_new_tokens": "max_tokens", "repetition_penalty": "rep"}
 _STATE = {None: "…", "stop": "✓ stop", "length": "✂ length", "cancelled": "■ stopped",
           "error": "✗ error"}
 
 
-def _fmt(name: str, value: object) -> str:
-    if name == "stop":
-        value = ",".join(value)  # type: ignore[arg-type]
-    elif isinstance(value, float):
-        value = f"{value:g}"
-    return f"{_SHORT.get(name, name)}={value}"
-
-
 def column_labels(settings: Sequence[SamplingParams]) -> tuple[list[str], str]:
-    """(one label per column with only the settings that differ, the shared settings)."""
+    """(one label per column with only the settings that differ, the shared settings), in the
+    status bar's words (``temp 0.2``, ``max 512``: what ``/set`` and ``/compare`` take); a
+    shared setting that does nothing (top_p 1, rep 1...) is left out, a differing one is not
+    ("top_p 0.9" against "top_p 1")."""
     names = [f.name for f in dataclasses.fields(SamplingParams)]
     varying = [n for n in names if len({repr(getattr(s, n)) for s in settings}) > 1]
-    labels = [" ".join(_fmt(n, getattr(s, n)) for n in varying
-                       if not (n in ("seed", "reasoning_budget") and getattr(s, n) is None))
+    labels = [", ".join(setting_words(n, getattr(s, n)) for n in varying
+                         if not (n in ("seed", "reasoning_budget") and getattr(s, n) is None))
               or "same settings" for s in settings]
     first = settings[0]
-    shared = " ".join(_fmt(n, getattr(first, n)) for n in names
-                      if n not in varying and not (n == "stop" and not first.stop)
-                      and not (n in ("seed", "reasoning_budget") and getattr(first, n) is None))
+    shared = ", ".join(setting_words(n, getattr(first, n)) for n in names
+                       if n not in varying and not does_nothing(n, getattr(first, n)))
     return labels, shared
 
 
