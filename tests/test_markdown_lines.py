@@ -27,7 +27,7 @@ The **protocol** is a small system, with its `protocol_state` and the `step_3()`
 ```python
 def step_3(state, value):
     total = state.total + value
-    return State(total=total, recent=recent, and_a_line_long_enough_to_be_cropped=True)
+    return State(total=total, recent=recent)
 ```
 
 > A design that is easy to test is usually easy to change.
@@ -112,6 +112,8 @@ def _cells(strip) -> list[tuple[str, tuple]]:
 
 
 async def test_draws_what_textuals_markdown_draws():
+    """(Where a line of code is wider than its fence the two differ by design: Textual's fence
+    scrolls it sideways with no scroll bar, ours wraps it: the test above.)"""
     app = Both(SAMPLE)
     async with app.run_test(size=(WIDTH, 200)) as pilot:
         await pilot.pause(0.2)
@@ -127,13 +129,32 @@ async def test_draws_what_textuals_markdown_draws():
         assert differing == []
 
 
-def test_layout_wraps_to_the_width_and_crops_code():
+def test_layout_wraps_to_the_width():
     lines = [line.plain.rstrip() for line in layout_markdown(SAMPLE, 30)]
     assert all(len(line) <= 30 for line in lines)
     assert "  def step_3(state, value):" in lines
     assert any(line.startswith("  - nested") or line.startswith("  ▪ nested") for line in lines)
     assert any(line.startswith("  1. Write") for line in lines)
     assert any(line.startswith(" 10. Ten.") for line in lines)
+
+
+def test_a_line_of_code_wider_than_its_fence_goes_on_under_a_mark():
+    """Cropped, the end of a long line of code was on screen nowhere (a comparison's columns
+    cut most lines of a function; seen in tmux): it wraps, cell by cell, under a ``↪``."""
+    code = "print(reverse_string_with_docstring('Hello, World'))  # Output: 'dlroW ,olleH'"
+    lines = [line.plain for line in layout_markdown(f"```python\n{code}\nx = 1\n```", 30)
+             if line.plain]  # (the fence's margins above and below are empty lines)
+    assert all(len(line) == 30 for line in lines)
+    body = lines[1:-1]  # between the fence's blank top and bottom padding
+    assert body[0].startswith("  print(") and all(line.startswith("↪ ") for line in body[1:-1])
+    assert "".join(line[2:-2] for line in body[:-1]).rstrip() == code  # nothing lost
+    assert body[-1].rstrip() == "  x = 1"
+    # a wide character is never split between two lines
+    wide = [line.plain for line in layout_markdown("```\n" + "界" * 20 + "\n```", 15)
+            if line.plain]
+    assert [line.count("界") for line in wide[1:-1]] == [5, 5, 5, 5]
+    # a window dragged tiny crops instead (nothing to wrap into)
+    assert len([line for line in layout_markdown(f"```\n{code}\n```", 10) if line.plain]) == 3
 
 
 def test_a_single_newline_breaks_the_line():

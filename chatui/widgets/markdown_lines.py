@@ -19,12 +19,14 @@ reply looks as it did while it streamed: headers with a margin of 2 above (h1, h
 (h3-h6) and 1 below, in the theme's ``$markdown-hN-*`` colours; top-level paragraphs and lists
 followed by a blank line (margins collapse as in a vertical layout); bullets ``• ▪ ‣ ⭑ ◦`` by
 depth and right-aligned numbers; fenced code highlighted by Textual's own highlighter, padded
-1 2, cropped (not wrapped) at the width, on the fence's background; quotes with a ``▌`` border
-and the ``$boost`` background; inline code, emphasis, strong and strikethrough styled as
-Textual styles them. Differences (documented in docs/long-sessions.md): translucent
-backgrounds (inline code, quotes) blend a few colour steps apart; links are not clickable (the
-reply view opens none either); a wide table has no horizontal scroll; a single newline inside a
-paragraph breaks the line (Textual's Markdown makes it a space).
+1 2, on the fence's background; quotes with a ``▌`` border and the ``$boost`` background;
+inline code, emphasis, strong and strikethrough styled as Textual styles them. Differences
+(documented in docs/long-sessions.md): translucent backgrounds (inline code, quotes) blend a
+few colour steps apart; links are not clickable (the reply view opens none either); a wide
+table has no horizontal scroll; a line of code wider than its fence goes on in the next line,
+under a ``↪`` (Textual's fence scrolls it sideways with no scroll bar, and cropped, as it was
+here, its end was on screen nowhere: a comparison's columns cut most lines of code); a single
+newline inside a paragraph breaks the line (Textual's Markdown makes it a space).
 
 ``MarkdownFence.highlight`` (a public classmethod of Textual's Markdown fence) colours code,
 so fences look as they do while streaming.
@@ -162,6 +164,28 @@ def _crop(line: Content, width: int) -> Content:
     return line[:cut]
 
 
+MIN_CODE_ROOM = 8
+"""Narrowest code a fence wraps to; below it (a window dragged tiny) its lines are cropped."""
+WRAP_MARK = Content("↪ ").stylize(".fence_wrap")
+"""The left padding of a code line's continuation (the line was wider than the fence)."""
+
+
+def _wrap_cells(line: Content, width: int) -> list[Content]:
+    """``line`` cut into pieces of at most ``width`` cells (character by character, as code
+    is: no word breaks), a wide character never split."""
+    if line.cell_length <= width:
+        return [line]
+    pieces, start, used = [], 0, 0
+    for i, ch in enumerate(line.plain):
+        cells = cell_len(ch)
+        if used + cells > width and i > start:
+            pieces.append(line[start:i])
+            start, used = i, 0
+        used += cells
+    pieces.append(line[start:])
+    return pieces
+
+
 def _join(blocks: Sequence[_Block], *, previous: int = 0,
           last_margin: bool = True) -> list[Content]:
     """Blocks stacked with collapsed margins (the larger of two neighbouring margins); the
@@ -279,18 +303,20 @@ class _Layout:
         # the fence's style: the segments Textual draws for a fence widget
         blank = Content(" " * width).stylize(".fence_pad")
         pad = Content("  ").stylize(".fence_pad")
-        room = max(0, width - 4)
+        room = width - 4
         lines = [blank]
         for line in highlighted.split("\n"):
-            code = line.expand_tabs(4)
-            if code.cell_length > room:  # cropped where the right padding would start
-                lines.append(_crop(pad + code.stylize_before(".fence"), width))
+            code = line.expand_tabs(4).stylize_before(".fence")
+            if room < MIN_CODE_ROOM:  # too narrow to wrap usefully: cropped at the width
+                lines.append(_crop(pad + code, width))
                 continue
-            fill = room - code.cell_length
-            body = code.stylize_before(".fence")
-            if fill > 0:
-                body += Content(" " * fill).stylize(".fence_pad")
-            lines.append(pad + body + pad)
+            # a line wider than the fence goes on under ``WRAP_MARK`` (cropped, the end of a
+            # line of code was not on screen anywhere: the compare columns cut every line)
+            for n, piece in enumerate(_wrap_cells(code, room)):
+                fill = room - piece.cell_length
+                if fill > 0:
+                    piece += Content(" " * fill).stylize(".fence_pad")
+                lines.append((WRAP_MARK if n else pad) + piece + pad)
         lines.append(blank)
         return lines
 
@@ -496,6 +522,9 @@ STYLES: dict[tuple[str, str], str] = {
     ("fence_pad", ""): "on black 10%",
     ("fence_pad", "light"): "on white 30%",
     ("fence_pad", "ansi"): "",
+    ("fence_wrap", ""): "$foreground 40% on black 10%",
+    ("fence_wrap", "light"): "$foreground 40% on white 30%",
+    ("fence_wrap", "ansi"): "dim",
     ("quote", ""): "on $boost",
     ("quote_border", ""): "$text-primary 50%",
     ("quote_border", "light"): "$text-secondary",
