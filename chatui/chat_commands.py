@@ -559,7 +559,7 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
     lines = ["Saved conversations (/load N opens one, /history delete N removes one):"]
     shown = history[:30]
     number = {s.id: i for i, s in enumerate(shown, 1)}
-    from .widgets.text import shorten
+    from .widgets.text import messages_label, shorten
 
     for i, s in enumerate(shown, 1):
         # two short lines each, the details under the title (one long line wrapped back to
@@ -570,7 +570,7 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
             lines.append(f"       {shorten('cannot be opened: ' + s.error, HISTORY_TITLE + 11)}")
             continue
         lines.append(f"{i:>3}. {when}  {shorten(s.title or '(untitled)', HISTORY_TITLE)}")
-        what = f"{s.messages} messages · {s.model}"
+        what = f"{messages_label(s.messages)} · {s.model}"
         if s.parent:  # (a branch and its conversation share their title)
             what += f" · a branch of {number[s.parent]}" if s.parent in number else " · a branch"
         lines.append(f"       {what}")
@@ -592,6 +592,7 @@ async def _search_saved(ctx: CommandContext, text: str) -> None:
     numbers them (so /load N and /history delete N act on the results)."""
     from . import transcript
     from .transcript.search import search_transcripts
+    from .widgets.text import messages_label, shorten, shorten_around
 
     ctx.services.flush_autosaves()
     directory = ctx.services.config.transcripts_dir()
@@ -604,9 +605,12 @@ async def _search_saved(ctx: CommandContext, text: str) -> None:
         for h in hits]
     lines = [f"Saved conversations with {text!r} (/load N opens one):"]
     for i, h in enumerate(hits, 1):
+        # the listing's two lines (a whole title and snippet were one long line, wrapped back
+        # under the numbers: seen in tmux), the words found kept in view on the second
         when = datetime.datetime.fromtimestamp(h.updated).strftime("%Y-%m-%d %H:%M")
-        lines.append(f"{i:>3}. {when}  {h.title or '(untitled)'} — {h.messages} messages")
-        lines.append(f"       {h.where}: {h.snippet}")
+        lines.append(f"{i:>3}. {when}  {shorten(h.title or '(untitled)', HISTORY_TITLE)}")
+        what = f"{messages_label(h.messages)} · {h.where}: "
+        lines.append(f"       {what}{shorten_around(h.snippet, HISTORY_TITLE + 11 - len(what))}")
     ctx.notice("\n".join(lines))
 
 

@@ -13,6 +13,7 @@ from chatui.conversation import Conversation
 from chatui.transcript import save_transcript
 from chatui.transcript.search import INDEX_NAME, SearchIndex, fts_query, search_transcripts
 from inference.settings import SamplingParams
+from chatui.widgets.text import shorten, shorten_around
 from test_app import SIZE, config_dir, make_app, notices, send, until_at_top  # noqa: F401
 
 
@@ -125,6 +126,31 @@ async def test_history_words_lists_matches_that_load_opens(tmp_path):
         assert app.chat.conversation.entries[0].text == "tell me about narwhals"
         await send(pilot, app, "/history zebras")
         assert "No saved conversation holds 'zebras'" in str(notices(app)[-1].render())
+
+
+async def test_history_words_lists_each_match_in_two_lines_that_fit(tmp_path):
+    """A long title and a long message were one line, wrapped back under the numbers (seen in
+    tmux): the listing's two lines now, the words found kept in view."""
+    app = make_app()
+    story = ("Please write a long and detailed story about a lighthouse keeper who lives alone "
+             "on a rocky island, far from anyone, and one morning finds narwhals in the bay")
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, story)
+        await send(pilot, app, "/clear")
+        await send(pilot, app, "/history narwhals")
+        lines = str(notices(app)[-1].render()).splitlines()
+        assert len(lines) == 3 and all(len(line) <= 80 for line in lines), lines
+        assert lines[1].startswith("  1. ") and lines[1].endswith("…")
+        assert lines[2].lstrip().startswith("2 messages · ") and "[narwhals]" in lines[2]
+
+
+def test_shorten_around_keeps_the_mark_in_view():
+    text = " ".join(f"w{i}" for i in range(40)) + " [hit] and the rest of it"
+    for width in (20, 33, 60):
+        line = shorten_around(text, width)
+        assert len(line) <= width and "[hit]" in line and line.startswith("…"), line
+    assert shorten_around("[hit] " + "x " * 40, 20) == shorten("[hit] " + "x " * 40, 20)
+    assert shorten_around("short [hit]", 20) == "short [hit]"
 
 
 def test_history_search_headless(tmp_path):

@@ -615,8 +615,9 @@ def history_list(directory: _HistoryDir = None,
                               "parent": s.parent}, ensure_ascii=False))
         else:
             branch = f", a branch of {s.parent}" if s.parent and not s.error else ""
+            plural = "" if s.messages == 1 else "s"
             print(f"{n}. {s.path}\n   {s.error or (s.title or '(untitled)')}"
-                  f"{'' if s.error else f' — {s.messages} messages{branch}'}")
+                  f"{'' if s.error else f' — {s.messages} message{plural}{branch}'}")
 
 
 @app.command("build-kernels")

@@ -28,6 +28,7 @@ from textual.widgets.option_list import Option
 from ..reporting import run_reported
 from ..transcript import list_transcripts
 from ..transcript.search import fts_query, search_transcripts
+from ..widgets.text import messages_label
 from .held_keys import hold_keys, release_keys
 from .once import DismissOnce
 
@@ -54,7 +55,7 @@ def _row(found: Found) -> Content:
     that a long title wraps after them (the size came last, and a long title split it: a "4"
     ended one line and "messages" began the next; seen in tmux)."""
     when = datetime.datetime.fromtimestamp(found.updated).strftime("%Y-%m-%d %H:%M")
-    size = "" if found.error else f"  {found.messages} messages" + (
+    size = "" if found.error else f"  {messages_label(found.messages)}" + (
         " · a branch" if found.branch else "")
     head = Content.assemble((when, "$text-muted"), (size, "$text-muted"), "  ",
                             (found.title or "(untitled)", "bold"))

@@ -49,6 +49,24 @@ def tokens_label(n: int) -> str:
     return f"{n} token" + ("" if n == 1 else "s")
 
 
+def messages_label(n: int) -> str:
+    """"1 message", "2 messages"."""
+    return f"{n} message" + ("" if n == 1 else "s")
+
+
+def shorten_around(text: str, width: int, mark: str = "[") -> str:
+    """One line of at most ``width`` characters that keeps the first ``mark`` and a little
+    after it in view (a search hit's snippet, its words found shown as ``[word]``): cut at the
+    end as :func:`shorten` does, or at both ends where the mark lies past the cut."""
+    line = " ".join(text.split())
+    at = line.find(mark)
+    if len(line) <= width or at < 0 or at < width * 2 // 3:
+        return shorten(line, width)
+    start = min(at - width // 3, len(line) - (width - 1))
+    body = line[start + 1:]
+    return "…" + (body if len(body) <= width - 1 else body[:width - 2] + "…")
+
+
 def show_token(text: str) -> str:
     """A token's text for a label: quoted, whitespace made visible; in double quotes when it
     holds a single one and no double one, as Python's repr does (the token ``('`` read
