@@ -339,6 +339,22 @@ async def test_the_status_says_in_words_how_a_continuation_ended():
             assert "· length ·" not in status and "· stop ·" not in status
 
 
+def test_the_status_line_names_whole_keys_that_fit():
+    """One line cut at the width showed "^E score · F4" of "F4 chat" (seen in tmux at 100
+    columns): the keys after what happened are whole, as many as fit."""
+    from chatui.screens.notebook import HELP, fit_keys
+
+    head = "139 tokens · ended"
+    for width in range(len(head), 120):
+        line = fit_keys(head, HELP, width)
+        assert len(line) <= width and line.startswith(head)
+        shown = line[len(head):].split(" · ")[1:]
+        assert shown == list(HELP[:len(shown)])  # whole keys, in order, none cut
+    assert fit_keys("", HELP, 200) == " · ".join(HELP)
+    long = "This token has 3 alternatives; there is no fourth " * 3
+    assert fit_keys(long, HELP, 40) == long  # a sentence is whole, wrapped, never cut
+
+
 async def test_escape_and_ctrl_c_stop_a_continuation_and_keep_what_came():
     long = " ".join(f"w{i}" for i in range(400))
     for key in ("escape", "ctrl+c"):

@@ -13,8 +13,9 @@ probability in the token view below, the perplexity in the status line), and on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
+from rich.cells import cell_len
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -58,7 +59,36 @@ def ending(reply: Reply) -> str:
     return finish_words(reply.finish_reason, reply.usage) + (" (^O goes on)" if goes_on else "")
 
 
-HELP = "^O continue · Esc stop · ^T tokens · 1-9 from alternative · ^E score · F4 chat"
+HELP = ("^O continue", "Esc stop", "^T tokens", "1-9 from alternative", "^E score", "F4 chat")
+"""The keys the status line names after what happened, as many as fit, each whole."""
+
+
+def fit_keys(head: str, keys: Sequence[str], width: int) -> str:
+    """``head``, then as many of ``keys`` as fit in ``width`` cells, each whole (one line cut
+    at the width had left "^E score · F4" of "F4 chat", and a long sentence without its end:
+    seen in tmux at 100 columns). A head wider than the line is the whole text (it wraps)."""
+    text = head
+    for key in keys:
+        joined = f"{text} · {key}" if text else key
+        if cell_len(joined) > width:
+            break
+        text = joined
+    return text
+
+
+class StatusLine(Static):
+    """The notebook's status: what happened, then the keys that fit (:func:`fit_keys`)."""
+
+    def __init__(self, *, id: str) -> None:
+        super().__init__(id=id)
+        self.head, self.keys = "", HELP
+
+    def say(self, head: str, *, keys: bool = False) -> None:
+        self.head, self.keys = head, HELP if keys else ()
+        self.refresh(layout=True)
+
+    def render(self) -> Content:
+        return Content(safe_text(fit_keys(self.head, self.keys, self.content_size.width)))
 
 
 class NotebookScreen(DismissOnce, Screen[None]):
@@ -87,7 +117,7 @@ class NotebookScreen(DismissOnce, Screen[None]):
     NotebookScreen #notebook-text { height: 2fr; }
     NotebookScreen #notebook-tokens { height: 1fr; border-top: solid $panel; }
     NotebookScreen #notebook-notice { height: auto; color: $warning; padding: 0 1; }
-    NotebookScreen #notebook-status { height: 1; color: $text-muted; padding: 0 1; }
+    NotebookScreen #notebook-status { height: auto; color: $text-muted; padding: 0 1; }
     """
 
     def __init__(self, chat: ChatScreen, *, notice: str = "", text: str = "",
@@ -128,7 +158,7 @@ class NotebookScreen(DismissOnce, Screen[None]):
             yield TokenInspector(id="notebook-inspector", hint=(
                 "Select a token: click it in the continuation, or Tab into it and use the "
                 "arrow keys."))
-        yield Static(HELP, id="notebook-status")
+        yield StatusLine(id="notebook-status")
 
     @property
     def text_area(self) -> TextArea:
@@ -188,7 +218,7 @@ class NotebookScreen(DismissOnce, Screen[None]):
         notice.display = True
 
     def status(self, text: str) -> None:
-        self.query_one("#notebook-status", Static).update(Content(safe_text(text)))
+        self.query_one("#notebook-status", StatusLine).say(text)
 
     # ---- continuing ----
 
@@ -264,7 +294,8 @@ class NotebookScreen(DismissOnce, Screen[None]):
             self.text_area.read_only = False
             self._keep(finish)
             if finish != "error":
-                self.status(f"{reply.token_count} tokens · {ending(reply)} · " + HELP)
+                self.query_one("#notebook-status", StatusLine).say(
+                    f"{reply.token_count} tokens · {ending(reply)}", keys=True)
             self._add_typed_meanwhile()
 
     def _keep(self, finish: str) -> None:
