@@ -149,6 +149,20 @@ def is_command(text: str) -> bool:
     return stripped.startswith("/") and not stripped.startswith("//")
 
 
+def command_after_draft(text: str, draft: str | None) -> str | None:
+    """The known slash command typed straight after ``draft``, the message left unsent when
+    chatui last ended and put back in the box (``"a draft about whales/history"``: the user
+    typed a command without seeing the box was not empty, and Enter sent both to the model;
+    seen in tmux), or None: a message to send as it is."""
+    if not draft or not text.startswith(draft):
+        return None
+    rest = text[len(draft):].strip()
+    if "\n" in rest or not is_command(rest) or len(rest) < 2:
+        return None
+    word = rest[1:].split()[0].lower() if rest[1:].split() else ""
+    return rest if ALIASES.get(word, word) in BY_NAME else None  # (its errors: its own)
+
+
 def unescape(text: str) -> str:
     """The message to send for text that starts with ``//`` (one slash removed)."""
     stripped = text.lstrip()

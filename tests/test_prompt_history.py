@@ -10,7 +10,7 @@ from textual import events
 
 from chatui import prompt_history as ph
 from chatui.textual_compat.testing import deliver
-from test_app import SIZE, config_dir, loaded, make_app, notices, send  # noqa: F401
+from test_app import SIZE, config_dir, loaded, make_app, notices, send, settle  # noqa: F401
 
 
 def test_the_file_keeps_prompts_and_the_last_draft(tmp_path):
@@ -70,6 +70,55 @@ async def test_prompts_and_an_unsent_message_survive_a_restart():
         await pilot.press("ctrl+l", "ctrl+q")  # emptied: the draft does not come back
         await pilot.pause(0.3)
     assert await box_at_next_start() == ""
+
+
+async def test_a_command_typed_onto_the_restored_draft_runs_and_the_draft_stays():
+    """Put back in the box, the draft took a command typed without looking at the box ("an
+    unsent draft about whales/history"), and Enter sent both to the model: seen in tmux."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.prompt.text = "an unsent draft about whales"
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.3)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        await pilot.pause(0.1)
+        prompt = app.chat.prompt
+        prompt.move_cursor(prompt.document.end)
+        await pilot.press(*"/settings", "enter")
+        await pilot.pause(0.2)
+        assert not app.chat.conversation.entries  # nothing went to the model
+        said = [str(n.render()) for n in notices(app)]
+        assert any("Settings in force" in n for n in said)
+        assert any("still in the box" in n for n in said)
+        assert prompt.text == "an unsent draft about whales"
+        await pilot.press(*" /exit", "enter")  # (quits, and the draft is kept for next time)
+        await pilot.pause(0.3)
+    assert await box_at_next_start() == "an unsent draft about whales"
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:  # once sent, it is a message like any other
+        await loaded(pilot, app)
+        await pilot.pause(0.1)
+        prompt = app.chat.prompt
+        prompt.move_cursor(prompt.document.end)
+        await pilot.press(*" and /sharks", "enter")
+        await settle(pilot, app)
+        assert app.chat.conversation.entries[0].text == "an unsent draft about whales and /sharks"
+
+
+def test_only_a_known_command_after_the_draft_is_split_off():
+    from chatui.commands import command_after_draft as split
+
+    assert split("draft/history", "draft") == "/history"
+    assert split("draft /set temp 0.3", "draft") == "/set temp 0.3"
+    assert split("draft/usr/bin is a folder", "draft") is None  # no such command: a message
+    assert split("draft//history", "draft") is None  # // escapes a slash
+    assert split("draft", "draft") is None and split("other/history", "draft") is None
+    assert split("draft/help", None) is None
+    assert split("draft/set", "draft") == "/set"  # a known command: it says what it needs
+    assert split("draft/q", "draft") == "/q" and split("draft/", "draft") is None
 
 
 async def test_a_draft_typed_with_ctrl_q_at_once_is_kept_whole():

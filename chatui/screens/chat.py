@@ -154,6 +154,9 @@ class ChatScreen(Screen[None]):
         self.meter = ContextMeter(lambda: self.status, self.notify)
         self.carryover = prompt_history.Carryover(services.config.prompt_history_dir())
         """The prompts, unsent message and notebook document the last session left."""
+        self._restored_draft: str | None = None
+        """The message the last session left unsent, put back in the box, until the box is
+        first sent (see :func:`commands.command_after_draft`)."""
         self._token_focus: TokenView | None = None
         """The token view to focus as the token view switches on (/score's message), once;
         None: the last reply's."""
@@ -284,6 +287,7 @@ class ChatScreen(Screen[None]):
                         "history: Up brings it back.")
             return
         self.prompt.set_text(draft)
+        self._restored_draft = draft
         self.notice("The message you had not sent when chatui last ended is back in the box "
                     "(Ctrl+L empties it).")
 
@@ -786,6 +790,14 @@ class ChatScreen(Screen[None]):
     @on(PromptSubmitted)
     async def _submitted(self, event: PromptSubmitted) -> None:
         text = event.text
+        draft, self._restored_draft = self._restored_draft, None
+        command = commands.command_after_draft(text, draft)
+        if command is not None:  # a command typed onto the restored draft: the draft stays
+            self.put_prompt(draft)  # (put first: /exit keeps the box's text for next time)
+            self._restored_draft = draft
+            self.notice(f"{command.split()[0]} ran on its own: the message you had not sent "
+                        "is still in the box.")
+            text = command
         self.carryover.sent(text)
         try:
             if commands.is_command(text):
