@@ -577,8 +577,9 @@ async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
     ctx.notice("\n".join(lines))
 
 
-HISTORY_TITLE = 56
-"""Characters of a title ``/history`` shows (its line then fits 80 columns)."""
+HISTORY_TITLE = 51
+"""Characters of a title ``/history`` shows: its line then fits 80 columns (a notice there
+has 74 cells; at 56 every long title wrapped its last two characters: seen in tmux)."""
 
 
 async def cmd_find(ctx: CommandContext, arg: str = "") -> None:

@@ -134,12 +134,17 @@ async def test_history_words_lists_each_match_in_two_lines_that_fit(tmp_path):
     app = make_app()
     story = ("Please write a long and detailed story about a lighthouse keeper who lives alone "
              "on a rocky island, far from anyone, and one morning finds narwhals in the bay")
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(80, 30)) as pilot:
         await send(pilot, app, story)
         await send(pilot, app, "/clear")
+        await send(pilot, app, "/history")
+        listing = notices(app)[-1]
+        await pilot.pause(0.1)
+        assert listing.size.height == 3  # no line wraps at 80 columns (the title's did)
         await send(pilot, app, "/history narwhals")
+        await pilot.pause(0.1)
         lines = str(notices(app)[-1].render()).splitlines()
-        assert len(lines) == 3 and all(len(line) <= 80 for line in lines), lines
+        assert notices(app)[-1].size.height == len(lines) == 3, lines
         assert lines[1].startswith("  1. ") and lines[1].endswith("…")
         assert lines[2].lstrip().startswith("2 messages · ") and "[narwhals]" in lines[2]
 
