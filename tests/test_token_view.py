@@ -13,6 +13,7 @@ from inference.settings import SamplingParams
 
 from textual.css.stylesheet import Stylesheet
 
+from chatui.widgets.compare import CompareView
 from chatui.widgets.token_view import UnitBuilder
 from test_app import SIZE, loaded, make_app, replies, send, send_nowait, settle, tap
 
@@ -126,6 +127,30 @@ async def test_the_side_panel_follows_a_new_reply_as_it_streams():
         chosen = (inspector.view_id, inspector.position)
         await settle(pilot, app)
         assert chosen[1] == 0 and (inspector.view_id, inspector.position) == chosen
+
+
+async def test_the_side_panel_follows_a_new_comparisons_chosen_column():
+    """A comparison streamed while the panel kept a token selected before (a scored
+    message's, seen in tmux with three columns): it follows the chosen column's newest token,
+    as it follows a single reply."""
+    words = " ".join(f"w{i}" for i in range(30))
+    app = make_app(lambda r, row: f"row{row} " + words, delay_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        await pilot.press("home")  # a token of the first reply, selected
+        await pilot.pause(0.1)
+        inspector = app.chat.inspector
+        first_view = inspector.view_id
+        await pilot.press("escape")
+        await send(pilot, app, "/compare temp 0 | temp 1")
+        await send(pilot, app, "second")
+        group = app.chat.query_one(CompareView)
+        chosen = group.columns[group.chosen].view
+        assert inspector.view_id == chosen.id != first_view
+        assert inspector.position == chosen.token_view.units[-1].start  # its last token
+        assert "w29" in str(inspector.query_one(".detail").render()).split("alternatives")[0]
 
 
 def test_a_token_with_a_quote_in_it_is_quoted_unambiguously():

@@ -883,9 +883,10 @@ class ChatScreen(Screen[None]):
             thinking=self.state.thinking)
         job = Job(entry, view, ReplyRecorder(entry.replies), prompt_text=prompt_text,
                   branch_of=branch_of)
-        # a new single reply is followed in the side panel; one continued from a token keeps
-        # the panel on that token (the cursor is there)
-        fresh = prefix is None and first_tokens is None and isinstance(view, ReplyView)
+        # a new reply is followed in the side panel (a comparison: its chosen column); one
+        # continued from a token, or a fan-out, keeps the panel on that token (the cursor is
+        # there)
+        fresh = prefix is None and first_tokens is None
         self._live = (view.id or "") if fresh else ""
         self.state.job = job
         self.generating = True
@@ -1073,9 +1074,14 @@ class ChatScreen(Screen[None]):
         """While a new reply streams with the token view on, the side panel shows its newest
         token (probability, rank, alternatives) as it comes, at most every ``LIVE_S``, and
         its last one once it ends: it kept showing a token selected before, of another reply
-        or a scored text (seen in tmux). Selecting a token stops the following."""
-        if not self._live or not self.token_mode or not isinstance(view, ReplyView) \
-                or view.id != self._live:
+        or a scored text (seen in tmux; a comparison's, its chosen column's: it kept a scored
+        message's token while three columns streamed, seen in tmux). Selecting a token stops
+        the following."""
+        if not self._live or not self.token_mode or getattr(view, "id", None) != self._live:
+            return
+        if isinstance(view, CompareView):
+            view = view.columns[view.chosen].view
+        if not isinstance(view, ReplyView):
             return
         now = time.monotonic()
         if not final and now < self._live_at + LIVE_S:
