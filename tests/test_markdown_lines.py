@@ -283,6 +283,27 @@ async def test_a_text_mounted_again_is_not_laid_out_again(monkeypatch):
         assert len(MarkdownLines._stores) <= STORE_CACHE
 
 
+async def test_a_wrapped_line_of_code_is_copied_whole():
+    """A line of code wider than its fence is drawn in pieces under a ``↪``; a mouse
+    selection copies it as it was written (no mark, no line break, its spaces kept)."""
+    code = "total = compute_the_sum(first_value, second_value) + another_value_here  + 1"
+    text = f"Code:\n\n```python\n{code}\nx = 1\n```\n\n- in a list:\n\n  ```\n  {code}\n  ```\n"
+    app = Both(text)
+    async with app.run_test(size=(40, 60)) as pilot:
+        await pilot.pause(0.1)
+        new = app.query_one("#new", MarkdownLines)
+        assert any("↪" in new.lines(new.size.width).line_text(y)
+                   for y in range(len(new.lines(new.size.width))))
+        copied = new.get_selection(Selection(Offset(0, 0), Offset(200, 100)))[0]
+        lines = [line.strip() for line in copied.splitlines()]
+        assert lines.count(code) == 2 and "x = 1" in lines and "↪" not in copied, copied
+        # a selection that starts on a continuation copies what it covers, as drawn
+        store = new.lines(new.size.width)
+        y = next(y for y in range(len(store)) if "↪" in store.line_text(y))
+        part = new.get_selection(Selection(Offset(0, y), Offset(200, y)))[0]
+        assert part.startswith("↪ ")
+
+
 async def test_selection_copies_the_drawn_text_and_update_redraws():
     app = Both("Some **bold** text.\n\n- an item\n")
     async with app.run_test(size=(WIDTH, 40)) as pilot:

@@ -170,6 +170,22 @@ WRAP_MARK = Content("↪ ").stylize(".fence_wrap")
 """The left padding of a code line's continuation (the line was wider than the fence)."""
 
 
+FENCE_PAD = "  "
+"""A fence's padding left and right of its code."""
+_WRAPPED = re.compile(r"[ ▌]*↪ ")
+
+
+def _continued_at(store: DrawnLines, y: int) -> int | None:
+    """Where the code of line ``y`` starts if it goes on with line ``y - 1``'s (a wrapped line
+    of code: ``WRAP_MARK`` after the indent, the line above filling the width), else None."""
+    if y <= 0 or y >= len(store):
+        return None
+    match = _WRAPPED.match(store.line_text(y))
+    if match is None or cell_len(store.line_text(y - 1)) != store.width:
+        return None
+    return match.end()
+
+
 def _wrap_cells(line: Content, width: int) -> list[Content]:
     """``line`` cut into pieces of at most ``width`` cells (character by character, as code
     is: no word breaks), a wide character never split."""
@@ -302,8 +318,8 @@ class _Layout:
         # padding (1 2) in its own spans with the background only, the code and its fill in
         # the fence's style: the segments Textual draws for a fence widget
         blank = Content(" " * width).stylize(".fence_pad")
-        pad = Content("  ").stylize(".fence_pad")
-        room = width - 4
+        pad = Content(FENCE_PAD).stylize(".fence_pad")
+        room = width - 2 * len(FENCE_PAD)
         lines = [blank]
         for line in highlighted.split("\n"):
             code = line.expand_tabs(4).stylize_before(".fence")
@@ -727,11 +743,21 @@ class MarkdownLines(Widget):
     # ---- selection and copying ----
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
-        """The text under a mouse selection, as drawn (one line per drawn line)."""
+        """The text under a mouse selection, as drawn (one line per drawn line), except that
+        a line of code wrapped under ``WRAP_MARK`` is copied whole, as it was written."""
         store = self._store
         if store is None:
             return None
-        return selected_text(selection, len(store), store.line_text)
+        text, ending = selected_text(selection, len(store), store.line_text, trim=str)
+        out: list[str] = []
+        y0 = next((y for y in range(len(store)) if selection.get_span(y) is not None), 0)
+        for n, line in enumerate(text.split("\n")):
+            at = _continued_at(store, y0 + n) if out else None
+            if at is not None and out[-1].endswith(FENCE_PAD):
+                out[-1] = out[-1][:-len(FENCE_PAD)] + line[at:]
+            else:
+                out.append(line)
+        return "\n".join(line.rstrip() for line in out), ending
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()
