@@ -23,6 +23,7 @@ from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
 from .conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
 from .recorder import prefix_of, spellings
+from .state import settings_change, settings_label
 
 if TYPE_CHECKING:
     from inference.worker import InferenceWorker
@@ -206,17 +207,21 @@ async def cmd_set(ctx: CommandContext, arg: str) -> None:
     except SettingsError as exc:
         ctx.notice(str(exc), "error")
         return
-    state.settings = new
+    old, state.settings = state.settings, new
     state.settings_from_user = True
     ctx.settings_changed()
-    ctx.notice(f"Settings: {new.describe()}")
+    # what changed, then all that is on, as the status line and /set write them (it listed
+    # every field as name=value, "repetition_penalty=1 seed=None", after "/set max 40")
+    change = settings_change(old, new)
+    ctx.notice(f"{f'Set {change}' if change else 'Nothing changed'}. "
+               f"In force: {settings_label(new)}.")
 
 
 async def cmd_settings(ctx: CommandContext, arg: str = "") -> None:
     state = ctx.state
     default = state.info.default_settings if state.info else SamplingParams()
-    ctx.notice(f"Settings in force: {state.settings.describe()}\n"
-               f"Model defaults: {default.describe()}\n"
+    ctx.notice(f"Settings in force: {settings_label(state.settings, every=True)}\n"
+               f"Model defaults: {settings_label(default, every=True)}\n"
                f"Top alternatives per token: {state.top_logprobs}")
 
 

@@ -150,13 +150,22 @@ def model_label(info: ModelInfo) -> str:
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def settings_label(s: SamplingParams) -> str:
+def settings_label(s: SamplingParams, *, every: bool = False) -> str:
     """The settings in force, short: temperature and the token limit, then every other
     sampler that is on (top_p 1 and top_k 0 do nothing, so they are left out: the field
-    was cut off at 120 columns), in the words ``/set`` takes."""
+    was cut off at 120 columns; ``every``: all of them, as ``/settings`` lists them), in the
+    words ``/set`` takes."""
     return " · ".join(setting_words(f.name, getattr(s, f.name))
                       for f in sorted(dataclasses.fields(s), key=_shown_first)
-                      if not does_nothing(f.name, getattr(s, f.name)))
+                      if every or not does_nothing(f.name, getattr(s, f.name)))
+
+
+def settings_change(old: SamplingParams, new: SamplingParams) -> str:
+    """What ``/set`` changed, in its words: "max 40 (was 512), temp 0 (was 0.7)"."""
+    return ", ".join(f"{setting_words(f.name, getattr(new, f.name))} (was "
+                     f"{setting_words(f.name, getattr(old, f.name)).split(' ', 1)[1]})"
+                     for f in sorted(dataclasses.fields(new), key=_shown_first)
+                     if getattr(old, f.name) != getattr(new, f.name))
 
 
 def _shown_first(f: dataclasses.Field) -> int:

@@ -133,7 +133,7 @@ def setting_words(name: str, value: Any) -> str:
     "top_p 0.9", "stop </s>,###"."""
     if name == "stop":
         value = ",".join(value)
-    return f"{SHOWN_NAMES.get(name, name)} {_fmt(value)}"
+    return f"{SHOWN_NAMES.get(name, name)} {_fmt(value) if value not in (None, '') else 'none'}"
 
 
 def does_nothing(name: str, value: Any) -> bool:

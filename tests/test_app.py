@@ -390,10 +390,20 @@ async def test_set_validates_with_engine_messages_and_settings_shows():
         await send(pilot, app, "/set temp 0.3 max 64 seed 5")
         s = app.chat.settings
         assert (s.temperature, s.max_new_tokens, s.seed) == (0.3, 64, 5)
+        # what changed, then what is on, in the words /set takes (it listed every field as
+        # name=value: "repetition_penalty=1 seed=None" after "/set max 40")
+        assert str(notices(app)[-1].render()) == (
+            "Set temp 0.3 (was 0), max 64 (was 512), seed 5 (was 3). "
+            "In force: temp 0.3 · max 64 · top_p 0.5 · seed 5.")
+        await send(pilot, app, "/set max 64")
+        assert str(notices(app)[-1].render()).startswith("Nothing changed. In force: temp 0.3")
         await send(pilot, app, "/set stop User: and")  # a stop string keeps its spaces
         assert app.chat.settings.stop == ("User: and",)
         await send(pilot, app, "/settings")
-        assert "top_p=0.5" in str(notices(app)[-1].render())
+        shown = str(notices(app)[-1].render())
+        assert shown.startswith("Settings in force: temp 0.3 · max 64 · top_k 0 · top_p 0.5 · "
+                                "min_p 0 · rep 1 · seed 5 · stop User: and · "
+                                "reasoning_budget none\nModel defaults: temp 0.7 · max 512 · "), shown
         await send(pilot, app, "hi")
         assert app.holder["backend"].requests[-1].settings[0].top_p == 0.5
 
