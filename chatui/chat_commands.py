@@ -225,9 +225,38 @@ async def cmd_settings(ctx: CommandContext, arg: str = "") -> None:
                f"Top alternatives per token: {state.top_logprobs}")
 
 
+def _numbered(ctx: CommandContext, arg: str, command: str) -> Entry | None:
+    """Message ``arg`` of the conversation shown (1 = the first; replies count too, as /score
+    and the exports number them), or None after saying why there is none."""
+    entries = ctx.state.conversation.entries
+    if not arg.isdigit() or not 1 <= int(arg) <= len(entries):
+        ctx.notice(f"/{command} takes a message number from 1 to {len(entries)}"
+                   if entries else f"There is no message {arg} to {command}.", "error")
+        return None
+    return entries[int(arg) - 1]
+
+
 async def cmd_retry(ctx: CommandContext, arg: str = "") -> None:
+    """``/retry``: the last reply again; ``/retry N``: reply N again (your message N: the
+    reply to it). The old reply and the messages after it stay in the tree, a branch (‹ ›):
+    users of every chat tool ask to regenerate any message, not only the last."""
     await ctx.stop_generation()
     entries = ctx.state.conversation.entries
+    arg = arg.strip()
+    if arg:
+        entry = _numbered(ctx, arg, "retry")
+        if entry is None:
+            return
+        if entry.role != "assistant":
+            at = index_of(entries, entry)
+            if at + 1 < len(entries):
+                entry = entries[at + 1]
+            else:  # your last message, not answered yet: answered now
+                ctx.answer(entry.text)
+                return
+        await ctx.rewind(entry)  # it and what followed stay in the tree: a branch
+        ctx.answer("", again=entry)
+        return
     last = entries[-1] if entries else None
     if last is None or last.role != "assistant":
         ctx.notice("There is no reply to retry.", "error")
@@ -237,9 +266,22 @@ async def cmd_retry(ctx: CommandContext, arg: str = "") -> None:
 
 
 async def cmd_edit(ctx: CommandContext, arg: str = "") -> None:
+    """``/edit``: the last prompt back in the box; ``/edit N``: your message N. Sending it
+    adds the new text beside the old, and the conversation goes on from it; the old message
+    and what followed it stay in the tree (‹ ›)."""
     await ctx.stop_generation()
     conv = ctx.state.conversation
-    user = conv.last_user
+    arg = arg.strip()
+    if arg:
+        user = _numbered(ctx, arg, "edit")
+        if user is None:
+            return
+        if user.role != "user":
+            ctx.notice(f"Message {arg} is a reply: /edit takes one of your messages (/retry "
+                       f"{arg} regenerates the reply).", "error")
+            return
+    else:
+        user = conv.last_user
     if user is None:
         ctx.notice("There is no prompt to edit.", "error")
         return

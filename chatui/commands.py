@@ -48,11 +48,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "stop strings).",
                 args="NAME VALUE", needs_arg=True, handler=run.cmd_set),
     CommandSpec("settings", "Show the sampling settings in force.", handler=run.cmd_settings),
-    CommandSpec("retry", "Regenerate the last reply (the old one is kept: ‹ ›).", key="Ctrl+R",
+    CommandSpec("retry", "Regenerate the last reply, or reply N of the conversation (the old "
+                "one and what followed it are kept: ‹ ›).", args="[N]", key="Ctrl+R",
                 handler=run.cmd_retry),
-    CommandSpec("edit", "Put the last prompt back in the box: sending it adds the new text "
-                "beside the old (‹ ›); Esc leaves it as it was.",
-                key="Ctrl+G", handler=run.cmd_edit),
+    CommandSpec("edit", "Put the last prompt, or your message N, back in the box: sending it "
+                "adds the new text beside the old (‹ ›, what followed kept with the old); Esc "
+                "leaves it as it was.", args="[N]", key="Ctrl+G", handler=run.cmd_edit),
     CommandSpec("continue", "Continue a reply that was stopped, failed, or was cut off by the "
                 "length limit (a comparison: its picked column, as a new alternative).",
                 key="Ctrl+O", handler=run.cmd_continue),

@@ -249,6 +249,42 @@ async def test_edit_puts_last_prompt_back_and_sends_it_as_a_sibling():
         assert len(replies(app)) == 1  # the old branch is off the screen, in the tree
 
 
+async def test_retry_and_edit_n_branch_from_any_message():
+    """Users of every chat tool ask to regenerate any message, not only the last: /retry N
+    regenerates reply N, /edit N puts your message N back in the box; the old message and
+    everything after it stay in the tree, a branch (‹ ›)."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        for text in ("one", "two", "three"):
+            await send(pilot, app, text)
+        conv = app.chat.conversation
+        old = list(conv.entries)
+        await send(pilot, app, "/retry 2")  # the reply to "one"
+        assert [e.text for e in conv.entries[:1]] == ["one"] and len(conv.entries) == 2
+        assert app.holder["backend"].requests[-1].messages[-1].content == "one"
+        assert [s is old[1] for s in conv.siblings(conv.entries[1])] == [True, False]
+        assert len(replies(app)) == 1  # "two" and "three" are off the screen, in the tree
+        await send(pilot, app, "/retry 1")  # your message: the reply to it
+        assert len(conv.siblings(conv.entries[1])) == 3 and len(conv.entries) == 2
+        await send(pilot, app, "/edit 2")
+        assert "is a reply" in str(notices(app, "error")[-1].render())
+        await send(pilot, app, "/edit 9")
+        assert "from 1 to 2" in str(notices(app, "error")[-1].render())
+        conv.select(old[1])  # back to the first branch
+        await app.chat.sync_path()
+        assert [e.text for e in conv.entries][::2] == ["one", "two", "three"]
+        await send(pilot, app, "/edit 3")  # "two", in the middle
+        assert app.chat.prompt.text == "two"
+        assert "your message 3" in str(app.chat.prompt.border_title)
+        app.chat.prompt.text = "two, edited"
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert [e.text for e in conv.entries][::2] == ["one", "two, edited"]
+        assert [e.text for e in conv.siblings(conv.entries[2])] == ["two", "two, edited"]
+        every = {e.text for e in conv.all_entries()}  # nothing was lost
+        assert {"one", "two", "three", "two, edited"} <= every
+
+
 def log_order(app) -> list[str]:
     """The conversation's items top to bottom: a message's text, or "notice: " and its
     first words."""
@@ -466,7 +502,7 @@ async def test_completion_with_tab_and_hint():
         hint = app.chat.query_one("#hint")
         assert hint.display and "/retry" in str(hint.render())
         await pilot.press("tab")
-        assert app.chat.prompt.text == "/retry"
+        assert app.chat.prompt.text == "/retry "  # (it takes a number: /retry N)
 
 
 async def test_token_view_cursor_and_inspector():

@@ -1426,9 +1426,13 @@ class ChatScreen(Screen[None]):
         self._show_editing()
 
     def _show_editing(self) -> None:
+        editing, conv = self.state.editing, self.state.conversation
+        at = next((n for n, e in enumerate(conv.entries) if e is editing), None)
+        which = "your last message" if at is None or editing is conv.last_user else \
+            f"your message {at + 1}"  # (/edit N)
         self.prompt.border_title = (
-            "editing your last message: Enter sends it as a new branch beside it, "
-            "Esc leaves it as it was" if self.state.editing is not None else None)
+            f"editing {which}: Enter sends it as a new branch beside it, "
+            "Esc leaves it as it was" if editing is not None else None)
         self.refresh_bindings()  # (Esc's footer label: "Cancel edit" while editing)
 
     @on(PromptCleared)
