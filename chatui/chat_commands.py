@@ -254,15 +254,13 @@ async def cmd_retry(ctx: CommandContext, arg: str = "") -> None:
             else:  # your last message, not answered yet: answered now
                 ctx.answer(entry.text)
                 return
-        await ctx.rewind(entry)  # it and what followed stay in the tree: a branch
-        ctx.answer("", again=entry)
-        return
-    last = entries[-1] if entries else None
-    if last is None or last.role != "assistant":
-        ctx.notice("There is no reply to retry.", "error")
-        return
-    await ctx.rewind(last)  # the reply stays in the tree, as the new one's sibling
-    ctx.answer("", again=last)
+    else:
+        entry = entries[-1] if entries else None
+        if entry is None or entry.role != "assistant":
+            ctx.notice("There is no reply to retry.", "error")
+            return
+    await ctx.rewind(entry)  # it and what followed stay in the tree: the new one's sibling
+    ctx.answer("", again=entry)
 
 
 async def cmd_edit(ctx: CommandContext, arg: str = "") -> None:
