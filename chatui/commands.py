@@ -158,9 +158,9 @@ def command_after_draft(text: str, draft: str | None) -> str | None:
     if not draft or not text.startswith(draft):
         return None
     rest = text[len(draft):].strip()
-    if "\n" in rest or not is_command(rest) or len(rest) < 2:
+    if "\n" in rest or not is_command(rest):
         return None
-    word = rest[1:].split()[0].lower() if rest[1:].split() else ""
+    word = (rest[1:].split() or [""])[0].lower()
     return rest if ALIASES.get(word, word) in BY_NAME else None  # (its errors: its own)
 
 

@@ -10,7 +10,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inference.settings import SamplingParams, SettingsError, does_nothing, setting_words
+from inference.settings import (ALWAYS_SHOWN, SamplingParams, SettingsError, does_nothing,
+                                setting_words, value_words)
 from inference.types import Message, ModelInfo
 
 from .conversation import Conversation, Entry, Reply, entry_message
@@ -161,17 +162,17 @@ def settings_label(s: SamplingParams, *, every: bool = False) -> str:
 
 
 def settings_change(old: SamplingParams, new: SamplingParams) -> str:
-    """What ``/set`` changed, in its words: "max 40 (was 512), temp 0 (was 0.7)"."""
-    return ", ".join(f"{setting_words(f.name, getattr(new, f.name))} (was "
-                     f"{setting_words(f.name, getattr(old, f.name)).split(' ', 1)[1]})"
+    """What ``/set`` changed, in its words: "temp 0 (was 0.7), max 40 (was 512)"."""
+    return ", ".join(f"{setting_words(f.name, getattr(new, f.name))} "
+                     f"(was {value_words(f.name, getattr(old, f.name))})"
                      for f in sorted(dataclasses.fields(new), key=_shown_first)
                      if getattr(old, f.name) != getattr(new, f.name))
 
 
 def _shown_first(f: dataclasses.Field) -> int:
-    """Temperature and the token limit lead a label (they are always there), then the field
-    order."""
-    return {"temperature": 0, "max_new_tokens": 1}.get(f.name, 2)
+    """The fields a label always names lead it (temperature, the token limit), then the
+    field order."""
+    return ALWAYS_SHOWN.index(f.name) if f.name in ALWAYS_SHOWN else len(ALWAYS_SHOWN)
 
 
 def status_label(state: ChatState) -> str:

@@ -131,9 +131,14 @@ ALWAYS_SHOWN = ("temperature", "max_new_tokens")
 def setting_words(name: str, value: Any) -> str:
     """One setting as the UI shows it, in the words ``/set`` takes: "temp 0.7", "max 512",
     "top_p 0.9", "stop </s>,###"."""
+    return f"{SHOWN_NAMES.get(name, name)} {value_words(name, value)}"
+
+
+def value_words(name: str, value: Any) -> str:
+    """A setting's value as ``/set`` takes it: "0.7", "</s>,###", "none"."""
     if name == "stop":
         value = ",".join(value)
-    return f"{SHOWN_NAMES.get(name, name)} {_fmt(value) if value not in (None, '') else 'none'}"
+    return _fmt(value) if value not in (None, "") else "none"
 
 
 def does_nothing(name: str, value: Any) -> bool:

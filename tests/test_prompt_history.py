@@ -75,12 +75,7 @@ async def test_prompts_and_an_unsent_message_survive_a_restart():
 async def test_a_command_typed_onto_the_restored_draft_runs_and_the_draft_stays():
     """Put back in the box, the draft took a command typed without looking at the box ("an
     unsent draft about whales/history"), and Enter sent both to the model: seen in tmux."""
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot, app)
-        app.chat.prompt.text = "an unsent draft about whales"
-        await pilot.press("ctrl+q")
-        await pilot.pause(0.3)
+    await quit_leaving("an unsent draft about whales")
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
@@ -163,6 +158,16 @@ async def test_keys_typed_at_start_are_not_added_to_the_unsent_message(tmp_path)
         deliver(app, events.Key("ctrl+l", None))
         await pilot.press("up")
         assert app.chat.prompt.text == "old draft"
+
+
+async def quit_leaving(draft: str) -> None:
+    """A session quit (Ctrl+Q) with ``draft`` unsent in the box."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        app.chat.prompt.text = draft
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.3)
 
 
 async def box_at_next_start() -> str:

@@ -83,6 +83,17 @@ async def test_the_least_likely_token_is_shown_visibly():
             assert shown in stats
 
 
+async def first_token_selected(pilot, app):
+    """A first reply, the token view on and its first token selected: (the side panel, the
+    id of the reply view it shows)."""
+    await send(pilot, app, "first")
+    await pilot.press("ctrl+t")
+    await pilot.pause(0.1)
+    await pilot.press("home")  # a token of the first reply, selected
+    await pilot.pause(0.1)
+    return app.chat.inspector, app.chat.inspector.view_id
+
+
 async def test_the_side_panel_follows_a_new_reply_as_it_streams():
     """With the token view on, the side panel shows a new reply's newest token while it
     streams and its last one when it ends (it kept a token selected before, of another
@@ -90,13 +101,7 @@ async def test_the_side_panel_follows_a_new_reply_as_it_streams():
     words = " ".join(f"w{i}" for i in range(30))
     app = make_app(lambda r, row: words, delay_s=0.02)
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, "first")
-        await pilot.press("ctrl+t")
-        await pilot.pause(0.1)
-        await pilot.press("home")  # a token of the first reply, selected
-        await pilot.pause(0.1)
-        inspector = app.chat.inspector
-        first_view = inspector.view_id
+        inspector, first_view = await first_token_selected(pilot, app)
         assert first_view and inspector.position == 0
         await pilot.press("escape")  # back to the box; the token view stays on
         await send_nowait(app, "second")
@@ -136,13 +141,7 @@ async def test_the_side_panel_follows_a_new_comparisons_chosen_column():
     words = " ".join(f"w{i}" for i in range(30))
     app = make_app(lambda r, row: f"row{row} " + words, delay_s=0.01)
     async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, "first")
-        await pilot.press("ctrl+t")
-        await pilot.pause(0.1)
-        await pilot.press("home")  # a token of the first reply, selected
-        await pilot.pause(0.1)
-        inspector = app.chat.inspector
-        first_view = inspector.view_id
+        inspector, first_view = await first_token_selected(pilot, app)
         await pilot.press("escape")
         await send(pilot, app, "/compare temp 0 | temp 1")
         await send(pilot, app, "second")

@@ -217,8 +217,9 @@ class NotebookScreen(DismissOnce, Screen[None]):
         notice.update(Content(said))
         notice.display = True
 
-    def status(self, text: str) -> None:
-        self.query_one("#notebook-status", StatusLine).say(text)
+    def status(self, text: str, *, keys: bool = False) -> None:
+        """What happened, on the status line (``keys``: then the keys that fit)."""
+        self.query_one("#notebook-status", StatusLine).say(text, keys=keys)
 
     # ---- continuing ----
 
@@ -294,8 +295,7 @@ class NotebookScreen(DismissOnce, Screen[None]):
             self.text_area.read_only = False
             self._keep(finish)
             if finish != "error":
-                self.query_one("#notebook-status", StatusLine).say(
-                    f"{reply.token_count} tokens · {ending(reply)}", keys=True)
+                self.status(f"{reply.token_count} tokens · {ending(reply)}", keys=True)
             self._add_typed_meanwhile()
 
     def _keep(self, finish: str) -> None:
