@@ -14,6 +14,7 @@ from textual.geometry import Offset
 from textual.widgets import Markdown
 
 from chatui.widgets.markdown_lines import STORE_CACHE, STRIP_CACHE, LineStore, MarkdownLines, layout_markdown
+from chatui.widgets.streaming_markdown import StreamingMarkdown
 
 SAMPLE = """## Notes on the protocol (3)
 
@@ -302,6 +303,53 @@ async def test_a_wrapped_line_of_code_is_copied_whole():
         y = next(y for y in range(len(store)) if "↪" in store.line_text(y))
         part = new.get_selection(Selection(Offset(0, y), Offset(200, y)))[0]
         assert part.startswith("↪ ")
+
+
+class Wrapped(App[None]):
+    """A finished reply's and a streaming reply's Markdown of one text, 30 cells wide."""
+
+    CSS = "MarkdownLines { width: 30; height: auto; }"
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        yield MarkdownLines(self.text, id="done")
+        streaming = StreamingMarkdown(id="streaming")
+        for n in range(0, len(self.text), 7):
+            streaming.append(self.text[n:n + 7])
+        yield streaming
+
+
+async def test_a_wrapped_paragraph_is_copied_as_the_one_line_it_is():
+    """The mouse copies a paragraph wrapped at the width as one line (the wraps are the
+    window's, not the text's), a list item's and a quote's without the indent and border of
+    their continuations, a word wider than the width with no space put into it; a newline of
+    the text, a new item and a new paragraph still break the copy."""
+    paragraph = "The quick brown fox jumps over the lazy dog and then naps in the warm sun."
+    url = "https://example.com/" + "a" * 40
+    text = (f"# A heading long enough to wrap here\n\n{paragraph}\n\nsee {url} now\n\n"
+            f"- an item that is long enough to wrap at least once\n- second\n\n"
+            f"> a quote that is long enough to wrap at least once\n\nline one\nline two\n")
+    app = Wrapped(text)
+    async with app.run_test(size=(40, 80)) as pilot:
+        await pilot.pause(0.1)
+        for name in ("done", "streaming"):
+            widget = app.query_one(f"#{name}", MarkdownLines)
+            store = widget.lines(widget.size.width)
+            assert max(len(store.line_text(y).rstrip()) for y in range(len(store))) <= 30
+            copied = widget.get_selection(Selection(Offset(0, 0), Offset(200, 100)))[0]
+            lines = [line for line in copied.splitlines() if line.strip()]
+            assert [line.strip() for line in lines] == [
+                "A heading long enough to wrap here", paragraph, f"see {url} now",
+                "• an item that is long enough to wrap at least once", "• second",
+                "▌ a quote that is long enough to wrap at least once", "line one",
+                "line two"], (name, copied)
+            # a selection from the middle of a wrapped line takes the rest of the paragraph
+            y = next(y for y in range(len(store)) if store.line_text(y).startswith("The"))
+            part = widget.get_selection(Selection(Offset(4, y), Offset(200, y + 1)))[0]
+            assert paragraph[4:].startswith(part) and len(part) > 30, part
 
 
 async def test_selection_copies_the_drawn_text_and_update_redraws():

@@ -13,7 +13,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from .selection import selected_text, with_selection
+from .selection import Joined, joined_at, selected_text, with_selection, wrap_marked
 from .text import safe_text
 
 
@@ -43,7 +43,7 @@ class UserMessage(Widget):
     def _lines(self, width: int) -> list[Content]:
         """The text's lines wrapped at ``width`` cells less the padding."""
         if self._wrapped is None or self._wrapped[0] != width:
-            self._wrapped = (width, Content(safe_text(self.text)).wrap(max(1, width - 2)))
+            self._wrapped = (width, wrap_marked(Content(safe_text(self.text)), max(1, width - 2)))
         return self._wrapped[1]
 
     def line_text(self, y: int) -> str:
@@ -83,10 +83,17 @@ class UserMessage(Widget):
         strip = Strip(segments).adjust_cell_length(width, blank).apply_offsets(0, y)
         return with_selection(self, strip, y, self.line_text)
 
+    def _joined(self, y: int) -> Joined | None:
+        """Where drawn line ``y``'s text starts if it goes on from the line above (a wrap)."""
+        lines = self._lines(self.size.width)
+        found = joined_at(lines[y - 1]) if 0 < y <= len(lines) else None
+        return None if found is None else (found[0] + 1, found[1])  # (the padding's cell)
+
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
-        """The text under a mouse selection, as drawn (without the padding)."""
+        """The text under a mouse selection without the padding, one line per line of the
+        text (a line wrapped at the width is copied as one)."""
         return selected_text(selection, 1 + len(self._lines(self.size.width)), self.line_text,
-                             str.strip)
+                             str.strip, joined=self._joined)
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()

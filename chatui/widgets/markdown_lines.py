@@ -56,7 +56,7 @@ from textual.widget import Widget
 from textual.widgets.markdown import MarkdownFence
 
 from ..textual_compat.internals import visible_regions
-from .selection import selected_text, with_selection
+from .selection import JOINS, Joined, joined_at, selected_text, with_selection, wrap_marked
 
 DRAWN_WIDGETS = 8
 """Widgets that keep Textual's cache of their drawn lines: those on screen, and the most
@@ -171,20 +171,8 @@ WRAP_MARK = Content("↪ ").stylize(".fence_wrap")
 
 
 FENCE_PAD = "  "
-"""A fence's padding left and right of its code."""
-_WRAPPED = re.compile(r"[ ▌]*↪ ")
-
-
-def _continued_at(store: DrawnLines, y: int) -> int | None:
-    """Where the code of line ``y`` starts if it goes on with line ``y - 1``'s (a wrapped line
-    of code: ``WRAP_MARK`` after the indent, the line above filling the width), else None."""
-    if y <= 0 or y >= len(store):
-        return None
-    match = _WRAPPED.match(store.line_text(y))
-    if match is None or cell_len(store.line_text(y - 1)) != store.width:
-        return None
-    return match.end()
-
+"""A fence's padding left and right of its code (``selection.JOINS`` drops the right one
+where a line of code goes on in the next)."""
 
 def _wrap_cells(line: Content, width: int) -> list[Content]:
     """``line`` cut into pieces of at most ``width`` cells (character by character, as code
@@ -250,11 +238,11 @@ class _Layout:
                 # the header's style on its text only (Textual underlines no padding)
                 lines = [_pad(_center(line.stylize(f".h{level}"), width) if level == 1
                               else line.stylize(f".h{level}"), width)
-                         for line in text.wrap(width)]
+                         for line in wrap_marked(text, width)]
                 out.append(_Block(2 if level <= 2 else 1, lines, 1))
             elif kind == "paragraph_open":
                 text = inline_content(inner[0]) if inner else Content("")
-                out.append(_Block(0, text.wrap(width), 1 if top_level else 0))
+                out.append(_Block(0, wrap_marked(text, width), 1 if top_level else 0))
             elif kind in ("bullet_list_open", "ordered_list_open"):
                 lines = self._list(inner, width, ordered=kind == "ordered_list_open",
                                    depth=depth)
@@ -332,6 +320,8 @@ class _Layout:
                 fill = room - piece.cell_length
                 if fill > 0:
                     piece += Content(" " * fill).stylize(".fence_pad")
+                if n:
+                    piece = piece.stylize(".join_code", 0, 1)
                 lines.append((WRAP_MARK if n else pad) + piece + pad)
         lines.append(blank)
         return lines
@@ -448,12 +438,24 @@ def parse_markdown(source: str) -> list[MdToken]:
 # ---- compact storage of rendered lines ----
 
 
+class Runs(list):  # type: ignore[type-arg]
+    """A laid-out line's runs of text and Rich style, with where its text goes on from the
+    line above (``selection.joined_at``; None: it does not)."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self, runs: Iterable[tuple[str, RichStyle | None]],
+                 joined: Joined | None = None) -> None:
+        super().__init__(runs)
+        self.joined = joined
+
+
 class LineStore:
     """Rendered lines in a few objects: one string of all the lines' text, and style runs in
     arrays (untracked by the garbage collector) indexing a small table of Rich styles."""
 
     __slots__ = ("width", "text", "line_starts", "run_starts", "run_offsets", "run_styles",
-                 "styles")
+                 "styles", "joins")
 
     def __init__(self, width: int, lines: Iterable[Sequence[tuple[str, RichStyle | None]]]):
         self.width = width
@@ -463,6 +465,8 @@ class LineStore:
         self.run_offsets = array("I")
         self.run_styles = array("H")
         self.styles: tuple[RichStyle | None, ...] = ()
+        self.joins: dict[int, Joined] = {}
+        """The lines that go on from the line above (``Runs.joined``), by line."""
         self.extend(lines)
 
     def extend(self, lines: Iterable[Sequence[tuple[str, RichStyle | None]]]) -> None:
@@ -471,6 +475,9 @@ class LineStore:
         table: dict[RichStyle | None, int] = {style: n for n, style in enumerate(self.styles)}
         offset = self.line_starts[-1]
         for line in lines:
+            joined = getattr(line, "joined", None)
+            if joined is not None:
+                self.joins[len(self.line_starts) - 1] = joined
             within = 0
             for text, style in line:
                 if not text:
@@ -492,6 +499,11 @@ class LineStore:
         if not 0 <= y < len(self):
             return ""
         return self.text[self.line_starts[y]:self.line_starts[y + 1]]
+
+    def joined(self, y: int) -> Joined | None:
+        """Where line ``y``'s text starts and how it joins the line above, if it goes on from
+        it (a wrapped paragraph or line of code), else None."""
+        return self.joins.get(y)
 
     def segments(self, y: int) -> list[Segment]:
         """Line ``y`` as Rich segments."""
@@ -515,6 +527,8 @@ class DrawnLines(Protocol):
     def __len__(self) -> int: ...
 
     def line_text(self, y: int) -> str: ...
+
+    def joined(self, y: int) -> Joined | None: ...
 
     def segments(self, y: int) -> list[Segment]: ...
 
@@ -702,15 +716,20 @@ class MarkdownLines(Widget):
         return LineStore(width, self._runs(layout_markdown(self._source, width,
                                                            self._highlight), base))
 
-    def _runs(self, laid_out: list[Content],
-              base: Style) -> list[list[tuple[str, RichStyle | None]]]:
+    def _runs(self, laid_out: list[Content], base: Style) -> list[Runs]:
         """Laid-out lines as runs of text and Rich style, on the ``base`` style."""
         rich_base = base.rich_style
         rendered = []
         for line in laid_out:
-            runs = [(text, (base + style).rich_style if style is not None else rich_base)
-                    for text, style in line.render(Style.null(), "", self._parse_style)]
-            rendered.append(runs)
+            joined = joined_at(line)
+            if joined is not None:  # (the mark drawn would split a run in two)
+                line = Content(line.plain, [s for s in line.spans
+                                           if not (isinstance(s.style, str) and s.style in JOINS)])
+            rendered.append(Runs(((text, (base + style).rich_style if style is not None
+                                   else rich_base)
+                                  for text, style in line.render(Style.null(), "",
+                                                                 self._parse_style)),
+                                 joined))
         return rendered
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
@@ -743,21 +762,15 @@ class MarkdownLines(Widget):
     # ---- selection and copying ----
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
-        """The text under a mouse selection, as drawn (one line per drawn line), except that
-        a line of code wrapped under ``WRAP_MARK`` is copied whole, as it was written."""
+        """The text under a mouse selection, one line per line of the text: a paragraph
+        wrapped at the width is copied as one line, and a line of code wrapped under
+        ``WRAP_MARK`` whole, as it was written."""
         store = self._store
         if store is None:
             return None
-        text, ending = selected_text(selection, len(store), store.line_text, trim=str)
-        out: list[str] = []
-        y0 = next((y for y in range(len(store)) if selection.get_span(y) is not None), 0)
-        for n, line in enumerate(text.split("\n")):
-            at = _continued_at(store, y0 + n) if out else None
-            if at is not None and out[-1].endswith(FENCE_PAD):
-                out[-1] = out[-1][:-len(FENCE_PAD)] + line[at:]
-            else:
-                out.append(line)
-        return "\n".join(line.rstrip() for line in out), ending
+        text, ending = selected_text(selection, len(store), store.line_text, trim=str,
+                                     joined=store.joined)
+        return "\n".join(line.rstrip() for line in text.split("\n")), ending
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()

@@ -31,6 +31,7 @@ from textual.style import Style
 from ..textual_compat import forget_measured_size
 from .markdown_lines import (BLOCK_BOTTOM, DrawnLines, LineStore, MarkdownLines, layout_tokens,
                              parse_markdown)
+from .selection import Joined
 from .settled import GrowsInSteps, SettledSize, round_up
 
 
@@ -48,6 +49,10 @@ class JoinedLines:
     def line_text(self, y: int) -> str:
         rows = len(self.head)
         return self.head.line_text(y) if y < rows else self.tail.line_text(y - rows)
+
+    def joined(self, y: int) -> Joined | None:
+        rows = len(self.head)
+        return self.head.joined(y) if y < rows else self.tail.joined(y - rows)
 
     def segments(self, y: int) -> list[Segment]:
         rows = len(self.head)
