@@ -303,3 +303,36 @@ def test_a_prompt_can_be_typed_bare_or_piped_in():
     assert refused(chatui("generate", "--prompt-file", "-", "--backend", "scripted"),
                    "standard input is empty")
     assert refused(chatui("generate", "--backend", "scripted"), '"TEXT", -p TEXT or --prompt-file')
+
+
+def test_text_piped_into_chatui_is_answered_and_no_terminal_is_refused():
+    """``echo TEXT | chatui`` answers as ``chatui generate`` does (with the chat's sampling
+    flags and system prompt), and so does ``chatui generate`` with no prompt but a pipe; the
+    chat with no terminal, on either side, is refused in one sentence (it drew its window into
+    the pipe and spun on a core until killed)."""
+    def piped(*args: str, text: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "chatui", *args], capture_output=True,
+                              text=True, timeout=120, env=ENV, input=text)
+
+    r = piped("--backend", "scripted", "--max-tokens", "6", text="piped words\n")
+    # (echo's line break is the pipe's, not the prompt's: the reply is the typed words')
+    assert r.returncode == 0 and "You said: piped words\n\nHere" in r.stdout, r.stderr
+    r = piped("generate", "--backend", "scripted", "--max-tokens", "6", text="more words")
+    assert r.returncode == 0 and "You said: more words" in r.stdout, r.stderr
+    assert refused(piped("--backend", "scripted", text=""), "standard input is empty")
+    assert refused(piped("--backend", "scripted", "--theme", "chatui-dark", text="hi"),
+                   "--theme is for the chat's window")
+    started = time.monotonic()
+    assert refused(chatui("--backend", "scripted", timeout=60),
+                   "the chat opens in a terminal, and standard input is not a terminal")
+    assert time.monotonic() - started < 30
+    import pty
+
+    keyboard, terminal = pty.openpty()  # a terminal to type in, the window sent to a pipe
+    try:
+        r = subprocess.run([sys.executable, "-m", "chatui", "--backend", "scripted"],
+                           stdin=terminal, capture_output=True, text=True, timeout=60, env=ENV)
+    finally:
+        os.close(keyboard)
+        os.close(terminal)
+    assert refused(r, "standard output is not a terminal")

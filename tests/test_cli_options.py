@@ -91,6 +91,7 @@ def opened(monkeypatch) -> list[AppConfig]:
         return 0
 
     monkeypatch.setattr(chatui.app, "run_chat", fake_run_chat)
+    monkeypatch.setattr("chatui.cli.commands.no_terminal", lambda: None)  # (CliRunner has none)
     return configs
 
 

@@ -24,6 +24,7 @@ from .options import (ModelOptions, PromptOptions, SamplingOptions, ServerOption
                       TopLogprobs, UserError, backend_options, check_top_logprobs, fail,
                       with_options)
 from .output import done_json, print_bench, print_bench_compare, print_compare_table, token_json
+from .terminal import no_terminal, piped_input
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -95,9 +96,27 @@ def main_command(
         if raw_mode and system is not None:
             raise UserError("--raw opens a notebook of plain text, which has no system prompt; "
                             "leave out --system")
+        piped = piped_input()
+        if piped:  # echo TEXT | chatui: answered as chatui generate answers it
+            given = [flag for flag, used in (("--resume", resume),
+                                             ("--load", load_path is not None),
+                                             ("--theme", theme is not None),
+                                             ("--top-logprobs", top_logprobs is not None))
+                     if used]
+            if given:
+                raise UserError(f"{given[0]} is for the chat's window, and text piped in is "
+                                "answered without one; leave it out")
+        elif (problem := no_terminal()) is not None:
+            raise UserError(f"the chat opens in a terminal, and {problem}; chatui generate "
+                            '"TEXT" prints one reply (or pipe the prompt in: echo TEXT | '
+                            "chatui)")
         factory = make_factory(opts)
     except (UserError, ValueError) as exc:
         fail(exc)
+    if piped:
+        answer(PromptOptions(prompt_file=Path("-"), system=system), sampling, checkpoint,
+               server, raw=raw_mode)
+        return
     from ..app import run_chat
     from ..config import AppConfig
 
@@ -189,6 +208,17 @@ def generate(
                         "default: the template's.")] = None,
 ) -> None:
     """Stream one reply to a prompt (with --raw, a continuation of it)."""
+    answer(message, sampling, checkpoint, server, as_json=as_json, show_logprobs=show_logprobs,
+           top_logprobs=top_logprobs, fork_at=fork_at, fork_k=fork_k, raw=raw,
+           hide_reasoning=hide_reasoning, think=think)
+
+
+def answer(message: PromptOptions, sampling: SamplingOptions, checkpoint: ModelOptions,
+           server: ServerOptions, *, as_json: bool = False, show_logprobs: bool = False,
+           top_logprobs: int | None = None, fork_at: int | None = None,
+           fork_k: int | None = None, raw: bool = False, hide_reasoning: bool = False,
+           think: str | None = None) -> None:
+    """``chatui generate``'s work (also the chat's, given text through a pipe)."""
     from .fork import check_fork, fan_out
 
     async def go() -> None:

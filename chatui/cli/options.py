@@ -22,6 +22,7 @@ from inference.settings import SamplingParams, SettingsError, unescape
 
 from ..backends import BackendOptions
 from ..textfile import TextFileError, decode_text, read_text_file
+from .terminal import piped_input
 
 
 class UserError(Exception):
@@ -204,7 +205,8 @@ class SamplingOptions:
 @dataclass(frozen=True)
 class PromptOptions:
     """One user message, typed (``chatui generate "TEXT"`` or ``-p TEXT``) or read from a
-    file or standard input (``--prompt-file -``), and an optional system prompt."""
+    file or standard input (``--prompt-file -``, or nothing given while text is piped in:
+    ``echo TEXT | chatui generate``), and an optional system prompt."""
 
     words: Annotated[Optional[str], typer.Argument(
         metavar="PROMPT", help="The user message (as -p gives it).", show_default=False)] = None
@@ -221,8 +223,10 @@ class PromptOptions:
             raise UserError("give the prompt one way, not both: PROMPT, -p TEXT or "
                             "--prompt-file FILE")
         if not any(given):
-            raise UserError('give a prompt: "TEXT", -p TEXT or --prompt-file FILE (- reads '
-                            "standard input)")
+            if not piped_input():
+                raise UserError('give a prompt: "TEXT", -p TEXT or --prompt-file FILE (- reads '
+                                "standard input), or pipe it in")
+            object.__setattr__(self, "prompt_file", Path("-"))
         if self.prompt is not None and not self.prompt.strip():
             raise UserError("the prompt given with -p is empty; give some text")
         if self.words is not None and not self.words.strip():
@@ -243,7 +247,9 @@ class PromptOptions:
         if not text.strip():
             raise UserError("standard input is empty" if stdin
                             else f"the prompt file {self.prompt_file} is empty")
-        return text
+        # the file's last line break (echo's, an editor's) is not the prompt's: with it, the
+        # same words got another reply than typed ones (temperature 0, the default model)
+        return text.rstrip("\r\n")
 
 
 # ---- typer glue ----
