@@ -67,7 +67,7 @@ def test_backend_options_refuse_flags_the_backend_would_ignore():
 def test_prompt_options_read_a_file_and_refuse_ambiguity(tmp_path: Path):
     f = tmp_path / "p.txt"
     f.write_text("from a file\n")
-    assert PromptOptions(prompt_file=f).text() == "from a file\n"
+    assert PromptOptions(prompt_file=f).text() == "from a file"  # (the file's line break)
     assert PromptOptions(prompt="typed").text() == "typed"
     for bad in (dict(), dict(prompt=""), dict(prompt="x", prompt_file=f)):
         with pytest.raises(UserError):

@@ -108,6 +108,8 @@ class ForcedRunner:
 
     def forward(self, cache, x, **kw):
         logits = self.inner.forward(cache, x, **kw).clone()
+        if x.shape[1] > 1:  # the rest of a prompt (its last token is fed alone, as a step)
+            return logits
         if self.step < len(self.script):
             logits[:, self.script[self.step]] += 1e4
         self.step += 1
