@@ -22,6 +22,8 @@ from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
 from .conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
+from .kept_settings import (RESET_WORDS, keep, kept_after, kept_values, model_key,
+                            with_kept)
 from .recorder import prefix_of, spellings
 from .state import settings_change, settings_label
 
@@ -188,6 +190,9 @@ def _is_stop(name: str) -> bool:
 
 async def cmd_set(ctx: CommandContext, arg: str) -> None:
     state = ctx.state
+    if arg.strip().lower() in RESET_WORDS:
+        _reset_settings(ctx)
+        return
     name, _, value = arg.partition(" ")
     try:
         # several pairs (``/set temp 0 max 64``: one pair's value was "0 max 64"), but a stop
@@ -210,18 +215,53 @@ async def cmd_set(ctx: CommandContext, arg: str) -> None:
     old, state.settings = state.settings, new
     state.settings_from_user = True
     ctx.settings_changed()
+    kept = ""
+    if state.info is not None:  # kept for this model's next chat (kept_settings)
+        where, key = ctx.services.config.resolved_config_dir(), model_key(state.info)
+        keep(where, key, kept_after(kept_values(where, key), old, new,
+                                    state.info.default_settings))
+        kept = " Kept for your next chat with this model (/set reset forgets it)."
     # what changed, then all that is on, as the status line and /set write them (it listed
     # every field as name=value, "repetition_penalty=1 seed=None", after "/set max 40")
     change = settings_change(old, new)
     ctx.notice(f"{f'Set {change}' if change else 'Nothing changed'}. "
-               f"In force: {settings_label(new)}.")
+               f"In force: {settings_label(new)}.{kept if change else ''}")
+
+
+MODELS = "the model's"
+"""How a setting kept for a model names the model's own value ("temp 0.3 (the model's 0.7)")."""
+
+
+def _reset_settings(ctx: CommandContext) -> None:
+    """``/set reset``: the model's defaults (the command line's flags on top), and nothing
+    kept for its next chat."""
+    state = ctx.state
+    if state.info is None:
+        ctx.notice("The model is still loading; /set reset needs its defaults.", "error")
+        return
+    old = state.settings
+    state.settings = state.with_overrides(state.info.default_settings)
+    state.settings_from_user = True
+    keep(ctx.services.config.resolved_config_dir(), model_key(state.info), {})
+    ctx.settings_changed()
+    change = settings_change(old, state.settings)
+    flags = " with the command line's flags" if state.overrides else ""
+    done = (f"Back to the model's defaults{flags}: {change}" if change
+            else f"The model's defaults{flags}")
+    ctx.notice(f"{done}. Nothing kept for its next chat. "
+               f"In force: {settings_label(state.settings)}.")
 
 
 async def cmd_settings(ctx: CommandContext, arg: str = "") -> None:
     state = ctx.state
     default = state.info.default_settings if state.info else SamplingParams()
+    kept = (kept_values(ctx.services.config.resolved_config_dir(), model_key(state.info))
+            if state.info is not None else {})
+    change = settings_change(default, with_kept(default, kept), was=MODELS)
+    kept_line = (f"Kept for this model's next chat: {change} (/set reset forgets it)\n"
+                 if change else "")
     ctx.notice(f"Settings in force: {settings_label(state.settings, every=True)}\n"
-               f"Model defaults: {settings_label(default, every=True)}\n"
+               f"Model defaults: {settings_label(default, every=True)}\n{kept_line}"
                f"Top alternatives per token: {state.top_logprobs}")
 
 

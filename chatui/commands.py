@@ -45,7 +45,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "(no text: show its name).", args="TEXT", handler=run.cmd_title),
     CommandSpec("set", "Change sampling settings, e.g. /set temperature 0.2, or several as "
                 "the status line writes them: /set temp 0 max 64 (/set stop none clears the "
-                "stop strings).",
+                "stop strings); kept for the model's next chat, /set reset forgets them.",
                 args="NAME VALUE", needs_arg=True, handler=run.cmd_set),
     CommandSpec("settings", "Show the sampling settings in force.", handler=run.cmd_settings),
     CommandSpec("retry", "Regenerate the last reply, or reply N of the conversation (the old "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from inference.settings import (ALWAYS_SHOWN, SamplingParams, SettingsError, does_nothing,
                                 setting_words, value_words)
@@ -16,6 +16,7 @@ from inference.types import Message, ModelInfo
 
 from .conversation import Conversation, Entry, Reply, entry_message
 from .export import precision_label
+from .kept_settings import with_kept
 from .recorder import Delta, ReplyRecorder
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,13 @@ class ChatState:
             log.warning("ignoring settings overrides: %s", exc)
             return base
 
-    def model_ready(self, info: ModelInfo) -> None:
+    def model_ready(self, info: ModelInfo, kept: Mapping[str, Any] | None = None) -> None:
+        """``info``'s model is ready: unless ``/set`` chose settings meanwhile, its defaults
+        are in force, with what is ``kept`` for it (:mod:`chatui.kept_settings`) and the
+        command line's flags on top."""
         self.info = info
         if not self.settings_from_user:
-            self.settings = self.with_overrides(info.default_settings)
+            self.settings = self.with_overrides(with_kept(info.default_settings, kept or {}))
 
     @property
     def generating(self) -> bool:
@@ -161,10 +165,10 @@ def settings_label(s: SamplingParams, *, every: bool = False) -> str:
                       if every or not does_nothing(f.name, getattr(s, f.name)))
 
 
-def settings_change(old: SamplingParams, new: SamplingParams) -> str:
+def settings_change(old: SamplingParams, new: SamplingParams, *, was: str = "was") -> str:
     """What ``/set`` changed, in its words: "temp 0 (was 0.7), max 40 (was 512)"."""
     return ", ".join(f"{setting_words(f.name, getattr(new, f.name))} "
-                     f"(was {value_words(f.name, getattr(old, f.name))})"
+                     f"({was} {value_words(f.name, getattr(old, f.name))})"
                      for f in sorted(dataclasses.fields(new), key=_shown_first)
                      if getattr(old, f.name) != getattr(new, f.name))
 

@@ -430,7 +430,8 @@ async def test_set_validates_with_engine_messages_and_settings_shows():
         # name=value: "repetition_penalty=1 seed=None" after "/set max 40")
         assert str(notices(app)[-1].render()) == (
             "Set temp 0.3 (was 0), max 64 (was 512), seed 5 (was 3). "
-            "In force: temp 0.3 · max 64 · top_p 0.5 · seed 5.")
+            "In force: temp 0.3 · max 64 · top_p 0.5 · seed 5. Kept for your next chat with "
+            "this model (/set reset forgets it).")
         await send(pilot, app, "/set max 64")
         assert str(notices(app)[-1].render()).startswith("Nothing changed. In force: temp 0.3")
         await send(pilot, app, "/set stop User: and")  # a stop string keeps its spaces
@@ -442,6 +443,48 @@ async def test_set_validates_with_engine_messages_and_settings_shows():
                                 "reasoning_budget none\nModel defaults: temp 0.7 · max 512 · "), shown
         await send(pilot, app, "hi")
         assert app.holder["backend"].requests[-1].settings[0].top_p == 0.5
+
+
+async def test_set_is_kept_for_the_next_chat_with_the_model_and_reset_forgets_it(tmp_path):
+    """What /set changes is kept for the model's next chat (it began from the model's
+    defaults every time), said when the chat starts; a flag of the command line goes on top
+    for its session and is not kept; /set back to a default keeps that field no more; /set
+    reset forgets all and is back at the defaults."""
+    async def chat(**config) -> tuple[str, str]:
+        """A new chat's settings in force (its status line) and what it said at the start."""
+        app = make_app(config_dir=tmp_path, **config)
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot, app)
+            await pilot.pause(0.05)
+            return app.chat.status.settings, "\n".join(str(n.render()) for n in notices(app))
+
+    async def commands(*typed: str) -> list[str]:
+        app = make_app(config_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            for text in typed:
+                await send(pilot, app, text)
+            return [str(n.render()) for n in notices(app)]
+
+    status, said = await chat()
+    assert status == "temp 0.7 · max 512" and "Kept" not in said
+    await commands("/set temp 0.3 max 64 seed 5")
+    status, said = await chat()
+    assert status == "temp 0.3 · max 64 · seed 5", status
+    assert ("Kept from your last chat with this model: temp 0.3 (the model's 0.7), max 64 "
+            "(the model's 512), seed 5 (the model's none). /set reset goes back to the "
+            "model's own.") in said, said
+    status, said = await chat(settings_overrides={"max_tokens": 40})  # --max-tokens 40
+    assert status == "temp 0.3 · max 40 · seed 5", status
+    shown = await commands("/set seed none", "/settings")
+    assert "Kept for this model's next chat: temp 0.3 (the model's 0.7), max 64 (the model's " \
+           "512) (/set reset forgets it)" in shown[-1], shown
+    status, _ = await chat()
+    assert status == "temp 0.3 · max 64", status
+    shown = await commands("/set reset")
+    assert shown[-1].startswith("Back to the model's defaults: temp 0.7 (was 0.3), max 512 "
+                                "(was 64). Nothing kept for its next chat."), shown
+    status, said = await chat()
+    assert status == "temp 0.7 · max 512" and "Kept" not in said
 
 
 async def test_system_prompt_is_sent():

@@ -39,7 +39,8 @@ from inference.types import (AssistantPrefix, GenerationRequest, ModelInfo, Prom
 from inference.worker import describe_error
 
 from .. import commands, gcpolicy, prompt_history
-from ..chat_commands import AppServices, same_file
+from ..chat_commands import MODELS, AppServices, same_file
+from ..kept_settings import kept_values, model_key, with_kept
 from ..conversation import Conversation, Entry, Reply, fork_points, index_of
 from ..messages import (
     AlternativeChosen,
@@ -56,7 +57,8 @@ from ..messages import (
 )
 from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
 from ..reporting import reported_callback, run_reported
-from ..state import ChatState, Job, model_label, speed_label, status_label
+from ..state import (ChatState, Job, model_label, settings_change, speed_label,
+                     status_label)
 from ..textual_compat.internals import paint_scroll_now
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
@@ -312,7 +314,13 @@ class ChatScreen(Screen[None]):
 
     def model_ready(self, info: ModelInfo) -> None:
         """The model loaded: show it and send any message typed while loading."""
-        self.state.model_ready(info)
+        kept = kept_values(self.services.config.resolved_config_dir(), model_key(info))
+        chosen = self.state.settings_from_user  # (/set while it loaded: that stays in force)
+        self.state.model_ready(info, kept)
+        if kept and not chosen and (change := settings_change(
+                info.default_settings, with_kept(info.default_settings, kept), was=MODELS)):
+            self.notice(f"Kept from your last chat with this model: {change}. /set reset goes "
+                        "back to the model's own.")
         self.status.model = model_label(info)
         self.status.context_limit = info.context_limit
         self.settings_changed()
