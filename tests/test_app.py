@@ -475,6 +475,7 @@ async def test_set_is_kept_for_the_next_chat_with_the_model_and_reset_forgets_it
             "model's own.") in said, said
     status, said = await chat(settings_overrides={"max_tokens": 40})  # --max-tokens 40
     assert status == "temp 0.3 · max 40 · seed 5", status
+    assert "In force with the command line's flags: temp 0.3 · max 40 · seed 5." in said, said
     shown = await commands("/set seed none", "/settings")
     assert "Kept for this model's next chat: temp 0.3 (the model's 0.7), max 64 (the model's " \
            "512) (/set reset forgets it)" in shown[-1], shown

@@ -57,8 +57,8 @@ from ..messages import (
 )
 from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
 from ..reporting import reported_callback, run_reported
-from ..state import (ChatState, Job, model_label, settings_change, speed_label,
-                     status_label)
+from ..state import (ChatState, Job, model_label, settings_change, settings_label,
+                     speed_label, status_label)
 from ..textual_compat.internals import paint_scroll_now
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
@@ -319,8 +319,10 @@ class ChatScreen(Screen[None]):
         self.state.model_ready(info, kept)
         if kept and not chosen and (change := settings_change(
                 info.default_settings, with_kept(info.default_settings, kept), was=MODELS)):
-            self.notice(f"Kept from your last chat with this model: {change}. /set reset goes "
-                        "back to the model's own.")
+            flags = (f" In force with the command line's flags: "
+                     f"{settings_label(self.state.settings)}." if self.state.overrides else "")
+            self.notice(f"Kept from your last chat with this model: {change}.{flags} /set reset "
+                        "goes back to the model's own.")
         self.status.model = model_label(info)
         self.status.context_limit = info.context_limit
         self.settings_changed()

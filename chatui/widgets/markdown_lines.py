@@ -174,6 +174,7 @@ FENCE_PAD = "  "
 """A fence's padding left and right of its code (``selection.JOINS`` drops the right one
 where a line of code goes on in the next)."""
 
+
 def _wrap_cells(line: Content, width: int) -> list[Content]:
     """``line`` cut into pieces of at most ``width`` cells (character by character, as code
     is: no word breaks), a wide character never split."""
