@@ -217,9 +217,9 @@ async def cmd_set(ctx: CommandContext, arg: str) -> None:
     ctx.settings_changed()
     kept = ""
     if state.info is not None:  # kept for this model's next chat (kept_settings)
-        where, key = ctx.services.config.resolved_config_dir(), model_key(state.info)
-        keep(where, key, kept_after(kept_values(where, key), old, new,
-                                    state.info.default_settings))
+        defaults = state.info.default_settings
+        keep(ctx.services.config.resolved_config_dir(), model_key(state.info),
+             lambda values: kept_after(values, old, new, defaults))
         kept = " Kept for your next chat with this model (/set reset forgets it)."
     # what changed, then all that is on, as the status line and /set write them (it listed
     # every field as name=value, "repetition_penalty=1 seed=None", after "/set max 40")
@@ -242,7 +242,7 @@ def _reset_settings(ctx: CommandContext) -> None:
     old = state.settings
     state.settings = state.with_overrides(state.info.default_settings)
     state.settings_from_user = True
-    keep(ctx.services.config.resolved_config_dir(), model_key(state.info), {})
+    keep(ctx.services.config.resolved_config_dir(), model_key(state.info), lambda _: {})
     ctx.settings_changed()
     change = settings_change(old, state.settings)
     flags = " with the command line's flags" if state.overrides else ""

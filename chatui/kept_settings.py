@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from inference.settings import SamplingParams, SettingsError
 from inference.types import ModelInfo
@@ -62,14 +62,18 @@ def kept_after(values: Mapping[str, Any], old: SamplingParams, new: SamplingPara
     return {k: v for k, v in kept.items() if default.get(k) != v}
 
 
-def keep(config_dir: Path, key: str, values: Mapping[str, Any]) -> None:
-    """Write ``values`` as what is kept for model ``key`` (none: the model's entry goes);
-    atomic, and a failure is logged, not raised (the settings still apply in this session)."""
+def keep(config_dir: Path, key: str,
+         update: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Replace what is kept for model ``key`` with ``update`` of it (nothing: the model's
+    entry goes), the file read once; atomic, and a failure is logged, not raised (the
+    settings still apply in this session)."""
     path = config_dir / KEPT_FILE
     data = read_json_file(path)
     data = dict(data) if isinstance(data, dict) else {}
+    before = data.get(key)
+    values = update(dict(before) if isinstance(before, dict) else {})
     if values:
-        data[key] = dict(values)
+        data[key] = values
     elif key in data:
         del data[key]
     else:
@@ -77,4 +81,4 @@ def keep(config_dir: Path, key: str, values: Mapping[str, Any]) -> None:
     try:
         write_json_file(path, data)
     except OSError as exc:
-        log.warning("could not keep the settings %s: %s", dict(values), exc)
+        log.warning("could not keep the settings %s: %s", values, exc)
