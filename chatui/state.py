@@ -34,8 +34,11 @@ class ArmedComparison:
 
     @property
     def label(self) -> str:
-        name = f" {self.name}" if self.name else ""
-        return f"compare{name}: {len(self.specs)} columns on the next prompt"
+        """" · "-separated as the settings are, so that a narrow status line cuts it between
+        items ("compare: 3 columns …"): as one item it was cut to a bare "…" at 100 columns
+        (seen in tmux), which said nothing of the comparison waiting."""
+        name = [self.name] if self.name else []
+        return " · ".join([f"compare: {len(self.specs)} columns", *name, "on the next prompt"])
 
 
 class JobView(Protocol):

@@ -248,3 +248,19 @@ async def test_clear_and_load_keep_a_conversation_that_could_not_be_saved(tmp_pa
         assert app.chat.conversation.entries[0].text == "keep me too"  # still open
         await send(pilot, app, f"/load {tmp_path / 'moved' / copy.name}")
         assert app.chat.conversation.entries[0].text == "keep me"  # the second time: goes on
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+async def test_an_armed_comparison_still_shows_on_a_narrow_status_line(width):
+    """Found using chatui in tmux at 100 columns: with a comparison armed the settings field
+    read a bare "…" (its label was one item of 39 cells, cut whole), so nothing on screen
+    said the next prompt would be compared. Cut between items, the count stays."""
+    app = make_app(backend=long_named(8192))
+    async with app.run_test(size=(width, 24)) as pilot:
+        await send(pilot, app, "/compare temperature=0 | temperature=1.2 | top_k=5")
+        app.chat.status.speed = "130.4 tok/s"
+        await pilot.pause(0.1)
+        line = top_line(app)
+        assert "compare: 3 columns" in line and "ctx" in line, line
+        if width >= 140:
+            assert "compare: 3 columns · on the next prompt" in line, line
