@@ -841,7 +841,7 @@ async def cmd_export(ctx: CommandContext, arg: str = "") -> None:
     fmt, path = export_target(arg)
     try:
         written = transcript.export_to_file(ctx.state.conversation, fmt, path,
-                                            all_branches=all_branches)
+                                            all_branches=all_branches, keep_others=True)
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return

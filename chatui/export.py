@@ -177,6 +177,12 @@ def _messages_md(entries: Sequence[Entry], level: str = "##", on_path: bool = Tr
     return lines
 
 
+def conversation_line(conv: Conversation) -> str:
+    """The Markdown header's line naming the conversation: how ``/export`` knows an earlier
+    export of it, which it may replace (``chatui.transcript.exporting.is_export_of``)."""
+    return f"**Conversation:** `{conv.id}`"
+
+
 def export_markdown(conv: Conversation, *, all_branches: bool = False) -> str:
     """Readable Markdown: title, model, system prompt, then each message of the chosen
     path; with ``all_branches``, then every other branch from where it leaves the path
@@ -199,6 +205,7 @@ def export_markdown(conv: Conversation, *, all_branches: bool = False) -> str:
     if m.weights_hash:
         meta.append(f"**Weights hash:** `{_visible(m.weights_hash)}`")
     meta.append(f"**Started:** {_when(conv.created)}")
+    meta.append(conversation_line(conv))
     lines += ["  \n".join(meta), ""]
     if conv.system_prompt:
         lines += ["## System", "", _visible(conv.system_prompt), ""]

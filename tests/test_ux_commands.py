@@ -31,6 +31,41 @@ async def test_export_takes_a_format_word_then_a_path(tmp_path, monkeypatch):
     assert not names & {"md", "messages", f"md {tmp_path / 'a.md'}"}, names
 
 
+async def test_export_replaces_only_an_export_of_this_conversation(tmp_path, monkeypatch):
+    """Found using chatui: "/export md notes.md" replaced whatever notes.md held (a person's
+    own notes, a README) without a word. A file already there is replaced only by a new
+    export of the same conversation (its Markdown names the conversation, its messages are
+    the conversation's, a retried reply's included); anything else is left as it was and the
+    error says so in one sentence."""
+    monkeypatch.chdir(tmp_path)
+    notes, saved = tmp_path / "notes.md", tmp_path / "saved.json"
+    notes.write_text("my own notes\n")
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "first question")
+        await send(pilot, app, f"/save {saved}")
+        transcript_bytes = saved.read_bytes()
+        for fmt, target in (("md", notes), ("messages", notes), ("md", saved)):
+            await send(pilot, app, f"/export {fmt} {target}")
+            error = last_notice(app, "error")
+            assert "not an export of this conversation" in error and "nothing was written" \
+                in error, error
+        assert notes.read_text() == "my own notes\n" and saved.read_bytes() == transcript_bytes
+        await send(pilot, app, f"/export md {tmp_path / 'chat.md'}")
+        await send(pilot, app, f"/export messages {tmp_path / 'chat.json'}")
+        await send(pilot, app, "/retry")
+        await send(pilot, app, "second question")
+        errors = len(notices(app, "error"))
+        await send(pilot, app, f"/export md {tmp_path / 'chat.md'}")
+        await send(pilot, app, f"/export messages {tmp_path / 'chat.json'}")
+        assert len(notices(app, "error")) == errors, last_notice(app, "error")
+        assert "second question" in (tmp_path / "chat.md").read_text()
+        contents = [m["content"] for m in json.loads((tmp_path / "chat.json").read_text())]
+        assert contents[0] == "first question" and "second question" in contents
+        await send(pilot, app, f"/export md {tmp_path / 'chat.json'}")  # (a format change)
+        assert len(notices(app, "error")) == errors, last_notice(app, "error")
+
+
 async def test_export_of_an_empty_conversation_says_so(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     app = make_app()
