@@ -365,7 +365,8 @@ async def _continue_column(ctx: CommandContext, group: Entry, reply: Reply) -> N
     together: one request has one prefix for all its rows.)"""
     settings = dataclasses.replace(reply.settings,
                                    max_new_tokens=ctx.state.settings.max_new_tokens)
-    new = Reply(settings, text=reply.text, tokens=reply.tokens.copy())
+    new = Reply(settings, text=reply.text, tokens=reply.tokens.copy(),
+                usage=reply.usage)  # (the continuation's joins it: recorder.joined_usage)
     entry = ctx.state.conversation.add_sibling(group, Entry("assistant", replies=[new]))
     await ctx.sync_path()
     ctx.notify(f"Continuing column {group.chosen + 1} as a new alternative to the "

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from inference.types import AssistantPrefix, Failed, RowDone, Started, Token, TokenBatch
+from inference.types import AssistantPrefix, Failed, RowDone, Started, Token, TokenBatch, Usage
 
 from .conversation import Reply, visible_text
 from .token_records import TokenRecords
@@ -48,6 +48,22 @@ class ContextReported:
 
 
 Delta = TokensAdded | RowEnded | ContextReported
+
+
+def joined_usage(before: Usage, now: Usage) -> Usage:
+    """A continued reply's usage: its first request's prompt, cache and time to first token,
+    the two parts' tokens, and its decode rate over both parts' decoding (each part's tokens
+    after its first; the continuation's first token came after a prefill of the reply so far,
+    as a first token does). The continuation's own usage alone made a reply continued after a
+    cut-off read "TTFT 0.01s" (from the cached prefix), not the 0.2 s its first token took."""
+    def spent(u: Usage) -> tuple[int, float]:
+        n = max(u.completion_tokens - 1, 0)
+        return (n, n / u.decode_tokens_per_s) if n and u.decode_tokens_per_s > 0 else (0, 0.0)
+
+    (n1, t1), (n2, t2) = spent(before), spent(now)
+    return Usage(before.prompt_tokens, before.completion_tokens + now.completion_tokens,
+                 before.cached_tokens, before.ttft_s,
+                 (n1 + n2) / (t1 + t2) if t1 + t2 > 0 else 0.0, now.context_limit)
 
 
 class ReplyRecorder:
@@ -99,7 +115,10 @@ class ReplyRecorder:
             self._reasoning_ended(event.row)
             reply.tokens.compact()  # finished: its strings joined, one per column
             reply.finish_reason = event.finish_reason
-            reply.usage = event.usage
+            before = self._ended_as[event.row][1]
+            reply.usage = (joined_usage(before, event.usage)
+                           if before is not None and self._base_tokens[event.row]
+                           else event.usage)
             base = self._base_text[event.row]
             if event.text and event.text != reply.text[len(base):]:
                 reply.text = (event.text if base and event.text.startswith(base)

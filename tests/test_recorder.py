@@ -97,3 +97,28 @@ def test_an_assistant_entry_says_what_its_chosen_reply_says():
     entry.replies[1].text += "!"
     assert entry.text == "two!"
     assert Entry("user", text="hi").text == "hi"
+
+
+def test_a_continued_reply_keeps_its_first_token_time_and_counts_both_parts():
+    """Found using chatui: after /continue a reply's line said "TTFT 0.01s", the
+    continuation's over the cached prefix, and the speed of the continuation alone. The
+    first request's prompt, cache and time to first token stay; tokens and decode rate
+    cover both parts (each part's tokens after its first, over its decode time)."""
+    first = Usage(30, 11, 0, 0.25, 100.0, context_limit=2048)  # 10 tokens in 0.1 s
+    reply = Reply(SamplingParams(), text="Hello", tokens=[tok(0, "Hello")],
+                  finish_reason="length", usage=first)
+    rec = ReplyRecorder([reply])
+    rec.begin()
+    assert reply.usage is None
+    rec.apply(TokenBatch(0, (tok(0, " world"),)))
+    rec.apply(RowDone(0, "stop", " world", Usage(41, 21, 40, 0.01, 50.0, 2048)))  # 20 in 0.4 s
+    u = reply.usage
+    assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens) == (30, 32, 0)
+    assert u.ttft_s == 0.25 and u.decode_tokens_per_s == pytest.approx(30 / 0.5)
+    assert u.context_limit == 2048 and not u.filled_context
+    fresh = Reply(SamplingParams())  # a reply with nothing before: the engine's usage as is
+    rec = ReplyRecorder([fresh])
+    rec.begin()
+    rec.apply(TokenBatch(0, (tok(0, "Hi"),)))
+    rec.apply(RowDone(0, "stop", "Hi", USAGE))
+    assert fresh.usage == USAGE
