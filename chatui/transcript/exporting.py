@@ -16,6 +16,10 @@ from .store import atomic_write
 
 EXPORT_FORMATS = {"md": ".md", "markdown": ".md", "messages": ".messages.json"}
 
+EXPORT_READ_LIMIT = 64 * 2**20
+"""A file larger than this at an export's path is taken for no export without reading it (a
+film or a disk image given by mistake is not read into memory to be kept)."""
+
 
 def export_to_file(conv: Conversation, fmt: str, path: Path | None = None, *,
                    directory: Path | None = None, all_branches: bool = False,
@@ -68,6 +72,8 @@ def is_export_of(conv: Conversation, path: Path) -> bool:
     a messages list whose every message is in the conversation (any branch: an export made
     before a retry holds the reply the retry replaced)."""
     try:
+        if Path(path).stat().st_size > EXPORT_READ_LIMIT:
+            return False
         text = Path(path).read_text("utf-8", errors="replace")
     except OSError:
         return False
