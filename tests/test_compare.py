@@ -603,3 +603,30 @@ async def test_the_context_meter_follows_the_column_picked():
         assert long > short + 50
         await send(pilot, app, "/pick 1")
         assert await meter_counts_the_path() == short
+
+
+@pytest.mark.parametrize("width, lines", [(30, ["⑂ diverges at token 12:", "' custom'"]),
+                                          (40, ["⑂ diverges at token 12: ' custom'"])])
+async def test_the_divergence_token_is_never_cut_in_two(width, lines):
+    """Found using chatui in tmux at 100 columns (three columns of 31): the line wrapped at
+    the token's own leading space, "⑂ diverges at token 2: '" above "custom'". Where the
+    line does not fit, the token goes on a line of its own, whole."""
+    from textual.app import App
+    from textual.content import Content
+
+    from chatui.textual_compat.testing import render_screen
+    from chatui.widgets.compare import DivergenceLine
+
+    class One(App):
+        CSS = f"DivergenceLine {{ width: {width}; }}"
+
+        def compose(self):
+            yield DivergenceLine()
+
+    app = One()
+    async with app.run_test(size=(60, 6)) as pilot:
+        app.query_one(DivergenceLine).parts = (Content("⑂ diverges at token 12: "),
+                                               Content.styled("' custom'", "bold"))
+        await pilot.pause()
+        shown = [s.text.rstrip() for s in render_screen(app, fresh=True)]
+        assert shown[:len(lines) + 1] == lines + [""], shown
