@@ -91,8 +91,10 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("history", "List saved conversations, search them, delete one.",
                 args="[WORDS | delete N]", handler=run.cmd_history),
     CommandSpec("export", "Export to Markdown or messages JSON (by the word, or by a .json "
-                "PATH); no PATH: a file named after the conversation here.",
-                args="[md|messages] [PATH]", handler=run.cmd_export),
+                "PATH); no PATH: a file named after the conversation here; --all: every "
+                "branch (Markdown). A file at PATH is replaced only by an export of this "
+                "conversation.",
+                args="[md|messages] [--all] [PATH]", handler=run.cmd_export),
     CommandSpec("compare", "Answer the next prompt with 2-6 settings side by side; no "
                 "argument: the compare screen.", args="A | B ...|PRESET|off",
                 handler=run.cmd_compare),
