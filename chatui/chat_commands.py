@@ -816,7 +816,9 @@ EXPORT_WORDS = {"md": "md", "markdown": "md", "messages": "messages", "json": "m
 def export_target(arg: str) -> tuple[str, Path | None]:
     """``/export [md|messages] [PATH]`` as (format, path): a leading format word picks the
     format; without one, a ``.json`` path means messages, anything else Markdown. No path:
-    a file named after the conversation in the current folder."""
+    a file named after the conversation in the current folder. A path with no extension that
+    is not a folder gets the format's (``.md``, ``.json``): "/export html" or "/export notes"
+    wrote Markdown into a file named ``html`` or ``notes`` that nothing opens as Markdown."""
     arg = arg.strip()
     word, _, rest = arg.partition(" ")
     if word.lower() in EXPORT_WORDS:
@@ -826,6 +828,8 @@ def export_target(arg: str) -> tuple[str, Path | None]:
     path = Path(raw).expanduser() if raw else None
     if not fmt:
         fmt = "messages" if path is not None and path.suffix.lower() == ".json" else "md"
+    if path is not None and not path.suffix and path.name and not path.is_dir():
+        path = path.with_name(path.name + (".md" if fmt == "md" else ".json"))
     return fmt, path
 
 

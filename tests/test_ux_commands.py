@@ -66,6 +66,24 @@ async def test_export_replaces_only_an_export_of_this_conversation(tmp_path, mon
         assert len(notices(app, "error")) == errors, last_notice(app, "error")
 
 
+async def test_an_export_path_without_an_extension_gets_the_formats(tmp_path, monkeypatch):
+    """Found using chatui: "/export xyz" (or "/export html", a format chatui does not write)
+    wrote Markdown into a file named "xyz" that nothing opens as Markdown. A path with no
+    extension gets the format's; a folder still takes the conversation's own file name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "export me")
+        await send(pilot, app, "/export xyz")
+        assert "xyz.md" in last_notice(app) and "export me" in (tmp_path / "xyz.md").read_text()
+        await send(pilot, app, "/export messages notes")
+        assert json.loads((tmp_path / "notes.json").read_text())[0]["content"] == "export me"
+        await send(pilot, app, "/export md folder")
+        assert [p.suffix for p in (tmp_path / "folder").iterdir()] == [".md"]
+    assert not (tmp_path / "xyz").exists() and not (tmp_path / "notes").exists()
+
+
 async def test_export_of_an_empty_conversation_says_so(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     app = make_app()
