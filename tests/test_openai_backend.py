@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -174,6 +175,13 @@ class FakeServer:
     class _HTTP(ThreadingHTTPServer):
         daemon_threads = True
         fake: "FakeServer"
+
+        def handle_error(self, request, client_address) -> None:
+            """A client gone mid-reply (the cancel tests close streams) is no error of the
+            fake's: its traceback landed in the suite's output once in three runs."""
+            if isinstance(sys.exc_info()[1], ConnectionError):
+                return
+            super().handle_error(request, client_address)
 
     def __init__(self) -> None:
         self.models: list[dict] = [{"id": MODEL, "object": "model", "max_model_len": 2048}]
