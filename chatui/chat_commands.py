@@ -850,7 +850,7 @@ async def cmd_export(ctx: CommandContext, arg: str = "") -> None:
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return
-    ctx.notice(f"Exported to {written}")
+    ctx.notice(f"Exported to {written.absolute()}")  # (where, for a relative PATH)
 
 
 # ---- the tree (issue 18) ----

@@ -76,7 +76,8 @@ async def test_an_export_path_without_an_extension_gets_the_formats(tmp_path, mo
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "export me")
         await send(pilot, app, "/export xyz")
-        assert "xyz.md" in last_notice(app) and "export me" in (tmp_path / "xyz.md").read_text()
+        assert f"Exported to {tmp_path / 'xyz.md'}" in last_notice(app)  # (where: absolute)
+        assert "export me" in (tmp_path / "xyz.md").read_text()
         await send(pilot, app, "/export messages notes")
         assert json.loads((tmp_path / "notes.json").read_text())[0]["content"] == "export me"
         await send(pilot, app, "/export md folder")
