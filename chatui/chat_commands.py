@@ -22,10 +22,9 @@ from inference.settings import SamplingParams, SettingsError, parse_assignments
 from inference.types import AssistantPrefix, Failed, Scored, ScoreRequest
 
 from .conversation import Conversation, Entry, ModelRef, Reply, index_of, walk
-from .kept_settings import (RESET_WORDS, keep, kept_after, kept_values, model_key,
-                            with_kept)
+from .kept_settings import RESET_WORDS, keep, kept_after, kept_values, model_key
 from .recorder import prefix_of, spellings
-from .state import settings_change, settings_label
+from .state import kept_change, settings_change, settings_label
 
 if TYPE_CHECKING:
     from inference.worker import InferenceWorker
@@ -228,10 +227,6 @@ async def cmd_set(ctx: CommandContext, arg: str) -> None:
                f"In force: {settings_label(new)}.{kept if change else ''}")
 
 
-MODELS = "the model's"
-"""How a setting kept for a model names the model's own value ("temp 0.3 (the model's 0.7)")."""
-
-
 def _reset_settings(ctx: CommandContext) -> None:
     """``/set reset``: the model's defaults (the command line's flags on top), and nothing
     kept for its next chat."""
@@ -257,7 +252,7 @@ async def cmd_settings(ctx: CommandContext, arg: str = "") -> None:
     default = state.info.default_settings if state.info else SamplingParams()
     kept = (kept_values(ctx.services.config.resolved_config_dir(), model_key(state.info))
             if state.info is not None else {})
-    change = settings_change(default, with_kept(default, kept), was=MODELS)
+    change = kept_change(default, kept)
     kept_line = (f"Kept for this model's next chat: {change} (/set reset forgets it)\n"
                  if change else "")
     ctx.notice(f"Settings in force: {settings_label(state.settings, every=True)}\n"

@@ -168,6 +168,12 @@ def settings_label(s: SamplingParams, *, every: bool = False) -> str:
                       if every or not does_nothing(f.name, getattr(s, f.name)))
 
 
+def kept_change(defaults: SamplingParams, kept: Mapping[str, Any]) -> str:
+    """What is kept for a model (:mod:`chatui.kept_settings`) against the model's own values:
+    "temp 0.3 (the model's 0.7)"; "" when nothing kept changes them."""
+    return settings_change(defaults, with_kept(defaults, kept), was="the model's")
+
+
 def settings_change(old: SamplingParams, new: SamplingParams, *, was: str = "was") -> str:
     """What ``/set`` changed, in its words: "temp 0 (was 0.7), max 40 (was 512)"."""
     return ", ".join(f"{setting_words(f.name, getattr(new, f.name))} "

@@ -39,8 +39,8 @@ from inference.types import (AssistantPrefix, GenerationRequest, ModelInfo, Prom
 from inference.worker import describe_error
 
 from .. import commands, gcpolicy, prompt_history
-from ..chat_commands import MODELS, AppServices, same_file
-from ..kept_settings import kept_values, model_key, with_kept
+from ..chat_commands import AppServices, same_file
+from ..kept_settings import kept_values, model_key
 from ..conversation import Conversation, Entry, Reply, fork_points, index_of
 from ..messages import (
     AlternativeChosen,
@@ -57,8 +57,8 @@ from ..messages import (
 )
 from ..recorder import ContextReported, ReplyRecorder, branch, prefix_of
 from ..reporting import reported_callback, run_reported
-from ..state import (ChatState, Job, model_label, settings_change, settings_label,
-                     speed_label, status_label)
+from ..state import (ChatState, Job, kept_change, model_label, settings_label, speed_label,
+                     status_label)
 from ..textual_compat.internals import paint_scroll_now
 from ..widgets.compare import CompareView
 from ..widgets.footer import ChatFooter
@@ -317,8 +317,7 @@ class ChatScreen(Screen[None]):
         kept = kept_values(self.services.config.resolved_config_dir(), model_key(info))
         chosen = self.state.settings_from_user  # (/set while it loaded: that stays in force)
         self.state.model_ready(info, kept)
-        if kept and not chosen and (change := settings_change(
-                info.default_settings, with_kept(info.default_settings, kept), was=MODELS)):
+        if kept and not chosen and (change := kept_change(info.default_settings, kept)):
             flags = (f" In force with the command line's flags: "
                      f"{settings_label(self.state.settings)}." if self.state.overrides else "")
             self.notice(f"Kept from your last chat with this model: {change}.{flags} /set reset "
