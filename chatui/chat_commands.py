@@ -596,6 +596,30 @@ def _same_place(a: Path, b: Path) -> bool:
         return False
 
 
+def save_target(arg: str) -> Path | None:
+    """``/save [PATH]``'s file: None with no PATH (the conversation's own file); a PATH with
+    no extension that is not a folder gets ``.json``, as ``/export`` gives its formats' ("/save
+    notes" wrote a file named ``notes`` that nothing opens as JSON)."""
+    arg = arg.strip()
+    if not arg:
+        return None
+    path = Path(arg).expanduser()
+    if not path.suffix and path.name and not path.is_dir():
+        path = path.with_name(path.name + ".json")
+    return path
+
+
+def load_target(arg: str) -> Path:
+    """``/load PATH``'s file: PATH, or PATH.json where PATH has no extension and is not there
+    but that is (what ``/save PATH`` wrote: :func:`save_target`)."""
+    path = Path(arg).expanduser()
+    if not path.suffix and path.name and not path.exists():
+        saved = path.with_name(path.name + ".json")
+        if saved.is_file():
+            return saved
+    return path
+
+
 async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
     from . import transcript
 
@@ -605,7 +629,7 @@ async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
         return
     _with_model(ctx, conv)
     folder = ctx.services.config.transcripts_dir()
-    path = Path(arg).expanduser() if arg else None
+    path = save_target(arg)
     try:
         if path is None or _same_place(path, folder or transcript.data_dir()):
             ctx.services.flush_autosaves()  # no older autosave may land after this one
@@ -618,7 +642,7 @@ async def cmd_save(ctx: CommandContext, arg: str = "") -> None:
     except transcript.TranscriptError as exc:
         ctx.notice(str(exc), "error")
         return
-    ctx.notice(f"Saved to {path}")
+    ctx.notice(f"Saved to {path.absolute()}")  # (where, for a relative PATH)
 
 
 async def cmd_history(ctx: CommandContext, arg: str = "") -> None:
@@ -762,7 +786,7 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
             return
         path = listed.path
     else:
-        path = Path(arg).expanduser()
+        path = load_target(arg)
     unsaved = await ctx.services.keep_conversation()  # kept before another opens
     if unsaved is not None:
         ctx.notice(unsaved, "error")

@@ -977,6 +977,26 @@ async def test_save_into_a_folder_and_a_markdown_export_loaded_says_what_it_is(t
         assert len(replies(app)) == 2  # the conversation open is untouched
 
 
+async def test_a_save_path_without_an_extension_gets_json_and_loads_back(tmp_path):
+    """`/save notes` writes notes.json (as `/export notes` writes notes.md; it wrote a file
+    named `notes`), the notice names the whole path, and `/load notes` finds notes.json; a
+    file that is there under the bare name is still the one `/load` opens."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "remember me")
+        await send(pilot, app, f"/save {tmp_path / 'notes'}")
+        assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["notes.json"]
+        assert f"Saved to {tmp_path / 'notes.json'}" in str(notices(app)[-1].render())
+        await send(pilot, app, "/clear")
+        await send(pilot, app, f"/load {tmp_path / 'notes'}")
+        assert [e.content for e in app.chat.conversation.entries][0] == "remember me"
+        assert str(tmp_path / "notes.json") in str(notices(app)[-1].render())
+        (tmp_path / "bare").write_text("not a transcript")
+        (tmp_path / "bare.json").write_bytes((tmp_path / "notes.json").read_bytes())
+        await send(pilot, app, f"/load {tmp_path / 'bare'}")
+        assert "bare" in str(notices(app, "error")[-1].render())
+
+
 async def test_a_transcript_given_at_start_is_opened(tmp_path):
     first = make_app()
     async with first.run_test(size=SIZE) as pilot:
