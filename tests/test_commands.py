@@ -75,6 +75,23 @@ def test_help_never_runs_a_key_into_its_description():
         assert re.fullmatch(rf"  {re.escape(key)} {{2,}}{re.escape(text)}", line), line
 
 
+def test_help_descriptions_begin_in_one_column():
+    """At the help box's width every command's description begins in the same column, on the
+    command's line or, where the command or its key is longer than its cell, on the next (one
+    began 15 columns right of the others: "/sibling prev|next  Alt+Left / Alt+Right  Show
+    ...", seen in tmux)."""
+    from chatui.screens.help import help_text
+
+    lines = help_text(92).plain.splitlines()
+    columns = set()
+    for usage, key, text in commands.help_rows():
+        i = next(i for i, ln in enumerate(lines) if f"{ln} ".startswith(f"  {usage} "))
+        first = text.split()[0]
+        line = lines[i] if first in lines[i][2 + len(usage) + len(key):] else lines[i + 1]
+        columns.add(line.index(first, 2 + len(usage) + len(key) if line is lines[i] else 0))
+    assert columns == {36}
+
+
 @pytest.mark.parametrize("width", [60, 92])
 def test_help_wraps_a_description_under_itself(width):
     """At the page's width every row fits, and a description's wrapped words go on under its

@@ -44,14 +44,24 @@ def _cell(text: str, width: int) -> str:
     return f"{text:<{width}}" if len(text) < width else f"{text}  "
 
 
-def _wrapped(first: str, rest: str, text: str, width: int | None) -> list[Content]:
+def _wrapped(first: str, rest: str, text: str, width: int | None,
+             column: int = 0) -> list[Content]:
     """A help row: ``first`` (bold) and ``rest`` before ``text``, whose words wrap within
     ``width`` columns under its own first word (a wrapped description began again at the
-    page's left edge, under the command names); where the row's start leaves under 24 columns,
-    the description goes below it, indented. One line with no width."""
+    page's left edge, under the command names). Where the command or its key is longer than
+    its cell, so that the text would begin past the page's ``column``, the text goes below them
+    at that column (every description began in a column of its own: "/sibling prev|next
+    Alt+Left / Alt+Right  Show the previous..." 15 columns right of the others, seen in tmux);
+    where that or the row's start leaves under 24 columns, below them, indented 6. One line
+    with no width."""
     indent = len(first) + len(rest)
-    if width is None or indent + len(text) <= width:
+    if width is None or (indent <= column and indent + len(text) <= width):
         return [Content.assemble((first, "bold"), rest, text)]
+    if column < indent and width - column >= 24:
+        parts = textwrap.wrap(text, width - column)
+        head = Content.assemble((first, "bold"), rest.rstrip()) if rest.strip() else \
+            Content.assemble((first.rstrip(), "bold"))
+        return [head] + [Content(" " * column + part) for part in parts]
     if width - indent >= 24:
         parts = textwrap.wrap(text, width - indent)
         head = [Content.assemble((first, "bold"), rest, parts[0])]
@@ -67,11 +77,11 @@ def help_text(width: int | None = None) -> Content:
     line a row)."""
     lines: list[Content] = [Content.styled("Slash commands", "bold $primary")]
     for usage, key, text in help_rows():
-        lines.extend(_wrapped(f"  {_cell(usage, 24)}", _cell(key, 10), text, width))
+        lines.extend(_wrapped(f"  {_cell(usage, 24)}", _cell(key, 10), text, width, 36))
     lines.append(Content(""))
     lines.append(Content.styled("Keys", "bold $primary"))
     for key, text in KEYS:
-        lines.extend(_wrapped(f"  {_cell(key, 27)}", "", text, width))
+        lines.extend(_wrapped(f"  {_cell(key, 27)}", "", text, width, 29))
     lines.append(Content(""))
     lines.append(Content.styled("Start a message with // to send a text that begins with /.",
                                 "$text-muted"))
