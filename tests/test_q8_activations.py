@@ -47,9 +47,11 @@ def test_the_avx2_build_quantizes_the_same(march, tmp_path, x86_gcc):
     _check(kern)
 
 
-@pytest.mark.parametrize("rows", [2, 4, 8])
+@pytest.mark.parametrize("rows", [2, 4, 8, 20])
 def test_batched_rows_are_each_row_alone(kernel, rows):
-    """The batched path (M = 2..8) gives each row exactly what it gives that row alone."""
+    """The batched path (M = 2..8) gives each row exactly what it gives that row alone; so
+    does a prefill's (20 rows: two chunks of 8 with the block's weight sums taken once for
+    both, then 4)."""
     torch.manual_seed(rows)
     w = Q8Weight.quantize(torch.randn(96, 576))
     x = torch.randn(rows, 576)
