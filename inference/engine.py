@@ -21,6 +21,7 @@ import torch
 from .chat import PromptTooLongError, TemplateOptions, encode_messages, encode_request
 from .detok import IncrementalDetokenizer, StopStringFilter, ids_decoder
 from .fast_llama import Interrupted
+from .kv_cache import StaticKVCache
 from .reasoning import ChannelSplitter, detect_format
 from .runner import HFRunner
 from .sampling import CUT_NAMES, RowSampling, decode_step_outputs, score_stats, token_stats
@@ -558,11 +559,41 @@ class LocalBackend:
         yield Started(rows=len(prompts), prompt_tokens=sum(len(p) for p in prompts),
                       cached_tokens=0, context_limit=limit)
         cache = self.runner.new_cache()
-        logits = self.runner.forward(cache, x, attention_mask=mask, position_ids=positions)
+        if isinstance(cache, StaticKVCache):
+            cache, logits = self._prefill_apart(prompts, mask, cancel)
+            if logits is None:  # cancelled during prefill
+                for r, ids in enumerate(prompts):
+                    yield RowDone(r, "cancelled", "", Usage(len(ids), 0, 0, 0.0, 0.0))
+                return
+        else:  # (transformers' modules: one forward of the padded prompts)
+            logits = self.runner.forward(cache, x, attention_mask=mask, position_ids=positions)
         k = max(r.top_logprobs for r in requests)
         yield from self._decode(cache, logits, prompts, settings, k, cancel, t0=t0, cached=0,
                                 track_cache=False, mask=mask,
                                 raw=any(r.raw for r in requests))
+
+    def _prefill_apart(self, prompts: Sequence[list[int]], mask: torch.Tensor,
+                       cancel: threading.Event) -> tuple[Any, torch.Tensor | None]:
+        """A batch's prompts prefilled one by one as ``_prefill_steps`` prefills one (all but
+        the last token, in the same chunks), stacked left-padded, then their last tokens as
+        one step: each row's cache and first logits are then what ``chatui generate`` gets
+        for its prompt, to the bit, and so are its replies (one forward of the padded prompts
+        took torch's masked attention, whose other rounding int8's activations can turn into
+        another level: "Name three colors." at temperature 0 began "1. Red" in a batch and
+        "The most obvious color" alone). (None, None) if cancelled."""
+        rows = []
+        for ids in prompts:
+            one = self.runner.new_cache()
+            for pos in range(0, len(ids) - 1, self.prefill_chunk):
+                if cancel.is_set():
+                    return None, None
+                chunk = ids[pos: min(pos + self.prefill_chunk, len(ids) - 1)]
+                self.runner.forward(one, torch.tensor([chunk], device=self.device))
+            rows.append(one)
+        cache = StaticKVCache.stacked(rows, mask.shape[1] - 1)
+        last = torch.tensor([[ids[-1]] for ids in prompts], device=self.device)
+        where = torch.tensor([[len(ids) - 1] for ids in prompts], device=self.device)
+        return cache, self.runner.forward(cache, last, attention_mask=mask, position_ids=where)
 
     def _template_options(self, request: GenerationRequest) -> TemplateOptions:
         """The template's reasoning switch and history key for ``request``."""

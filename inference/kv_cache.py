@@ -137,6 +137,29 @@ class StaticKVCache:
         new.k, new.v = made[: len(self.k)], made[len(self.k):]
         return new
 
+    @classmethod
+    @torch.inference_mode()
+    def stacked(cls, rows: list[StaticKVCache], end: int) -> StaticKVCache:
+        """One cache of the one-row caches ``rows``, each row's positions moved to end at
+        ``end`` (left padding before them, zeros): the prompts of ``chatui batch`` prefilled
+        one by one, as ``chatui generate`` prefills a prompt, then decoded together."""
+        first = rows[0]
+        cap = -(-max(end, 1) // CACHE_BLOCK) * CACHE_BLOCK
+
+        def stack(layer: list[torch.Tensor]) -> torch.Tensor:
+            _, kv, _, d = layer[0].shape
+            out = torch.zeros((len(rows), kv, cap, d), dtype=layer[0].dtype,
+                              device=layer[0].device)
+            for b, (row, t) in enumerate(zip(rows, layer)):
+                out[b, :, end - row.length: end] = t[0, :, : row.length]
+            return out
+
+        new = object.__new__(cls)
+        new.k = [stack([r.k[i] for r in rows]) for i in range(len(first.k))]
+        new.v = [stack([r.v[i] for r in rows]) for i in range(len(first.v))]
+        new.length, new.shared = end, 0
+        return new
+
     def memory(self) -> StaticKVCache:
         """An empty cache over this one's tensors, for ``repeated``'s ``pool``: what it
         holds is the memory, not the positions (nothing may decode in it while this cache

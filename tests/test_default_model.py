@@ -84,3 +84,26 @@ def test_a_reply_cut_inside_an_emoji_is_continued_into_the_whole_emoji(default_b
     glyph = default_backend.tokenizer.decode(cat[:1] + [t.id for t in toks])
     assert len(glyph) == 1 and glyph != "\ufffd", glyph  # (an emoji of those three bytes)
     assert [t.text for t in toks] == ["", glyph] and toks[1].glyph_start == -1
+
+
+def test_a_batch_row_is_its_prompt_alone_to_the_bit(default_ckpt, kernel):
+    """``chatui batch`` answers each line as ``chatui generate`` answers it alone, token for
+    token, with the same logprobs and alternatives to the bit, on the default model with the
+    int8 kernel at temperature 0. The padded prompts were one forward (torch's masked
+    attention) and the padding moved every key to another lane of the C attention's sums;
+    int8 made that rounding other replies: three of these four lines answered otherwise."""
+    from inference.engine import LocalBackend
+
+    backend = LocalBackend.from_checkpoint(default_ckpt, quantize="int8", precision="auto")
+    prompts = ["Name three colors.", "What is two plus two?", "Hello",
+               "Write a haiku about the sea."]
+    greedy = SamplingParams(temperature=0, max_new_tokens=24)
+    reqs = [GenerationRequest((Message("user", p),), (greedy,), 5) for p in prompts]
+    batch = list(backend.generate_batch(reqs, threading.Event()))
+    for r, req in enumerate(reqs):
+        backend.reset()  # (a fresh cache, as a `chatui generate` has)
+        alone = list(backend.generate(req, threading.Event()))
+        got = [t for e in batch if isinstance(e, TokenBatch) and e.row == r for t in e.tokens]
+        want = [t for e in alone if isinstance(e, TokenBatch) for t in e.tokens]
+        assert [(t.id, t.logprob, t.top) for t in got] == [
+            (t.id, t.logprob, t.top) for t in want], prompts[r]

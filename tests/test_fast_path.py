@@ -373,6 +373,38 @@ def test_c_attention_does_not_depend_on_the_threads(B, kernel):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+def test_c_attention_of_a_left_padded_row_is_the_row_alone(kv_dtype, kernel):
+    """A row of ``chatui batch``, left-padded by 1, 37 or 300 slots (more than a 256-key
+    chunk), gives bit for bit what the same keys give unpadded and unmasked (``chatui
+    generate``), past a chunk boundary of its own: each masked row's chunks and lanes begin
+    at its first attended key. They began at slot 0, so padding moved every key to another
+    lane and chunk, and int8 turned that rounding into other replies at temperature 0."""
+    KV, H, D, n = 3, 9, 64, 290
+    torch.manual_seed(21)
+    keys, values = torch.randn(1, KV, n, D).to(kv_dtype), torch.randn(1, KV, n, D).to(kv_dtype)
+    row = torch.randn(1, (H + 2 * KV) * D)
+    cos, sin = torch.randn(700, D // 2), torch.randn(700, D // 2)
+    pos = torch.tensor([n - 1])
+
+    def alone():
+        k, v = keys.clone(), values.clone()
+        return kernel.attention(row, k, v, n - 1, pos, cos, sin, None, H), k, v
+
+    ref, k_ref, v_ref = alone()
+    for pad in (1, 37, 300):
+        C = pad + n
+        k, v = torch.randn(2, KV, C, D).to(kv_dtype), torch.randn(2, KV, C, D).to(kv_dtype)
+        k[1, :, pad:], v[1, :, pad:] = keys[0], values[0]
+        mask = torch.ones(2, C, dtype=torch.uint8)
+        mask[1, :pad] = 0
+        qkv = torch.cat([torch.randn(1, (H + 2 * KV) * D), row])
+        out = kernel.attention(qkv, k, v, C - 1, torch.tensor([C - 1, n - 1]), cos, sin, mask,
+                               H)
+        assert torch.equal(out[1], ref[0]), pad
+        assert torch.equal(k[1, :, pad:], k_ref[0]) and torch.equal(v[1, :, pad:], v_ref[0])
+
+
 @pytest.mark.parametrize("masked, H", [(False, 4), (True, 4), (False, 9), (True, 16)])
 def test_c_attention_reads_shared_positions_once_with_the_same_result(masked, H, kernel):
     """Rows repeated from one prefill (compare, fan-out) hold the same keys and values up to
