@@ -531,25 +531,46 @@ class LocalBackend:
     def generate_batch(self, requests: Sequence[GenerationRequest],
                        cancel: threading.Event) -> Iterator[Event]:
         """Different conversations in one left-padded batch (row i = request i, first settings
-        row of each). Does not touch the conversation cache."""
+        row of each). A request that cannot be answered (too long for the context) ends as
+        its row's ``RowDone`` with ``error``, and the others are answered (one long line of a
+        `chatui batch` file failed the whole file, with nothing written). Does not touch the
+        conversation cache."""
         t0 = time.perf_counter()
         limit = self.info.context_limit
-        prompts, settings = [], []
-        for req in requests:
+        prompts, settings, kept = [], [], []
+        for r, req in enumerate(requests):
             s = req.settings[0]
             checked = self._checked(req)
-            if isinstance(checked, str):
-                yield Failed(checked)
-                return
-            req = checked
-            try:
-                enc = encode_request(self.tokenizer, req.messages, self._prompt_budget((s,)),
-                                     req.prefix, req.raw, self._template_options(req))
-            except PromptTooLongError as exc:
-                yield Failed(str(exc))
-                return
+            if not isinstance(checked, str):
+                try:
+                    enc = encode_request(self.tokenizer, checked.messages,
+                                         self._prompt_budget((s,)), checked.prefix,
+                                         checked.raw, self._template_options(checked))
+                except PromptTooLongError as exc:
+                    checked = str(exc)
+            if isinstance(checked, str):  # this row alone fails: the others are answered
+                yield RowDone(r, "error", "", Usage(0, 0, 0, 0.0, 0.0), error=checked)
+                continue
             prompts.append(enc.ids)
             settings.append(s)
+            kept.append(r)
+        if not prompts:
+            return
+        yield from self._rows_renumbered(self._batch_rows(
+            [requests[r] for r in kept], prompts, settings, cancel, t0, limit), kept)
+
+    @staticmethod
+    def _rows_renumbered(events: Iterator[Event], rows: list[int]) -> Iterator[Event]:
+        """``events`` of a batch of some requests, each row numbered as its request."""
+        for ev in events:
+            if isinstance(ev, (TokenBatch, RowDone)):
+                ev = dataclasses.replace(ev, row=rows[ev.row])
+            yield ev
+
+    def _batch_rows(self, requests: Sequence[GenerationRequest], prompts: list[list[int]],
+                    settings: list[SamplingParams], cancel: threading.Event, t0: float,
+                    limit: int) -> Iterator[Event]:
+        """``generate_batch``'s rows that encoded, as one left-padded batch."""
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         x = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)

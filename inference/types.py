@@ -245,6 +245,9 @@ class RowDone:
     finish_reason: FinishReason
     text: str
     usage: Usage
+    error: str = ""
+    """Why the row failed (``finish_reason`` "error"), one sentence, where one row of a batch
+    failed and the others went on (a line too long for the context)."""
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,22 @@ def test_batch_keeps_input_order_and_matches_generate(tiny_model_dir: Path, tmp_
     assert "".join(e["text"] for e in events if e["type"] == "token") == rows[1]["text"]
 
 
+def test_a_batch_line_too_long_fails_alone(tiny_model_dir: Path, tmp_path: Path):
+    """One line too long for the context: its record says why (``"error"``, finish reason
+    "error"), the other lines are answered and written, stderr names the line and the exit
+    status is 1 (the whole file failed with status 2 and nothing written)."""
+    (tmp_path / "p.txt").write_text("Hello\n" + "word " * 20000 + "\nName a colour\n")
+    out = tmp_path / "out.jsonl"
+    r = chatui("batch", "--input-file", str(tmp_path / "p.txt"), "--output", str(out),
+               "--ckpt", str(tiny_model_dir), "--temperature", "0", "--max-tokens", "4")
+    assert r.returncode == 1, r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["finish_reason"] == "error" for x in rows] == [False, True, False]
+    assert "too long" in rows[1]["error"] and rows[1]["text"] == ""
+    assert rows[0]["text"] and rows[2]["text"] and "error" not in rows[0]
+    assert "line 2: " in r.stderr and "1 line failed" in r.stderr
+
+
 def test_compare_json_tags_columns(tiny_model_dir: Path):
     r = chatui("compare", "-p", "Hello", "--ckpt", str(tiny_model_dir), "--max-tokens", "5",
                "--setting", "temperature=0", "--setting", "temperature=1.0,top_p=0.9,seed=3",

@@ -335,6 +335,21 @@ def test_generate_batch_of_different_prompts_equals_single_runs(tiny_backend):
         assert [t.id for t in tokens(ev, r)] == [t.id for t in tokens(run(tiny_backend, p))], r
 
 
+def test_a_batch_row_too_long_fails_alone(tiny_backend):
+    """A request of a batch too long for the context ends as its row's ``RowDone`` with the
+    sentence (``error``); the others are answered, each as it is alone (one long line of a
+    `chatui batch` file failed every line)."""
+    long = [Message("user", "word " * 20000)]
+    reqs = [GenerationRequest(tuple(p), (GREEDY,)) for p in (PROMPTS[0], long, PROMPTS[1])]
+    ev = list(tiny_backend.generate_batch(reqs, threading.Event()))
+    assert not any(isinstance(e, Failed) for e in ev)
+    failed = done(ev, 1)
+    assert failed.finish_reason == "error" and "too long" in failed.error and not tokens(ev, 1)
+    for r, p in ((0, PROMPTS[0]), (2, PROMPTS[1])):
+        tiny_backend.reset()
+        assert [t.id for t in tokens(ev, r)] == [t.id for t in tokens(run(tiny_backend, p))], r
+
+
 def test_streamed_text_equals_decode(tiny_ckpt, tiny_backend):
     """The tokens' texts join into what the tokenizer decodes; and where that text has no
     replacement character (a random model also samples byte sequences that are not UTF-8),

@@ -24,6 +24,35 @@ class Exploding(ScriptedBackend):
         yield from super().generate(request, cancel)
 
 
+class Refusing(ScriptedBackend):
+    """A backend without batching (as the OpenAI one is) that fails one request."""
+
+    def generate(self, request, cancel):
+        if request.messages[-1].content == "no":
+            yield Started(1, 1, 0)
+            yield Failed("The server refused this one.", ("par",))
+            return
+        yield from super().generate(request, cancel)
+
+
+async def test_a_batch_one_by_one_answers_the_rows_after_a_failed_one():
+    """``generate_batch`` over a backend without batching: a request that fails ends as its
+    row's ``RowDone`` with the sentence and the partial text, and the next ones are still
+    asked (the first failure ended the batch, and `chatui batch` wrote nothing)."""
+    w = InferenceWorker(lambda progress: Refusing())
+    await w.load().collect()
+    reqs = [GenerationRequest((Message("user", m),), (SamplingParams(temperature=0),))
+            for m in ("hello", "no", "hi")]
+    events = await w.generate_batch(reqs).collect()
+    done = {e.row: e for e in events if isinstance(e, RowDone)}
+    assert not any(isinstance(e, Failed) for e in events)
+    assert (done[1].finish_reason, done[1].error, done[1].text) == (
+        "error", "The server refused this one.", "par")
+    assert done[0].finish_reason != "error" and done[2].finish_reason != "error"
+    assert done[0].text and done[2].text
+    await w.aclose()
+
+
 async def test_load_reports_progress_then_info():
     def factory(progress):
         for i in range(3):

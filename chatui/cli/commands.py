@@ -342,11 +342,14 @@ def batch(
                                         sampling.overrides(), alternatives, raw=raw)
         finally:
             await worker.aclose()
-        out_lines = []
+        out_lines, failed = [], []
         for (index, text), (done, tokens) in zip(prompts, replies):
             rec = {"index": index, "line": index + 1, "prompt": text, "text": done.text,
                    **done_json(done, None)}
             rec.pop("type")
+            if done.error:  # (this line alone: the others are answered)
+                rec["error"] = done.error
+                failed.append(f"line {index + 1}: {done.error}")
             reasoning = "".join(t.text for t in tokens
                                 if t.channel == "reasoning" and not t.special)
             if reasoning:  # a reasoning model's: "text" is its answer
@@ -357,12 +360,17 @@ def batch(
         data = "\n".join(out_lines) + "\n"
         if output is None:
             sys.stdout.write(data)
-            return
-        try:
-            output.write_text(data, encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {output}: {exc.strerror}") from None
-        print(f"wrote {len(prompts)} replies to {output}", file=sys.stderr)
+        else:
+            try:
+                output.write_text(data, encoding="utf-8")
+            except OSError as exc:
+                raise UserError(f"cannot write {output}: {exc.strerror}") from None
+            print(f"wrote {len(prompts) - len(failed)} replies to {output}"
+                  + (f"; {len(failed)} line{'s' * (len(failed) > 1)} failed" if failed else ""),
+                  file=sys.stderr)
+        if failed:  # (written first: the answered lines are kept)
+            print("\n".join(failed), file=sys.stderr)
+            raise typer.Exit(1)
 
     run(go())
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..backend import Backend, BackendFactory
 from ..types import (Failed, GenerationRequest, ModelInfo, RowDone, ScoreRequest, Started,
-                     TokenBatch)
+                     TokenBatch, Usage)
 
 log = logging.getLogger("inference.worker")
 
@@ -77,6 +77,9 @@ class Executor:
                 for ev in b.generate(req, cancel):
                     if isinstance(ev, (TokenBatch, RowDone)):
                         ev = dataclasses.replace(ev, row=i)
+                    elif isinstance(ev, Failed):  # this row's: the next ones are still asked
+                        ev = RowDone(i, "error", "".join(ev.partial),
+                                     Usage(0, 0, 0, 0.0, 0.0), error=ev.message)
                     if not isinstance(ev, Started):
                         yield ev
 
