@@ -97,6 +97,41 @@ def test_batch_keeps_input_order_and_matches_generate(tiny_model_dir: Path, tmp_
     assert "".join(e["text"] for e in events if e["type"] == "token") == rows[1]["text"]
 
 
+def test_batch_answers_a_file_in_groups_the_same(tiny_model_dir: Path, tmp_path: Path):
+    """`--batch 2` answers five lines two at a time (a whole file was one batch, its KV cache
+    as large as the file), in input order, each line as the one batch of all five answers it
+    (every row is its prompt alone, to the bit); `--batch 0` is refused in one sentence."""
+    prompts = ["Hello", "What is two plus two?", "", "Name a colour", "Count to three", "Hi"]
+    (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n")
+    got = {}
+    for rows in ("2", "8"):
+        out = tmp_path / f"out{rows}.jsonl"
+        r = chatui("batch", "--input-file", str(tmp_path / "p.txt"), "--output", str(out),
+                   "--batch", rows, "--ckpt", str(tiny_model_dir), "--temperature", "0",
+                   "--max-tokens", "6")
+        assert r.returncode == 0, r.stderr
+        got[rows] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["index"] for x in got["2"]] == [0, 1, 3, 4, 5]
+    assert [x["text"] for x in got["2"]] == [x["text"] for x in got["8"]]
+    r = chatui("batch", "--input-file", str(tmp_path / "p.txt"), "--batch", "0",
+               "--ckpt", str(tiny_model_dir))
+    assert r.returncode == 2 and "--batch takes 1 to 256" in r.stderr
+
+
+def test_a_batch_group_written_stays_when_a_later_one_fails(tmp_path: Path):
+    """`chatui batch` writes each group's lines as the group ends: a failure after the first
+    group (the worker gone, say) leaves them in the file, whole lines."""
+    from chatui.cli.commands import _json_lines_sink
+
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(RuntimeError):
+        with _json_lines_sink(out) as sink:
+            sink(['{"index": 0}', '{"index": 1}'])
+            assert out.read_text() == '{"index": 0}\n{"index": 1}\n'  # (flushed already)
+            raise RuntimeError("the worker died")
+    assert out.read_text() == '{"index": 0}\n{"index": 1}\n'
+
+
 def test_a_batch_line_too_long_fails_alone(tiny_model_dir: Path, tmp_path: Path):
     """One line too long for the context: its record says why (``"error"``, finish reason
     "error"), the other lines are answered and written, stderr names the line and the exit
