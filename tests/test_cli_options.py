@@ -39,8 +39,9 @@ def test_a_group_has_the_same_flags_and_help_everywhere():
         for p in command.params:
             key = max(p.opts, key=len)
             shown = (p.help or "", repr(p.default))
-            if key in ("--top-logprobs", "--system", "--json", "--output", "--prompt", "--raw"):
-                continue  # per-command defaults or meanings (score's --prompt is the text scored; batch --raw continues lines)
+            if key in ("--top-logprobs", "--system", "--json", "--output", "--prompt", "--raw",
+                       "--batch"):
+                continue  # per-command defaults or meanings (score's --prompt is the text scored; batch --raw continues lines; --batch: rows decoded together, 1 in bench, 32 in batch)
             assert seen.setdefault(key, shown) == shown, (command.name, key)
 
 
