@@ -603,9 +603,13 @@ def save_target(arg: str) -> Path | None:
     arg = arg.strip()
     if not arg:
         return None
-    path = Path(arg).expanduser()
+    return with_suffix_if_none(Path(arg).expanduser(), ".json")
+
+
+def with_suffix_if_none(path: Path, suffix: str) -> Path:
+    """``path`` with ``suffix`` added where it has no extension and is not a folder."""
     if not path.suffix and path.name and not path.is_dir():
-        path = path.with_name(path.name + ".json")
+        return path.with_name(path.name + suffix)
     return path
 
 
@@ -847,8 +851,8 @@ def export_target(arg: str) -> tuple[str, Path | None]:
     path = Path(raw).expanduser() if raw else None
     if not fmt:
         fmt = "messages" if path is not None and path.suffix.lower() == ".json" else "md"
-    if path is not None and not path.suffix and path.name and not path.is_dir():
-        path = path.with_name(path.name + (".md" if fmt == "md" else ".json"))
+    if path is not None:
+        path = with_suffix_if_none(path, ".md" if fmt == "md" else ".json")
     return fmt, path
 
 

@@ -572,11 +572,8 @@ class LocalBackend:
                     limit: int) -> Iterator[Event]:
         """``generate_batch``'s rows that encoded, as one left-padded batch."""
         width = max(len(p) for p in prompts)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        x = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
                             device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         yield Started(rows=len(prompts), prompt_tokens=sum(len(p) for p in prompts),
                       cached_tokens=0, context_limit=limit)
         cache = self.runner.new_cache()
@@ -587,7 +584,10 @@ class LocalBackend:
                     yield RowDone(r, "cancelled", "", Usage(len(ids), 0, 0, 0.0, 0.0))
                 return
         else:  # (transformers' modules: one forward of the padded prompts)
-            logits = self.runner.forward(cache, x, attention_mask=mask, position_ids=positions)
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            x = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+            logits = self.runner.forward(cache, x, attention_mask=mask,
+                                         position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
         k = max(r.top_logprobs for r in requests)
         yield from self._decode(cache, logits, prompts, settings, k, cancel, t0=t0, cached=0,
                                 track_cache=False, mask=mask,

@@ -350,15 +350,14 @@ def batch(
             _check_output_file(output, input_file)
         worker = await load(opts)
         failed: list[str] = []
-        written = 0
+        written, given = 0, sampling.overrides()
         try:
             with _json_lines_sink(output) as sink:
                 for first in range(0, len(prompts), rows):
                     group = prompts[first:first + rows]
                     try:
                         replies = await _answer_all(worker, [p for _, p in group], system,
-                                                    sampling.overrides(), alternatives,
-                                                    raw=raw)
+                                                    given, alternatives, raw=raw)
                     except UserError as exc:
                         if written and output is not None:
                             raise UserError(f"{exc} (the replies to the first {written} "

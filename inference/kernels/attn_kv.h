@@ -325,9 +325,9 @@ static void KV_FN(new_row)(const float *qkv, int b, int H, int KV, int D, KV_T *
  * head) at 64 own keys of the default model: too short a stream for the hardware's
  * prefetcher, and KEYS_AHEAD inside the task starts only with its first keys. */
 static void KV_FN(fetch_task)(int t, int B, int nc, int S, int shared, int KV, int C, int D,
-                              const KV_T *kc, const KV_T *vc, const int *first) {
+                              const KV_T *kc, const KV_T *vc, const int *first_key) {
     int b = t % B, c = (t / B) % nc, j = t / (B * nc);
-    int a0 = first[b] + c * CHUNK, a1 = a0 + CHUNK < S ? a0 + CHUNK : S;
+    int a0 = first_key[b] + c * CHUNK, a1 = a0 + CHUNK < S ? a0 + CHUNK : S;
     a0 = a0 > shared ? a0 : shared;
     if (a1 <= a0) return;
     size_t off = (((size_t)b * KV + j) * C + a0) * D, bytes = (size_t)(a1 - a0) * D * sizeof(KV_T);
@@ -387,13 +387,13 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
      * (its chunks began at slot 0, so the padding moved every key to another lane of
      * sum_keys and of the chunks' partial softmaxes: "Name three colors." answered
      * "1. Red..." in a batch, "The most obvious color..." alone, at temperature 0). */
-    int *first = (int *)malloc(sizeof(int) * (size_t)B);
+    int *first_key = (int *)malloc(sizeof(int) * (size_t)B);
     int most = 0;
     for (int b = 0; b < B; b++) {
         int f = 0;
         if (mask)
             while (f < w && !mask[(size_t)b * S + f]) f++;
-        first[b] = f;
+        first_key[b] = f;
         most = S - f > most ? S - f : most;
     }
     int nc = (most + CHUNK - 1) / CHUNK, tasks = B * KV * nc;
@@ -417,12 +417,12 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
      * of 6 interleaved rounds) at 1 / 4 / 8 rows 2.08 / 2.95 / 4.14 -> 1.98 / 2.91 / 3.93 ms. */
     int t_lo, t_hi;
     team_range(tasks, &t_lo, &t_hi);
-    if (t_lo < t_hi) KV_FN(fetch_task)(t_lo, B, nc, S, shared, KV, C, D, kc, vc, first);
+    if (t_lo < t_hi) KV_FN(fetch_task)(t_lo, B, nc, S, shared, KV, C, D, kc, vc, first_key);
     for (int t = t_lo; t < t_hi; t++) {
-        if (t + 1 < t_hi) KV_FN(fetch_task)(t + 1, B, nc, S, shared, KV, C, D, kc, vc, first);
+        if (t + 1 < t_hi) KV_FN(fetch_task)(t + 1, B, nc, S, shared, KV, C, D, kc, vc, first_key);
         /* rows vary fastest: the B tasks of one chunk run back to back, its shared part hot */
         int b = t % B, c = (t / B) % nc, j = t / (B * nc);
-        int k0 = first[b] + c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
+        int k0 = first_key[b] + c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
         float *pt = part + per * (((size_t)b * KV + j) * nc + c);
         if (k0 >= S) { /* (a row with fewer keys than the longest: no chunk here) */
             for (int g = 0; g < G; g++) pt[(size_t)G * D + g] = -INFINITY;
@@ -442,5 +442,5 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
     }
     free(part);
     free(qs);
-    free(first);
+    free(first_key);
 }
