@@ -803,7 +803,7 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
     interrupted = conv.stop_unfinished()
     if conv.mode == "raw":  # a notebook's continuation: its text, in the notebook
         ctx.open_notebook(opened=conv)
-        ctx.notice(f"Opened {path} in raw mode's notebook (F4 comes back to this "
+        ctx.notice(f"Opened {path.absolute()} in raw mode's notebook (F4 comes back to this "
                    f"conversation, as it was).")
         return
     await ctx.show_conversation(conv)
@@ -821,7 +821,7 @@ async def cmd_load(ctx: CommandContext, arg: str) -> None:
         from .widgets.text import shorten
 
         note += f" Its system prompt: {shorten(conv.system_prompt, 200)}"
-    ctx.notice(f"Loaded {path} ({len(conv.entries)} messages).{note}")
+    ctx.notice(f"Loaded {path.absolute()} ({len(conv.entries)} messages).{note}")
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -977,9 +977,11 @@ async def test_save_into_a_folder_and_a_markdown_export_loaded_says_what_it_is(t
         assert len(replies(app)) == 2  # the conversation open is untouched
 
 
-async def test_a_save_path_without_an_extension_gets_json_and_loads_back(tmp_path):
+async def test_a_save_path_without_an_extension_gets_json_and_loads_back(tmp_path,
+                                                                        monkeypatch):
     """`/save notes` writes notes.json (as `/export notes` writes notes.md; it wrote a file
-    named `notes`), the notice names the whole path, and `/load notes` finds notes.json; a
+    named `notes`), the notice names the whole path, and `/load notes` finds notes.json (its
+    notice the whole path too, as /save's and /export's: it showed the path as typed); a
     file that is there under the bare name is still the one `/load` opens."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -991,6 +993,9 @@ async def test_a_save_path_without_an_extension_gets_json_and_loads_back(tmp_pat
         await send(pilot, app, f"/load {tmp_path / 'notes'}")
         assert [e.content for e in app.chat.conversation.entries][0] == "remember me"
         assert str(tmp_path / "notes.json") in str(notices(app)[-1].render())
+        monkeypatch.chdir(tmp_path)
+        await send(pilot, app, "/load notes")
+        assert f"Loaded {tmp_path / 'notes.json'} (2 messages)" in str(notices(app)[-1].render())
         (tmp_path / "bare").write_text("not a transcript")
         (tmp_path / "bare.json").write_bytes((tmp_path / "notes.json").read_bytes())
         await send(pilot, app, f"/load {tmp_path / 'bare'}")
