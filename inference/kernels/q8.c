@@ -207,7 +207,8 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * and the bits of the AVX2 and portable integer sums. */
 static inline __attribute__((always_inline)) void rows_avx512(const uint8_t *xq, const struct xq *xp,
                                                               int G, const int8_t *wb,
-                                                              const uint16_t *sb, float *out,
+                                                              const uint16_t *sb, float *y,
+                                                              size_t ldy, int cnt,
                                                               const float *wsp, const int R) {
     const __m512i pairs = PAIRS_TO_QUADS;
     const __m512i ones = _mm512_set1_epi8(1);
@@ -238,20 +239,27 @@ static inline __attribute__((always_inline)) void rows_avx512(const uint8_t *xq,
             acc[i] = _mm512_fmadd_ps(dd, _mm512_mul_ps(sw, _mm512_set1_ps(p.scale)), acc[i]);
         }
     }
-    for (int i = 0; i < R; i++) _mm512_storeu_ps(out + i * RB, acc[i]);
+    __mmask16 keep = (__mmask16)(cnt >= RB ? 0xFFFF : (1u << cnt) - 1);
+    for (int i = 0; i < R; i++) _mm512_mask_storeu_ps(y + i * ldy, keep, acc[i]);
 }
 
+/* M rows against one block: the block's cnt outputs of row i go to y + i * ldy, stored from the
+ * accumulators (masked past N). They went through a 16-float buffer and a memcpy a row of
+ * cnt floats (a library call: cnt is not a constant), 8 calls a block at 8 rows, ~78,000
+ * a step of the default model: decode layers after 40 MB (`bench_kernels_ab.py --base HEAD`,
+ * issue 18's twenty-sixth pass) at 4 / 8 rows 6.01 / 7.84 -> 6.02 / 7.45 ms and, in a slower
+ * minute, 5.75 / 10.05 -> 5.70 / 8.89 ms; one row 5.11 -> 5.08. The same bits. */
 static void block_avx512(const uint8_t *xq, const struct xq *xp, int M, int G, const int8_t *wb,
-                         const uint16_t *sb, float *out) {
+                         const uint16_t *sb, float *y, size_t ldy, int cnt) {
     switch (M) {
-    case 8: rows_avx512(xq, xp, G, wb, sb, out, NULL, 8); break;
-    case 7: rows_avx512(xq, xp, G, wb, sb, out, NULL, 7); break;
-    case 6: rows_avx512(xq, xp, G, wb, sb, out, NULL, 6); break;
-    case 5: rows_avx512(xq, xp, G, wb, sb, out, NULL, 5); break;
-    case 4: rows_avx512(xq, xp, G, wb, sb, out, NULL, 4); break;
-    case 3: rows_avx512(xq, xp, G, wb, sb, out, NULL, 3); break;
-    case 2: rows_avx512(xq, xp, G, wb, sb, out, NULL, 2); break;
-    default: rows_avx512(xq, xp, G, wb, sb, out, NULL, 1); break;
+    case 8: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 8); break;
+    case 7: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 7); break;
+    case 6: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 6); break;
+    case 5: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 5); break;
+    case 4: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 4); break;
+    case 3: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 3); break;
+    case 2: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 2); break;
+    default: rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, NULL, 1); break;
     }
 }
 
@@ -273,10 +281,11 @@ static void block_sums_avx512(const int8_t *wb, int G, float *wsf) {
 
 /* block_avx512 for a chunk of 8 rows with the block's sums given (block_sums_avx512). */
 static void block8_sums_avx512(const uint8_t *xq, const struct xq *xp, int G, const int8_t *wb,
-                               const uint16_t *sb, float *out, const float *wsf) {
-    rows_avx512(xq, xp, G, wb, sb, out, wsf, 8);
+                               const uint16_t *sb, float *y, size_t ldy, int cnt,
+                               const float *wsf) {
+    rows_avx512(xq, xp, G, wb, sb, y, ldy, cnt, wsf, 8);
 }
-#define BLOCK block_avx512
+#define BLOCK_TO_Y block_avx512
 #define BLOCK_SUMS 1
 #define FETCH_GROUPS AHEAD
 #elif defined(__AVX2__) && defined(__F16C__)
@@ -444,7 +453,6 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
         float *sums = M > MB ? (float *)malloc(sizeof(float) * (size_t)G * RB) : NULL;
 #endif
         for (int b = b_lo; b < b_hi; b++) { /* (the team's end waits for all) */
-            float out[MB * RB];
             const int8_t *bw = wp + (size_t)b * G * GS * RB;
 #ifdef BLOCK_SUMS
             if (sums) block_sums_avx512(bw, G, sums);
@@ -454,14 +462,20 @@ void q8_matmul(const float *x, int M, int K, const int8_t *wp, const uint16_t *s
                 const act_t *bx = xq + (size_t)m0 * G * GS;
                 const struct xq *bs = xs + (size_t)m0 * G;
                 const uint16_t *bsc = sp + (size_t)b * G * RB;
+                int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
+                float *yb = y + (size_t)m0 * N + n0;
+#ifdef BLOCK_TO_Y
 #ifdef BLOCK_SUMS
-                if (sums && mm == MB) block8_sums_avx512(bx, bs, G, bw, bsc, out, sums);
+                if (sums && mm == MB) block8_sums_avx512(bx, bs, G, bw, bsc, yb, N, cnt, sums);
                 else
 #endif
+                BLOCK_TO_Y(bx, bs, mm, G, bw, bsc, yb, N, cnt);
+#else
+                float out[MB * RB];
                 BLOCK(bx, bs, mm, G, bw, bsc, out);
-                int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
                 for (int i = 0; i < mm; i++)
-                    memcpy(y + (size_t)(m0 + i) * N + n0, out + i * RB, sizeof(float) * cnt);
+                    memcpy(yb + (size_t)i * N, out + i * RB, sizeof(float) * cnt);
+#endif
             }
         }
 #ifdef BLOCK_SUMS
@@ -500,13 +514,19 @@ void q8_matmul_sel(int P, const float *x, int xdiv, int K, const int8_t *const *
         #pragma omp for schedule(dynamic, chunk)
         for (int i = 0; i < total; i++) {
             int p = i / NB, b = i % NB;
-            float out[RB];
             const int8_t *w = wp[sel[p]];
             const uint16_t *s = sp[sel[p]];
+            int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
+#ifdef BLOCK_TO_Y
+            BLOCK_TO_Y(xq + (size_t)p * G * GS, xs + (size_t)p * G, 1, G,
+                       w + (size_t)b * G * GS * RB, s + (size_t)b * G * RB, y + (size_t)p * N + n0,
+                       N, cnt);
+#else
+            float out[RB];
             BLOCK(xq + (size_t)p * G * GS, xs + (size_t)p * G, 1, G,
                   w + (size_t)b * G * GS * RB, s + (size_t)b * G * RB, out);
-            int n0 = b * RB, cnt = N - n0 < RB ? N - n0 : RB;
             memcpy(y + (size_t)p * N + n0, out, sizeof(float) * cnt);
+#endif
         }
     }
     free(xq);
