@@ -204,6 +204,40 @@ def test_inference_never_imports_the_ui():
     assert not bad, "inference/ must not import chatui or textual:\n" + "\n".join(bad)
 
 
+UI_REACHES_THE_ENGINE_THROUGH = ("inference.types", "inference.settings", "inference.worker",
+                                  "inference.backend")
+"""What any module of ``chatui/`` may import from ``inference/``: the plain data types, the
+frozen sampling settings, the worker's async API and the ``Backend`` protocol (README, "How the
+engine works")."""
+
+BUILDERS = {
+    "chatui.backends": ("inference.checkpoint", "inference.engine", "inference.scripted",
+                        "inference.openai_backend"),
+    "chatui.cli.headless": ("inference.checkpoint",),
+    "chatui.cli.commands": ("inference.bench", "inference.kernel_build"),
+}
+"""...and the few that build what the worker runs (the backend factories) or are a headless
+command of the engine's own (``chatui bench``, ``chatui build-kernels``, a checkpoint checked
+before loading), each the only module that imports it."""
+
+
+def _within(target: str, allowed: tuple[str, ...]) -> bool:
+    return any(target == a or target.startswith(a + ".") for a in allowed)
+
+
+def test_the_ui_reaches_the_engine_only_through_its_api():
+    files = module_files(ROOT, PACKAGES)
+    known = set(files)
+    bad = [f"{path.relative_to(ROOT)}:{imp.line} imports {target}"
+           for module, path in files.items() if module.split(".")[0] == "chatui"
+           for imp in imports_of(module, path, known)
+           for target in imp.targets
+           if target.split(".")[0] == "inference" and target != "inference"
+           and not _within(target, UI_REACHES_THE_ENGINE_THROUGH + BUILDERS.get(module, ()))]
+    assert not bad, ("chatui/ reaches inference/ through its worker, types, settings and "
+                     "Backend protocol (and the builders listed in BUILDERS):\n" + "\n".join(bad))
+
+
 def test_no_import_cycles():
     found = cycles(import_graph(ROOT, PACKAGES))
     report = "\n".join(" -> ".join(c) for c in found)
