@@ -336,3 +336,43 @@ async def test_the_side_panel_is_compact_between_the_narrow_and_wide_layouts():
             if NARROW_BELOW <= width < WIDE_FROM:
                 assert inspector.outer_size.width == 38
                 assert chat.log_view.outer_size.width >= width - 38 - 1
+
+
+class _ServerLike(ScriptedBackend):
+    """The scripted engine as an OpenAI-compatible server reports: no token ids and no entropy
+    (``ModelInfo``), and, with ``logprobs`` False, no logprobs at all."""
+
+    def __init__(self, logprobs: bool) -> None:
+        super().__init__(lambda r, row: "some words here")
+        self.info = dataclasses.replace(self.info, has_token_ids=False, has_entropy=False)
+        self.logprobs = logprobs
+
+    def generate(self, request, cancel):
+        for ev in super().generate(request, cancel):
+            if hasattr(ev, "tokens"):
+                ev = dataclasses.replace(ev, tokens=tuple(
+                    dataclasses.replace(t, id=None, entropy=None,
+                                        **({} if self.logprobs else {"logprob": None,
+                                                                     "top": ()}))
+                    for t in ev.tokens))
+            yield ev
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+async def test_what_a_server_does_not_report_is_marked_not_left_out(logprobs):
+    """Over a server (no token ids, no entropy; README, "OpenAI-compatible servers") the side
+    panel says those are not reported, and a reply with no logprobs at all says so and draws
+    its tokens with no heat colour (they took the colour of a sure token)."""
+    app = make_app(backend=_ServerLike(logprobs))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "go")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.2)
+        panel = str(app.chat.inspector.query_one(".detail").render())
+        assert "entropy" in panel and "id" in panel and "not reported" in panel
+        assert ("not sent" in panel) is not logprobs
+        tv = replies(app)[0].token_view
+        heat = {s.rich_style.color for s in tv._heat_styles()}
+        strip = tv._render_strip(0, tv.size.width, tv.visual_style)
+        colours = {seg.style.color for seg in strip if seg.text.strip() and seg.style}
+        assert bool(colours & heat) is logprobs

@@ -15,10 +15,9 @@ HEAT_BINS: tuple[float, ...] = (0.9, 0.6, 0.3, 0.1)
 HEAT_LABELS: tuple[str, ...] = ("≥90%", "≥60%", "≥30%", "≥10%", "<10%")
 
 
-def heat_bin(prob: float | None) -> int:
-    """The heat bin (0 sure .. 4 surprising) of a token probability; None counts as sure."""
-    if prob is None:
-        return 0
+def heat_bin(prob: float) -> int:
+    """The heat bin (0 sure .. 4 surprising) of a token probability (a token with none has no
+    heat colour: the token view draws it plain)."""
     for i, threshold in enumerate(HEAT_BINS):
         if prob >= threshold:
             return i

@@ -324,6 +324,8 @@ class ChatScreen(Screen[None]):
                         "goes back to the model's own.")
         self.status.model = model_label(info)
         self.status.context_limit = info.context_limit
+        self.inspector.reports_ids = info.has_token_ids
+        self.inspector.reports_entropy = info.has_entropy
         self.settings_changed()
         self._loading_done()
         if info.chat_template_warning:

@@ -64,11 +64,15 @@ def _bar(prob: float, width: int = BAR_WIDTH) -> str:
 
 
 def describe_tokens(tokens: list[Token], index: int, total: int,
-                    forkable: bool = True, *, compact: bool = False) -> Content:
+                    forkable: bool = True, *, compact: bool = False, ids: bool = True,
+                    entropy: bool = True) -> Content:
     """The panel's text for the unit made of ``tokens`` (alternatives are the first token's);
     ``forkable`` False (a scored message's tokens, which nothing continues) leaves out the
     alternatives' "continue". ``compact``: shorter labels and bars, every line at most
-    35 cells (the panel between :data:`NARROW_BELOW` and :data:`WIDE_FROM` columns)."""
+    35 cells (the panel between :data:`NARROW_BELOW` and :data:`WIDE_FROM` columns).
+    ``ids`` / ``entropy`` False: the backend reports no token ids / no entropy (a server,
+    ``ModelInfo``), and the panel says so instead of leaving the line out; a token with no
+    logprob says why it has none."""
     first = tokens[0]
     lines: list[Content] = []
     pad, gap, bar = (9, "  ", COMPACT_BAR_WIDTH) if compact else (13, "   ", BAR_WIDTH)
@@ -85,6 +89,12 @@ def describe_tokens(tokens: list[Token], index: int, total: int,
     if first.prob is not None:
         lines.append(field("prob" if compact else "probability",
                            f"{show_prob(first.prob, 2)}{gap}logprob {first.logprob:.3f}"))
+    elif forkable:  # (a reply's token: the server sent no logprobs)
+        lines.append(field("prob" if compact else "probability",
+                           "not sent" if compact else "not sent by the server"))
+    else:  # (a scored text's first token, with no BOS before it)
+        lines.append(field("prob" if compact else "probability",
+                           "none (first token)" if compact else "none: nothing comes before it"))
     cut = first.sampler
     if cut is not None:
         unit = "" if compact else f" token{'s' if cut.nucleus != 1 else ''}"
@@ -94,10 +104,15 @@ def describe_tokens(tokens: list[Token], index: int, total: int,
     if first.top:
         lines.append(field("rank", f"{rank if rank else f'>{len(first.top)}'} "
                                    f"of top-{len(first.top)}"))
+    unreported = "not reported" if compact else "not reported by the server"
     if first.entropy is not None:
         lines.append(field("entropy", f"{first.entropy:.3f} nats"))
+    elif not entropy:
+        lines.append(field("entropy", unreported))
     if first.id is not None:
         lines.append(field("id", str(first.id)))
+    elif not ids:
+        lines.append(field("id", unreported))
     if first.channel == "reasoning":
         lines.append(field("channel", "reasoning"))
     if first.top:
@@ -144,6 +159,11 @@ class TokenInspector(VerticalScroll):
         self._shown: tuple[list[Token], int, int, bool] | None = None
         """What :meth:`show` showed last, drawn again when the panel's width changes layout."""
         self._compact = False
+        self.reports_ids = True
+        """Whether the backend reports token ids (``ModelInfo.has_token_ids``; set by the
+        screen when the model loads)..."""
+        self.reports_entropy = True
+        """...and the entropy of the full distribution (``ModelInfo.has_entropy``)."""
 
     def compose(self):
         yield Static(heat_legend(), classes="legend")
@@ -167,7 +187,8 @@ class TokenInspector(VerticalScroll):
         if self._shown is not None:
             tokens, unit_index, total, forkable = self._shown
             self.query_one(".detail", Static).update(
-                describe_tokens(tokens, unit_index, total, forkable, compact=self._compact))
+                describe_tokens(tokens, unit_index, total, forkable, compact=self._compact,
+                                ids=self.reports_ids, entropy=self.reports_entropy))
 
     def on_resize(self, event: events.Resize) -> None:
         """The compact lines in a narrower panel (:data:`COMPACT_BELOW`), the wide ones

@@ -582,8 +582,10 @@ class TokenView(GrowsInSteps, SettledSize, Widget, can_focus=True):
         for piece in wrapper.lines[y].pieces:
             unit = units[piece.unit]
             text = piece.text
-            style = base + heat[heat_bin(None if unit.logprob is None else
-                                         math.exp(unit.logprob))]
+            # (no logprob: a server that sends none, a scored text's first token; no heat
+            # colour then, where it took the "sure" one)
+            style = base if unit.logprob is None else \
+                base + heat[heat_bin(math.exp(unit.logprob))]
             if unit.reasoning:
                 style += _REASONING_STYLE
             if self.forks and any(unit.start <= p <= unit.end for p in self.forks):
