@@ -376,3 +376,17 @@ async def test_what_a_server_does_not_report_is_marked_not_left_out(logprobs):
         strip = tv._render_strip(0, tv.size.width, tv.visual_style)
         colours = {seg.style.color for seg in strip if seg.text.strip() and seg.style}
         assert bool(colours & heat) is logprobs
+
+
+def test_a_scored_texts_first_token_says_why_it_has_no_probability():
+    """A scored text's first token (a tokenizer with no BOS: nothing comes before it) has no
+    logprob; the side panel says why, wide and compact, where it said nothing."""
+    from inference.types import Token
+
+    from chatui.widgets.inspector import describe_tokens
+
+    first = Token(0, 42, "Paris", None, None)
+    assert "none: nothing comes before it" in str(describe_tokens([first], 0, 7, False))
+    compact = str(describe_tokens([first], 0, 7, False, compact=True))
+    assert "none (first token)" in compact
+    assert max(len(line) for line in compact.splitlines()) <= 35
