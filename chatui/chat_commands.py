@@ -892,13 +892,26 @@ async def cmd_tree(ctx: CommandContext, arg: str = "") -> None:
     ctx.open_tree()
 
 
+FAN_OUT_MOST = 8
+"""The most branches ``f`` decodes at once."""
+
+
 async def cmd_fanout(ctx: CommandContext, arg: str = "") -> None:
-    """``/fanout [K]``: how many alternatives ``f`` in the token view decodes (2 to 8)."""
+    """``/fanout [K]``: how many alternatives ``f`` in the token view decodes (2 to 8, and no
+    more than each token keeps: ``/fanout 8`` was taken with the default 5, and every ``f``
+    then said the token had too few)."""
     arg = arg.strip()
+    kept = ctx.state.top_logprobs
+    most = min(FAN_OUT_MOST, kept)
     if arg:
-        if not arg.isdigit() or not 2 <= int(arg) <= 8:
-            ctx.notice(f"/fanout takes a number of branches from 2 to 8; got {arg!r}.",
-                       "error")
+        if not arg.isdigit() or not 2 <= int(arg) <= most:
+            why = (f" (each token keeps its {kept} most likely alternatives; chatui "
+                   f"--top-logprobs {FAN_OUT_MOST} keeps {FAN_OUT_MOST})"
+                   if most < FAN_OUT_MOST else "")
+            ctx.notice(f"/fanout takes a number of branches from 2 to {most}{why}; got "
+                       f"{arg!r}." if most >= 2 else
+                       f"Fan-out needs 2 alternatives a token or more, and each keeps {kept} "
+                       f"here; start chatui with --top-logprobs {FAN_OUT_MOST}.", "error")
             return
         ctx.state.fan_k = int(arg)
     ctx.notice(f"Fan-out: f in the token view decodes the {ctx.state.fan_k} most likely "

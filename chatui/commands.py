@@ -105,8 +105,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 args="prev|next", key="Alt+Left / Alt+Right", handler=run.cmd_sibling),
     CommandSpec("tree", "The whole conversation as a tree of branches; Enter opens one.",
                 key="F5", handler=run.cmd_tree),
-    CommandSpec("fanout", "Set how many alternatives (2-8, default 3) f in the token view "
-                "decodes as branches in one batch, side by side.", args="[K]",
+    CommandSpec("fanout", "Set how many alternatives (2-8, default 3; at most the 5 a "
+                "token keeps unless chatui --top-logprobs N) f in the token view decodes as "
+                "branches in one batch, side by side.", args="[K]",
                 key="f (token view)", handler=run.cmd_fanout),
     CommandSpec("delete", "Delete the alternative shown (and what follows it) from the tree "
                 "and its file: /delete says what, /delete yes does it.", args="[yes]",

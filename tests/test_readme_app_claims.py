@@ -241,3 +241,21 @@ def test_a_version_1_journal_without_node_ids_still_applies(tmp_path):
     got = tr.load_transcript(path)
     want = [e.text for e in written[-1].entries][:4] + ["an edited question"]
     assert [e.text for e in got.entries] == want
+
+
+async def test_fanout_takes_no_more_branches_than_a_token_keeps():
+    """`/fanout 8` with the default 5 alternatives a token is refused in one sentence that says
+    how to keep more (it was taken, and every `f` then said the token had too few); with
+    `--top-logprobs 8` it is taken."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/fanout 8")
+        said = last_notice(app, "error")
+        assert "from 2 to 5" in said and "--top-logprobs 8" in said
+        assert app.chat.state.fan_k == 3
+        await send(pilot, app, "/fanout 5")
+        assert app.chat.state.fan_k == 5
+    app = make_app(top_logprobs=8)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/fanout 8")
+        assert app.chat.state.fan_k == 8
