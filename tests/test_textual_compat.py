@@ -130,6 +130,12 @@ def _run_crash(log_file: Path) -> dict:
 def _scenario(name: str, *, patches: str | None = None, version: str | None = None,
               tmp: Path) -> tuple[dict, str]:
     """Run scenario ``name`` in a fresh interpreter: (what it printed, its stderr)."""
+    return _finish(*_start(name, patches=patches, version=version, tmp=tmp))
+
+
+def _start(name: str, *, patches: str | None = None, version: str | None = None,
+           tmp: Path) -> tuple[str, Path, subprocess.Popen[str]]:
+    """Scenario ``name`` started in a fresh interpreter (:func:`_finish` waits for it)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("CHATUI_TEXTUAL_PATCHES", "CHATUI_UPDATE_SNAPSHOTS")}
     if patches is not None:
@@ -139,10 +145,14 @@ def _scenario(name: str, *, patches: str | None = None, version: str | None = No
     env["CHATUI_DATA_DIR"] = str(tmp / "data")
     out = tmp / f"{name}-{patches}-{version}.json"
     args = [sys.executable, __file__, name, str(out)] + ([version] if version else [])
-    done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert out.exists(), f"scenario {name} failed:\n{done.stdout}\n{done.stderr}"
-    return json.loads(out.read_text("utf-8")), done.stderr
+    return name, out, subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+
+
+def _finish(name: str, out: Path, proc: subprocess.Popen[str]) -> tuple[dict, str]:
+    stdout, stderr = proc.communicate(timeout=300)
+    assert out.exists(), f"scenario {name} failed:\n{stdout}\n{stderr}"
+    return json.loads(out.read_text("utf-8")), stderr
 
 
 # ---- the tests ----
@@ -157,9 +167,11 @@ def screens(tmp_path_factory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("compat")
     # "force" rather than the default: on a release not tested yet, this compares the patches
     # against Textual's own path, which is what to check before adding it to TESTED_VERSIONS
-    return {"on": _scenario("screens", patches="force", tmp=tmp)[0],
-            "off": _scenario("screens", patches="off", tmp=tmp)[0],
-            "untested": _scenario("screens", version=UNTESTED, tmp=tmp)[0]}
+    # the three interpreters side by side (28 s one after another: the suite's slowest setup)
+    started = {"on": _start("screens", patches="force", tmp=tmp),
+               "off": _start("screens", patches="off", tmp=tmp),
+               "untested": _start("screens", version=UNTESTED, tmp=tmp)}
+    return {key: _finish(*run)[0] for key, run in started.items()}
 
 
 def test_the_switch_and_the_version_gate_decide_what_is_patched(screens):
