@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import struct
-import sys
 import tempfile
 import time
 import uuid
@@ -31,41 +30,17 @@ from test_app import SIZE, config_dir, loaded, make_app, notices, send  # noqa: 
 # ---- SIGTERM (README: "The chat") ----
 
 
-def start_in_tmux(name: str, tmp: Path, status_file: Path) -> int:
-    """chatui as ``tests/test_tmux_input.py``'s ``start_chatui`` starts it (the scripted
-    backend, data and config under ``tmp``), but under a shell that writes its exit status to
-    ``status_file`` (tmux left the exited process a zombie for 30 s in some runs here, its
-    status unknown); chatui's process id."""
-    from test_tmux_input import ROOT, tmux
-
-    env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp / "config"),
-           "CHATUI_DATA_DIR": str(tmp / "data"), "XDG_DATA_HOME": str(tmp / "xdg"),
-           "TERM": "xterm-256color"}
-    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
-                        "-m", "chatui", "--backend", "scripted", ";", "echo", "$?", ">",
-                        str(status_file)])
-    tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", command)
-    tmux("set-option", "-w", "-t", name, "remain-on-exit", "on")  # (the screen stays)
-    shell = tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip()
-    children = Path(f"/proc/{shell}/task/{shell}/children")
-    deadline = time.monotonic() + 10
-    while not children.read_text().split():
-        assert time.monotonic() < deadline, "chatui did not start"
-        time.sleep(0.05)
-    return int(children.read_text().split()[0])
-
-
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_sigterm_quits_as_ctrl_q_does(tmp_path):
     """README: "SIGTERM quits as Ctrl+Q does": the streaming reply is stopped and kept, the
     conversation saved, the unsent draft kept, and the process exits 0 with the terminal
     restored (SIGHUP's path ends at once, leaving the window drawn; an uncaught SIGTERM kills
     the process and the reply with it)."""
-    from test_tmux_input import tmux, wait_for
+    from test_tmux_input import start_chatui, tmux, wait_for
 
     name = f"chatui-term-{uuid.uuid4().hex[:8]}"
     data, status_file = tmp_path / "data", tmp_path / "status"
-    pid = start_in_tmux(name, tmp_path, status_file)
+    pid = start_chatui(name, tmp_path, status_file=status_file)
     try:
         wait_for(name, "Message the model")
         time.sleep(0.5)

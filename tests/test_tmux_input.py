@@ -33,15 +33,30 @@ def tmux(*args: str) -> str:
 
 
 def start_chatui(name: str, tmp: Path, size: tuple[int, int] = (100, 30),
-                 program: list[str] | None = None, args: tuple[str, ...] = ()) -> int:
-    """chatui (the scripted backend, data and config under ``tmp``) in a new tmux session
-    ``name``; its process id (the pane's: the command is exec'd)."""
+                 program: list[str] | None = None, args: tuple[str, ...] = (),
+                 status_file: Path | None = None) -> int:
+    """chatui (the scripted backend, data, config and logs under ``tmp``) in a new tmux
+    session ``name``; its process id (the pane's: the command is exec'd). With
+    ``status_file``, a shell runs it and writes its exit status there (tmux left an exited
+    pane's process a zombie for 30 s in some runs, its status unknown), the pane kept."""
     env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp / "config"),
-           "CHATUI_DATA_DIR": str(tmp / "data"), "TERM": "xterm-256color"}
-    command = " ".join(["exec", "env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
+           "CHATUI_DATA_DIR": str(tmp / "data"), "XDG_DATA_HOME": str(tmp / "xdg"),
+           "TERM": "xterm-256color"}
+    command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
                         *(program or ["-m", "chatui"]), "--backend", "scripted", *args])
+    command = (f"{command}; echo $? > {status_file}" if status_file is not None
+               else f"exec {command}")
     tmux("new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command)
-    return int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
+    pane = int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
+    if status_file is None:
+        return pane
+    tmux("set-option", "-w", "-t", name, "remain-on-exit", "on")  # (the screen stays)
+    children = Path(f"/proc/{pane}/task/{pane}/children")
+    deadline = time.monotonic() + 10
+    while not children.read_text().split():
+        assert time.monotonic() < deadline, "chatui did not start"
+        time.sleep(0.05)
+    return int(children.read_text().split()[0])
 
 
 def wait_for(name: str, text: str, timeout: float = 30) -> str:
