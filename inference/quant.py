@@ -287,15 +287,17 @@ def _remove_older_versions(path: Path) -> None:
 
 
 def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:
-    """The cached weights (mapped from the file on a CPU: ``st_io.load_mapped``), or None when
-    missing or unreadable."""
+    """The cached weights (on a CPU read into huge pages, ``st_io.load_resident``; mapped from
+    the file for another device, which copies them), or None when missing or unreadable."""
     if not path.is_file():
         return None
     try:
         from . import st_io
 
-        tensors = st_io.load_mapped(path)
-        if device.type != "cpu":
+        if device.type == "cpu":
+            tensors = st_io.load_resident(path)
+        else:
+            tensors = st_io.load_mapped(path)
             tensors = {k: v.to(device) for k, v in tensors.items()}
     except Exception as exc:  # noqa: BLE001 - a corrupt cache is rebuilt, not fatal
         log.warning("ignoring unreadable int8 cache %s: %s", path, exc)

@@ -7,7 +7,10 @@ a model's int8 weights held them twice (1.3 GB more at the peak of a 1B model's 
 every tensor into new memory; ``load_mapped`` maps the file (copy-on-write, so the tensors are
 writable as torch expects, though nothing writes them) and makes each tensor a view of its
 bytes: a later start costs a header parse, and the pages are read when the weights are first
-used. Tensors are laid out by element size, largest first, after a header padded to 8 bytes,
+used. ``load_resident`` reads the file into one private buffer in huge pages instead (where the
+kernel has them) and makes each tensor a view of that: one copy in memory as with the mapping,
+but a decode step streaming the weights through it misses the TLB 512 times less often
+(``hugepages``). Tensors are laid out by element size, largest first, after a header padded to 8 bytes,
 so each starts aligned to its element size.
 """
 
@@ -18,6 +21,7 @@ import mmap
 import os
 import struct
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
 
@@ -59,23 +63,61 @@ def load_mapped(path: Path) -> dict[str, torch.Tensor]:
     """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > size - 8:
-            raise ValueError("the header is longer than the file")
-        header = json.loads(f.read(n))
+        n, header = _header(f, size)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size > 8 + n else None
+    return _views(header, mapped, 8 + n, size - 8 - n)
+
+
+def load_resident(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file as a view of one private copy of the file's bytes in
+    huge pages (``hugepages.read_file``: a decode step streaming the weights is 5-12% quicker
+    there than on the file's 4 KB pages); ``load_mapped`` where the kernel gives no huge pages.
+
+    Raises:
+        ValueError: not a safetensors file (or a truncated one).
+        OSError: the file could not be read.
+    """
+    from . import hugepages
+
+    if not hugepages.huge_pages_available():
+        return load_mapped(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        n, header = _header(f, size)
+    if size <= 8 + n:
+        return _views(header, None, 0, size - 8 - n)
+    buf, start = hugepages.read_file(path)
+    return _views(header, buf, start + 8 + n, size - 8 - n)
+
+
+def _header(f: BinaryIO, size: int) -> tuple[int, dict[str, Any]]:
+    """(the header's length, the header) of the safetensors file ``f`` of ``size`` bytes."""
+    (n,) = struct.unpack("<Q", f.read(8))
+    if n > size - 8:
+        raise ValueError("the header is longer than the file")
+    return n, json.loads(f.read(n))
+
+
+def _views(header: dict[str, Any], buf: Any, data: int, length: int
+           ) -> dict[str, torch.Tensor]:
+    """The header's tensors as views of ``buf``, whose byte ``data`` is the first of the file's
+    ``length`` bytes of tensor data; empty tensors where ``buf`` is None.
+
+    Raises:
+        ValueError: a tensor lies past the end of the data.
+    """
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         dtype = _DTYPES[info["dtype"]]
         start, stop = info["data_offsets"]
-        if 8 + n + stop > size:
+        if stop > length:
             raise ValueError(f"{name} lies past the end of the file")
         count = (stop - start) // torch.empty((), dtype=dtype).element_size()
-        if count == 0 or mapped is None:
+        if count == 0 or buf is None:
             out[name] = torch.empty(info["shape"], dtype=dtype)
             continue
-        t = torch.frombuffer(mapped, dtype=dtype, count=count, offset=8 + n + start)
+        t = torch.frombuffer(buf, dtype=dtype, count=count, offset=data + start)
         out[name] = t.view(info["shape"])
     return out

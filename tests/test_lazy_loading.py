@@ -162,10 +162,17 @@ def test_the_estimate_is_what_the_runner_holds(cache: Path, default_model_dir: P
         assert abs(estimate - held) <= 0.05 * held, (kind, estimate, held)
 
 
-def test_the_disk_cache_is_mapped_not_copied(cache: Path, default_model_dir: Path) -> None:
-    """A later start maps the cached weights from the file (no copy in memory): each one a
-    view of the mapped file."""
-    from inference import quant
+def _tensors(weights: dict) -> list[torch.Tensor]:
+    return [t for w in weights.values() for t in vars(w).values() if isinstance(t, torch.Tensor)]
+
+
+def test_the_disk_cache_is_read_into_huge_pages_once(cache: Path,
+                                                      default_model_dir: Path) -> None:
+    """A start reads the cached weights into one private buffer in huge pages (a decode step
+    streams them 5-12% quicker than from the file's 4 KB pages), a first start too, once it
+    has cached them: each weight a view of that buffer, no second copy. Where the kernel has no
+    huge pages, each weight is a view of the file mapped."""
+    from inference import hugepages, quant
 
     ckpt_dir = _bf16_checkpoint(cache, default_model_dir)
     first = build_runner(load_checkpoint(str(ckpt_dir), device="cpu", dtype="float32",
@@ -177,10 +184,21 @@ def test_the_disk_cache_is_mapped_not_copied(cache: Path, default_model_dir: Pat
     maps = Path("/proc/self/maps")
     if not maps.is_file():
         skip_unless_ci("there is no /proc/self/maps to see the mapping in")
-    spans = []
-    for line in maps.read_text().splitlines():
-        if line.endswith(str(first.int8_path.resolve())):
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            spans.append((lo, hi))
-    for t in (w.packed, w.scales):
-        assert any(lo <= t.data_ptr() < hi for lo, hi in spans)
+    if not hugepages.huge_pages_available():
+        spans = []
+        for line in maps.read_text().splitlines():
+            if line.endswith(str(first.int8_path.resolve())):
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                spans.append((lo, hi))
+        for t in (w.packed, w.scales):
+            assert any(lo <= t.data_ptr() < hi for lo, hi in spans)
+        return
+    size = first.int8_path.stat().st_size
+    for weights in (stored, first.fast.quantized):
+        tensors = _tensors(weights)
+        lo = min(t.data_ptr() for t in tensors)
+        hi = max(t.data_ptr() + t.numel() * t.element_size() for t in tensors)
+        assert hi - lo <= size  # views of one copy of the file's bytes
+        held = sum(t.numel() * t.element_size() for t in tensors)
+        huge = hugepages.huge_bytes(lo, hi - lo)
+        assert huge is not None and huge >= 0.95 * held, (huge, held)

@@ -1,0 +1,104 @@
+"""Decode steps on the weights in huge pages against the same weights on the disk cache's 4 KB
+file pages (``inference/hugepages.py``), alternately in one process.
+
+    nice .venv/bin/python benchmarks/bench_hugepages.py [--rounds 10] [--rows 1,4,8]
+        [--new-tokens 128] [--threads 2]
+
+The default model with int8 weights, as ``chatui`` runs it: its cached weights loaded twice,
+once mapped from the file (``st_io.load_mapped``, what every start did before) and once read
+into huge pages (``st_io.load_resident``, what a start does now), and for each row count a
+comparison's rows (``bench.compare_settings``, top-5 logprobs, EOS ignored) decoded on each
+copy in turn, the order alternating round by round. Prints each round's ms a step and the
+medians, with how much of each copy lies in huge pages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from inference import bench, hugepages, st_io  # noqa: E402
+from inference.quant import load_int8  # noqa: E402
+from inference.types import GenerationRequest  # noqa: E402
+
+
+def huge_share(weights: dict) -> float:
+    """The share of ``weights``' bytes in huge pages."""
+    tensors = [t for w in weights.values() for t in vars(w).values() if hasattr(t, "data_ptr")]
+    held = sum(t.numel() * t.element_size() for t in tensors)
+    huge = 0
+    for t in tensors:
+        huge += hugepages.huge_bytes(t.data_ptr(), t.numel() * t.element_size()) or 0
+    return huge / held
+
+
+def main() -> None:
+    parser = step_parser(__doc__.splitlines()[0])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.set_defaults(rounds=10)
+    args = parser.parse_args()
+    backend = default_engine(args.threads)
+    backend.eos_ids = frozenset()
+    fast = backend.runner.fast
+    path = backend.runner.int8_path
+    copies = {"huge pages": load_int8(path, backend.device)}
+    resident = st_io.load_resident
+    st_io.load_resident = st_io.load_mapped  # type: ignore[assignment]
+    copies["file pages"] = load_int8(path, backend.device)
+    st_io.load_resident = resident  # type: ignore[assignment]
+    names = {id(w): name for name, w in fast.quantized.items()}
+    states = {}
+    for label, weights in copies.items():
+        assert weights is not None and set(weights) == set(fast.quantized)
+        swap = {id(w): weights[names[id(w)]] for w in fast.quantized.values()}
+        layers = [dataclasses.replace(L, **{f.name: swap[id(v)] for f in dataclasses.fields(L)
+                                            if id(v := getattr(L, f.name)) in swap})
+                  for L in fast.layers]
+        states[label] = (layers, swap[id(fast.lm_head)], swap.get(id(fast.embed), fast.embed))
+        print(f"{label}: {huge_share(weights):.0%} of the weights in huge pages", flush=True)
+
+    def use(label: str) -> None:
+        fast.layers, fast.lm_head, fast.embed = states[label]
+
+    messages = bench.make_prompt(backend.tokenizer, 128)
+    rows = [int(r) for r in args.rows.split(",")]
+    gc.collect()
+    gc.freeze()
+    spent: dict[tuple[int, str], list[float]] = {}
+    labels = list(states)
+    for rnd in range(args.rounds):
+        line = []
+        for n in rows:
+            for label in labels if rnd % 2 == 0 else labels[::-1]:
+                use(label)
+                backend.reset()  # the prompt prefilled and one short request first
+                list(backend.generate(GenerationRequest(messages, bench.compare_settings(n, 2),
+                                                        5), threading.Event()))
+                start = time.perf_counter()
+                list(backend.generate(GenerationRequest(
+                    messages, bench.compare_settings(n, args.new_tokens), 5), threading.Event()))
+                ms = (time.perf_counter() - start) * 1e3 / args.new_tokens
+                spent.setdefault((n, label), []).append(ms)
+                line.append(f"{n} rows {label} {ms:.2f}")
+        print(f"round {rnd + 1}: " + ", ".join(line), flush=True)
+    print("medians, ms a step:")
+    for n in rows:
+        file, huge = (statistics.median(spent[(n, label)]) for label in ("file pages",
+                                                                         "huge pages"))
+        print(f"  {n} rows: file pages {file:.2f}, huge pages {huge:.2f} "
+              f"({(file - huge) / file:+.1%})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""A file's bytes in anonymous memory backed by 2 MB pages (Linux's transparent huge pages), so
+that the weights a decode step streams cost one TLB entry every 2 MB instead of every 4 KB.
+
+A decode step on a CPU reads every weight once (106 MB for the default model's layers, 134 MB
+with its output layer); mapped from the disk cache's file they lie on 4 KB pages of the page
+cache, which the kernel cannot back with huge pages. The same bytes read into a private
+anonymous mapping advised ``MADV_HUGEPAGE`` before its first touch are backed by 2 MB pages.
+Measured on a 2-core AMD EPYC Zen 4 under KVM (``benchmarks/bench_hugepages.py``, the default
+model's int8 weights, a comparison's rows alternately on both copies in one process, medians
+of 10 rounds of 128 steps): 1 / 4 / 8 rows 6.71 / 8.19 / 11.68 ms a step on the file's pages,
+5.92 / 7.82 / 11.39 on huge pages. Where the platform has no ``MADV_HUGEPAGE`` or the kernel's
+``transparent_hugepage`` setting is ``never``, ``huge_pages_available`` says so and callers
+keep the file mapping (the same bytes, on small pages).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+HUGE_PAGE = 2 << 20
+_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+_CHUNK = 64 << 20  # one read() call's bytes (Linux reads at most ~2 GB a call)
+
+
+def huge_pages_available() -> bool:
+    """Whether an ``MADV_HUGEPAGE`` mapping can get huge pages here: Linux, with the kernel's
+    ``transparent_hugepage`` setting ``always`` or ``madvise``."""
+    if not hasattr(mmap, "MADV_HUGEPAGE") or not hasattr(mmap, "MAP_PRIVATE"):
+        return False
+    try:
+        setting = _SETTING.read_text()
+    except OSError:
+        return False
+    return "[never]" not in setting
+
+
+def anonymous(nbytes: int) -> mmap.mmap:
+    """A private anonymous mapping of ``nbytes`` (zeros) advised ``MADV_HUGEPAGE`` before any
+    page of it is touched (a page touched before the advice stays 4 KB).
+
+    Raises:
+        OSError: the mapping could not be made.
+    """
+    buf = mmap.mmap(-1, max(1, nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # an old kernel without the advice: small pages, the same bytes
+        pass
+    return buf
+
+
+def address(buf: mmap.mmap) -> int:
+    """The address of a mapping's first byte."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def read_file(path: Path) -> tuple[mmap.mmap, int]:
+    """The whole file ``path`` read into ``anonymous`` memory: (the mapping, the offset of the
+    file's first byte in it), the offset putting that byte on a 2 MB boundary (the kernel gives
+    a huge page only to a whole aligned 2 MB of a mapping).
+
+    Raises:
+        OSError: the file could not be read, or it ended before its size.
+    """
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        buf = anonymous(size + HUGE_PAGE)
+        start = -address(buf) % HUGE_PAGE
+        view = memoryview(buf)
+        try:
+            done = 0
+            while done < size:
+                got = f.readinto(view[start + done:start + min(size, done + _CHUNK)])
+                if not got:
+                    raise OSError(f"{path} ended after {done} of its {size} bytes")
+                done += got
+        finally:
+            view.release()
+    return buf, start
+
+
+def huge_bytes(address: int, nbytes: int) -> int | None:
+    """How many of the bytes [address, address + nbytes) lie in huge pages, from
+    ``/proc/self/smaps`` (None where it cannot be read): what a test or a benchmark checks."""
+    try:
+        text = Path("/proc/self/smaps").read_text()
+    except OSError:
+        return None
+    total = 0
+    lo = hi = 0
+    for line in text.splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            a, b = (int(x, 16) for x in head.split("-"))
+            lo, hi = a, b
+        elif head == "AnonHugePages:" and lo < address + nbytes and address < hi:
+            mapped = int(line.split()[1]) * 1024
+            overlap = min(hi, address + nbytes) - max(lo, address)
+            total += min(mapped, overlap)
+    return total
