@@ -2,9 +2,10 @@
 file pages (``inference/hugepages.py``), alternately in one process.
 
     nice .venv/bin/python benchmarks/bench_hugepages.py [--rounds 10] [--rows 1,4,8]
-        [--new-tokens 128] [--threads 2]
+        [--new-tokens 128] [--threads 2] [--ckpt PATH] [--quantize int8|int4]
 
-The default model with int8 weights, as ``chatui`` runs it: its cached weights loaded twice,
+The default model (or ``--ckpt``) with int8 weights (or ``--quantize``'s), as ``chatui`` runs
+it: its cached weights loaded twice,
 once mapped from the file (``st_io.load_mapped``, what every start did before) and once read
 into huge pages (``st_io.load_resident``, what a start does now), and for each row count a
 comparison's rows (``bench.compare_settings``, top-5 logprobs, EOS ignored) decoded on each
@@ -27,7 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import torch  # noqa: E402
+
 from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from inference.checkpoint import load_checkpoint  # noqa: E402
+from inference.engine import LocalBackend  # noqa: E402
 from inference import bench, hugepages, st_io  # noqa: E402
 from inference.quant import load_int8  # noqa: E402
 from inference.types import GenerationRequest  # noqa: E402
@@ -46,9 +51,16 @@ def huge_share(weights: dict) -> float:
 def main() -> None:
     parser = step_parser(__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--ckpt", default=None)
+    parser.add_argument("--quantize", default="int8", choices=("int8", "int4"))
     parser.set_defaults(rounds=10)
     args = parser.parse_args()
-    backend = default_engine(args.threads)
+    if args.ckpt is None and args.quantize == "int8":
+        backend = default_engine(args.threads)
+    else:
+        torch.set_num_threads(args.threads)
+        backend = LocalBackend.from_checkpoint(load_checkpoint(args.ckpt, lazy=True),
+                                               quantize=args.quantize, precision="auto")
     backend.eos_ids = frozenset()
     fast = backend.runner.fast
     path = backend.runner.int8_path

@@ -1,7 +1,7 @@
 """Start-up cost of a checkpoint as the app loads it: peak resident memory and time of the first
 start (nothing cached: the GGUF's metadata converted, the weights read and quantized, the
-quantized weights saved) and of a later start (the quantized weights mapped from the disk
-cache).
+quantized weights saved, then read back into huge pages) and of a later start (the quantized
+weights read from the disk cache into huge pages, ``inference/hugepages.py``).
 
     python benchmarks/make_checkpoints.py --out /tmp/ckpts
     python benchmarks/bench_load.py /tmp/ckpts/llama-3.2-1b-random.Q8_0.gguf \\
@@ -11,7 +11,7 @@ Each start is a fresh process (``--child``), so its peak resident set (``ru_maxr
 own; both starts of a file share one fresh cache directory. "load" is ``load_checkpoint(lazy)``
 plus ``build_runner`` (what the app does before its first token); "python+imports" is the
 interpreter, torch and transformers, paid by any start; "first token" is a 4-token prompt's
-forward, which reads every weight once (from the mapped cache on a later start). The page
+forward, which reads every weight once. The page
 cache is warm for the later start (its file was just written). "weights" is what the runner
 holds: every quantized tensor plus the norms it keeps in full precision.
 """

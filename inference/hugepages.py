@@ -5,12 +5,18 @@ A decode step on a CPU reads every weight once (106 MB for the default model's l
 with its output layer); mapped from the disk cache's file they lie on 4 KB pages of the page
 cache, which the kernel cannot back with huge pages. The same bytes read into a private
 anonymous mapping advised ``MADV_HUGEPAGE`` before its first touch are backed by 2 MB pages.
-Measured on a 2-core AMD EPYC Zen 4 under KVM (``benchmarks/bench_hugepages.py``, the default
-model's int8 weights, a comparison's rows alternately on both copies in one process, medians
-of 10 rounds of 128 steps): 1 / 4 / 8 rows 6.71 / 8.19 / 11.68 ms a step on the file's pages,
-5.92 / 7.82 / 11.39 on huge pages. Where the platform has no ``MADV_HUGEPAGE`` or the kernel's
-``transparent_hugepage`` setting is ``never``, ``huge_pages_available`` says so and callers
-keep the file mapping (the same bytes, on small pages).
+Measured on a 2-core AMD EPYC Zen 4 under KVM (``benchmarks/bench_hugepages.py``, a
+comparison's rows decoded alternately on both copies in one process, medians of 10-12 rounds):
+the default model's int8 weights at 1 / 4 / 8 rows 6.71 / 8.19 / 11.68 -> 5.92 / 7.82 / 11.39
+ms a step and, in a slower quarter of an hour, 7.81 / 9.85 / 12.17 -> 7.15 / 8.99 / 11.97; a
+1B Llama's int4 weights (``--ckpt ... --quantize int4``) 31.99 -> 29.45 ms at one row.
+The price is the read at start-up, which the mapping left to the first step's page faults:
+800 MB into huge pages took 0.17-0.46 s, and 1.5-2.4 s in a process whose memory the machine
+had not touched for a while (most likely the virtual machine's host backing its freed blocks
+again as they are touched; ``benchmarks/bench_load.py``, a 1B Q4_K_M's cached int4 start: 0.53 ->
+2.60 s to load, then 8% quicker every step). Where the platform has no ``MADV_HUGEPAGE`` or
+the kernel's ``transparent_hugepage`` setting is ``never``, ``huge_pages_available`` says so
+and callers keep the file mapping (the same bytes, on small pages).
 """
 
 from __future__ import annotations
@@ -101,3 +107,16 @@ def huge_bytes(address: int, nbytes: int) -> int | None:
             overlap = min(hi, address + nbytes) - max(lo, address)
             total += min(mapped, overlap)
     return total
+
+
+def return_freed_memory() -> None:
+    """Hand the C heap's freed memory back to the kernel (glibc's ``malloc_trim``; nothing
+    elsewhere): weights just let go would otherwise stay in the process's resident memory
+    beside the huge pages that replace them."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(ctypes.c_size_t(0))
+

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import q8kernel
+from . import hugepages, q8kernel
 from .decode_graph import use_compile
 from .fast_llama import FastRunner, Interrupted, model_device, unsupported_reason
 from .paths import cache_root, inductor_dir
@@ -258,6 +258,7 @@ def build_runner(ckpt: Any, *, quantize: str = "none", precision: str = "model",
                 if _reread_into_huge_pages(fast, ckpt.device):
                     del fast  # its weights let go before they are read back: one copy held
                     gc.collect()
+                    hugepages.return_freed_memory()
                     fast = build(load_int8(path, ckpt.device))
         if progress:
             progress(Progress(stage, 1, 1))
@@ -277,8 +278,6 @@ def _reread_into_huge_pages(fast: FastRunner, device: torch.device) -> bool:
     back into huge pages (``quant.load_int8``): the weights it quantized lie on small pages,
     where a decode step streaming them is 5-12% slower (``hugepages``). Not on another device,
     where the kernel gives no huge pages, or with a compiled step (a start compiles once)."""
-    from . import hugepages
-
     return device.type == "cpu" and fast.decode is None and hugepages.huge_pages_available()
 
 

@@ -1,0 +1,65 @@
+"""The disk cache's weights read into huge pages (``inference/hugepages.py``, ``st_io``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference import hugepages, st_io
+
+
+def _file(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    tensors = {"a": torch.randint(-127, 128, (3 << 20,), dtype=torch.int8, generator=g),
+               "b": torch.randn(1000, 7, generator=g).half(), "c": torch.zeros(0, 4),
+               "d": torch.arange(5, dtype=torch.int64)}
+    path = tmp_path / "w.safetensors"
+    st_io.save(tensors, path, metadata={"format": "test"})
+    return path, tensors
+
+
+def test_a_resident_load_is_the_file_in_one_aligned_buffer(tmp_path: Path) -> None:
+    """Every tensor equals what was saved, all are views of one copy of the file's bytes, and
+    the file's first byte lies on a 2 MB boundary (only whole aligned 2 MB get huge pages)."""
+    if not hugepages.huge_pages_available():
+        pytest.skip("this kernel gives no transparent huge pages")
+    path, tensors = _file(tmp_path)
+    buf, start = hugepages.read_file(path)
+    assert (hugepages.address(buf) + start) % hugepages.HUGE_PAGE == 0
+    assert buf[start:start + path.stat().st_size] == path.read_bytes()
+    loaded = st_io.load_resident(path)
+    assert set(loaded) == set(tensors)
+    for name, t in tensors.items():
+        assert loaded[name].dtype == t.dtype and torch.equal(loaded[name], t)
+    big = loaded["a"]
+    huge = hugepages.huge_bytes(big.data_ptr(), big.numel())
+    assert huge is not None and huge >= 2 << 20  # 3 MB of int8: at least one whole huge page
+
+
+def test_without_huge_pages_the_file_is_mapped(tmp_path: Path, monkeypatch) -> None:
+    """A kernel set to ``never`` (or a platform without the advice) keeps the file mapping."""
+    setting = tmp_path / "enabled"
+    setting.write_text("always madvise [never]\n")
+    monkeypatch.setattr(hugepages, "_SETTING", setting)
+    assert not hugepages.huge_pages_available()
+    path, tensors = _file(tmp_path)
+    read = []
+    monkeypatch.setattr(hugepages, "read_file", lambda p: read.append(p))
+    loaded = st_io.load_resident(path)
+    assert not read and torch.equal(loaded["b"], tensors["b"])
+    setting.write_text("always [madvise] never\n")
+    assert hugepages.huge_pages_available() == hasattr(__import__("mmap"), "MADV_HUGEPAGE")
+
+
+def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
+    """A cache file cut short raises (the caller rebuilds the cache) rather than giving
+    tensors that read past its end."""
+    path, _ = _file(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])
+    with pytest.raises(ValueError, match="past the end"):
+        st_io.load_resident(path)
+    with pytest.raises(ValueError, match="past the end"):
+        st_io.load_mapped(path)
