@@ -88,24 +88,45 @@ def read_file(path: Path) -> tuple[mmap.mmap, int]:
     return buf, start
 
 
-def huge_bytes(address: int, nbytes: int) -> int | None:
-    """How many of the bytes [address, address + nbytes) lie in huge pages, from
-    ``/proc/self/smaps`` (None where it cannot be read): what a test or a benchmark checks."""
+def _smaps() -> list[tuple[int, int, dict[str, str]]]:
+    """(start, end, fields) of each mapping of this process in ``/proc/self/smaps`` (empty
+    where it cannot be read)."""
     try:
         text = Path("/proc/self/smaps").read_text()
     except OSError:
+        return []
+    out: list[tuple[int, int, dict[str, str]]] = []
+    for line in text.splitlines():
+        head, _, rest = line.partition(" ")
+        if head.endswith(":"):
+            if out:
+                out[-1][2][head[:-1]] = rest.strip()
+        elif "-" in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            out.append((lo, hi, {}))
+    return out
+
+
+def advised(address: int) -> bool:
+    """Whether the mapping holding ``address`` is advised ``MADV_HUGEPAGE`` (its ``VmFlags``
+    in ``/proc/self/smaps`` hold ``hg``)."""
+    return any(lo <= address < hi and "hg" in fields.get("VmFlags", "").split()
+               for lo, hi, fields in _smaps())
+
+
+def huge_bytes(address: int, nbytes: int) -> int | None:
+    """How many of the bytes [address, address + nbytes) lie in huge pages, from
+    ``/proc/self/smaps`` (None where it cannot be read): each mapping's ``AnonHugePages``,
+    at most its overlap with the range. What a benchmark reports; the kernel may split a huge
+    page (reclaiming memory) or give small pages where it has no free 2 MB."""
+    maps = _smaps()
+    if not maps:
         return None
     total = 0
-    lo = hi = 0
-    for line in text.splitlines():
-        head = line.split(maxsplit=1)[0]
-        if "-" in head and not head.endswith(":"):
-            a, b = (int(x, 16) for x in head.split("-"))
-            lo, hi = a, b
-        elif head == "AnonHugePages:" and lo < address + nbytes and address < hi:
-            mapped = int(line.split()[1]) * 1024
-            overlap = min(hi, address + nbytes) - max(lo, address)
-            total += min(mapped, overlap)
+    for lo, hi, fields in maps:
+        if lo < address + nbytes and address < hi:
+            mapped = int(fields.get("AnonHugePages", "0 kB").split()[0]) * 1024
+            total += min(mapped, min(hi, address + nbytes) - max(lo, address))
     return total
 
 
