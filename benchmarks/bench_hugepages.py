@@ -7,7 +7,7 @@ file pages (``inference/hugepages.py``), alternately in one process.
 The default model (or ``--ckpt``) with int8 weights (or ``--quantize``'s), as ``chatui`` runs
 it: its cached weights loaded twice,
 once mapped from the file (``st_io.load_mapped``, what every start did before) and once read
-into huge pages (``st_io.load_resident``, what a start does now), and for each row count a
+into huge pages (``st_io.load_resident``, what a start runs on now), and for each row count a
 comparison's rows (``bench.compare_settings``, top-5 logprobs, EOS ignored) decoded on each
 copy in turn, the order alternating round by round. Prints each round's ms a step and the
 medians, with how much of each copy lies in huge pages.
@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from benchmarks.step_args import default_engine, step_parser  # noqa: E402
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
-from inference import bench, hugepages, st_io  # noqa: E402
+from inference import bench, hugepages  # noqa: E402
 from inference.quant import load_int8  # noqa: E402
 from inference.types import GenerationRequest  # noqa: E402
 
@@ -64,11 +64,9 @@ def main() -> None:
     backend.eos_ids = frozenset()
     fast = backend.runner.fast
     path = backend.runner.int8_path
-    copies = {"huge pages": load_int8(path, backend.device)}
-    resident = st_io.load_resident
-    st_io.load_resident = st_io.load_mapped  # type: ignore[assignment]
-    copies["file pages"] = load_int8(path, backend.device)
-    st_io.load_resident = resident  # type: ignore[assignment]
+    backend.runner.pending = None  # (the start's own read into huge pages: not taken in)
+    copies = {"huge pages": load_int8(path, backend.device, resident=True),
+              "file pages": load_int8(path, backend.device)}
     names = {id(w): name for name, w in fast.quantized.items()}
     states = {}
     for label, weights in copies.items():

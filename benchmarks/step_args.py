@@ -26,8 +26,10 @@ def step_parser(description: str) -> argparse.ArgumentParser:
 def default_engine(threads: int) -> LocalBackend:
     """The default model with int8 weights on ``threads`` threads."""
     torch.set_num_threads(threads)
-    return LocalBackend.from_checkpoint(load_checkpoint(None, lazy=True), quantize="int8",
-                                        precision="auto")
+    backend = LocalBackend.from_checkpoint(load_checkpoint(None, lazy=True), quantize="int8",
+                                           precision="auto")
+    backend.runner.settle()  # the weights in huge pages, as a chat runs on them
+    return backend
 
 
 @dataclass(frozen=True)

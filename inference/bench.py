@@ -44,6 +44,14 @@ def check_fits(backend: Any, prompt_tokens: int, new_tokens: int) -> None:
             f"model's context of {limit} tokens; use a shorter prompt or fewer new tokens.")
 
 
+def settle(backend: Any) -> None:
+    """The runner's weights as they will stay (``FastRunner.settle``: those a start reads into
+    huge pages taken in), so that a benchmark times the steady state."""
+    settle_runner = getattr(getattr(backend, "runner", None), "settle", None)
+    if settle_runner is not None:
+        settle_runner()
+
+
 def _events(backend: Any, request: GenerationRequest) -> list[Any]:
     """Every event of one request; a run the engine refused (a Failed event) raises."""
     events = list(backend.generate(request, threading.Event()))
@@ -131,6 +139,7 @@ def run_bench(backend: Any, *, prompt_tokens: int = 128, new_tokens: int = 128, 
     Raises:
         BenchError: the prompt and reply do not fit the context, or a run failed.
     """
+    settle(backend)
     check_fits(backend, prompt_tokens, new_tokens)
     model = backend.runner.model
     device = backend.device
@@ -307,6 +316,7 @@ def run_compare_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4, 8),
     Raises:
         BenchError: the prompt and reply do not fit the context, or a run failed.
     """
+    settle(backend)
     check_fits(backend, prompt_tokens, new_tokens)
     messages = make_prompt(backend.tokenizer, prompt_tokens)
     eos, backend.eos_ids = backend.eos_ids, frozenset()
@@ -374,6 +384,7 @@ def run_fan_out_bench(backend: Any, *, ns: tuple[int, ...] = (1, 2, 4, 8),
     Raises:
         BenchError: the prompt and reply do not fit the context, or a run failed.
     """
+    settle(backend)
     check_fits(backend, prompt_tokens, FORK_AT + new_tokens)
     messages = make_prompt(backend.tokenizer, prompt_tokens)
     eos, backend.eos_ids = backend.eos_ids, frozenset()

@@ -17,6 +17,7 @@ a checkpoint gets (and in which precision) is ``runner.build_runner``'s policy, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -115,6 +116,14 @@ class _Layer:
     window: int | None = None  # sliding window (keys within this many positions)
     rope: str = "default"  # which RotaryTables
     moe: MoE | None = None
+
+
+def _same_shapes(a: Any, b: Any) -> bool:
+    """Whether two weights' tensors have the same shapes and dtypes, field by field."""
+    fa, fb = vars(a), vars(b)
+    return fa.keys() == fb.keys() and all(
+        (x.shape, x.dtype) == (fb[k].shape, fb[k].dtype) if isinstance(x, torch.Tensor)
+        else x == fb[k] for k, x in fa.items())
 
 
 def _qkv_parts(att: Any, sizes: list[int], full: Callable[[torch.Tensor], rows.Weight]
@@ -356,6 +365,27 @@ class FastLlama:
                 weight(f"layers.{i}.experts.{e}.down", lambda e=e: rows.expert(full(down), e),
                        tuple(down.shape[1:]))))
         return moe
+
+    def adopt(self, weights: dict[str, Any]) -> None:
+        """Run on ``weights`` (by name, as ``quantized`` holds them: another copy of the same
+        values, e.g. read into huge pages) where they match the runner's own in kind and shape;
+        a mixture's experts keep theirs. The C step's layer structs are built again for the new
+        layers at the next step."""
+        swap: dict[int, Any] = {}
+        for name, old in self.quantized.items():
+            new = weights.get(name)
+            if type(new) is type(old) and _same_shapes(new, old):
+                swap[id(old)] = new
+                self.quantized[name] = new
+        if not swap:
+            return
+
+        def mine(w: Any) -> Any:
+            return swap.get(id(w), w)
+
+        self.layers = [dataclasses.replace(L, wqkv=mine(L.wqkv), wo=mine(L.wo), wgu=mine(L.wgu),
+                                           wd=mine(L.wd)) for L in self.layers]
+        self.lm_head, self.embed = mine(self.lm_head), mine(self.embed)
 
     # ---- sizes ----
 
@@ -765,12 +795,29 @@ class FastRunner:
         """Where the int8 weights are cached on disk (None when not quantized)."""
         self.decode: DecodeStep | None = None
         """The compiled (and on CUDA graph-captured) one-token step, when in use."""
+        self.pending: Any = None
+        """Another copy of the weights on its way (a ``runner.ResidentWeights``: its ``ready()``
+        None until they are, then the weights by name), taken in at the next ``forward``."""
         if compiled and not self.fast.has_experts:
             # experts are chosen per token: no fixed-shape step (they decode eagerly)
             self.decode = DecodeStep(self.fast, compile=True, cache_dir=compile_dir)
 
     def new_cache(self) -> StaticKVCache:
         return self.fast.new_cache()
+
+    def _adopt_pending(self) -> None:
+        """The weights ``pending`` gives, once it gives them, in place of the runner's own (the
+        same values: a forward before and one after give the same bits)."""
+        weights = self.pending.ready()
+        if weights is not None:
+            self.pending = None
+            self.fast.adopt(weights)
+
+    def settle(self) -> None:
+        """Wait for ``pending`` and take it in now (a benchmark times the steady state)."""
+        if self.pending is not None:
+            self.pending.wait()
+            self._adopt_pending()
 
     @staticmethod
     def can_crop(cache: Any) -> bool:
@@ -780,6 +827,8 @@ class FastRunner:
                 attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, all_logits: bool = False,
                 should_stop: Callable[[], bool] | None = None) -> torch.Tensor:
+        if self.pending is not None:
+            self._adopt_pending()
         if (self.decode is not None and input_ids.shape[1] == 1 and attention_mask is None
                 and position_ids is None and not all_logits):
             return self.decode(cache, input_ids)

@@ -286,16 +286,19 @@ def _remove_older_versions(path: Path) -> None:
                 pass
 
 
-def load_int8(path: Path, device: torch.device) -> dict[str, Any] | None:
-    """The cached weights (on a CPU read into huge pages, ``st_io.load_resident``; mapped from
-    the file for another device, which copies them), or None when missing or unreadable."""
+def load_int8(path: Path, device: torch.device, *, resident: bool = False
+              ) -> dict[str, Any] | None:
+    """The cached weights (mapped from the file, ``st_io.load_mapped``; with ``resident`` on a
+    CPU, read into huge pages, ``st_io.load_resident``), or None when missing or unreadable."""
     if not path.is_file():
         return None
     try:
         from . import st_io
 
-        if device.type == "cpu":
+        if device.type == "cpu" and resident:
             tensors = st_io.load_resident(path)
+        elif device.type == "cpu":
+            tensors = st_io.load_mapped(path)
         else:
             tensors = st_io.load_mapped(path)
             tensors = {k: v.to(device) for k, v in tensors.items()}
