@@ -10,11 +10,14 @@ comparison's rows decoded alternately on both copies in one process, medians of 
 the default model's int8 weights at 1 / 4 / 8 rows 6.71 / 8.19 / 11.68 -> 5.92 / 7.82 / 11.39
 ms a step and, in a slower quarter of an hour, 7.81 / 9.85 / 12.17 -> 7.15 / 8.99 / 11.97; a
 1B Llama's int4 weights (``--ckpt ... --quantize int4``) 31.99 -> 29.45 ms at one row.
-The price is the read at start-up, which the mapping left to the first step's page faults:
-800 MB into huge pages took 0.17-0.46 s, and 1.5-2.4 s in a process whose memory the machine
-had not touched for a while (most likely the virtual machine's host backing its freed blocks
-again as they are touched; ``benchmarks/bench_load.py``, a 1B Q4_K_M's cached int4 start: 0.53 ->
-2.60 s to load, then 8% quicker every step). Where the platform has no ``MADV_HUGEPAGE`` or
+The price is a read of the file, which the mapping left to the first step's page faults: 800
+MB into huge pages took 0.17-0.46 s, and 1.5-2.4 s in a process whose memory the machine had
+not touched for a while (most likely the virtual machine's host backing its freed blocks again
+as they are touched): longer than a 1B model's whole cached start (0.53 s to load). So a
+cached start runs on the file's mapping at once and reads the copy on a thread of its own,
+taken in at the first step after (``runner.ResidentWeights``): ``benchmarks/bench_load.py``,
+a 1B Q4_K_M's cached int4 start 0.37 s to load (a synchronous read made it 2.60 s), its first
+token 0.25 s (0.09: the read shares the cores). Where the platform has no ``MADV_HUGEPAGE`` or
 the kernel's ``transparent_hugepage`` setting is ``never``, ``huge_pages_available`` says so
 and callers keep the file mapping (the same bytes, on small pages).
 """
