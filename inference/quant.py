@@ -295,12 +295,9 @@ def load_int8(path: Path, device: torch.device, *, resident: bool = False
     try:
         from . import st_io
 
-        if device.type == "cpu" and resident:
-            tensors = st_io.load_resident(path)
-        elif device.type == "cpu":
-            tensors = st_io.load_mapped(path)
-        else:
-            tensors = st_io.load_mapped(path)
+        cpu = device.type == "cpu"
+        tensors = (st_io.load_resident if cpu and resident else st_io.load_mapped)(path)
+        if not cpu:
             tensors = {k: v.to(device) for k, v in tensors.items()}
     except Exception as exc:  # noqa: BLE001 - a corrupt cache is rebuilt, not fatal
         log.warning("ignoring unreadable int8 cache %s: %s", path, exc)

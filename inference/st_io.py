@@ -10,8 +10,8 @@ bytes: a later start costs a header parse, and the pages are read when the weigh
 used. ``load_resident`` reads the file into one private buffer in huge pages instead (where the
 kernel has them) and makes each tensor a view of that: one copy in memory as with the mapping,
 but a decode step streaming the weights through it misses the TLB 512 times less often
-(``hugepages``). Tensors are laid out by element size, largest first, after a header padded to 8 bytes,
-so each starts aligned to its element size.
+(``hugepages``). Tensors are laid out by element size, largest first, after a header padded to
+8 bytes, so each starts aligned to its element size.
 """
 
 from __future__ import annotations

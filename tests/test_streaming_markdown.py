@@ -45,7 +45,7 @@ def _text(cells: list[list[tuple[str, object]]]) -> list[str]:
     return ["".join(text for text, _ in row).rstrip() for row in cells]
 
 
-@pytest.mark.parametrize("piece", [13, 60])
+@pytest.mark.parametrize("piece", [17, 60])
 async def test_a_streaming_reply_shows_what_the_finished_one_shows(piece):
     app = Side()
     terminal = VirtualTerminal(app, SIZE)
