@@ -15,7 +15,6 @@ medians, with how much of each copy lies in huge pages.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 import statistics
@@ -67,26 +66,19 @@ def main() -> None:
     backend.runner.pending = None  # (the start's own read into huge pages: not taken in)
     copies = {"huge pages": load_int8(path, backend.device, resident=True),
               "file pages": load_int8(path, backend.device)}
-    names = {id(w): name for name, w in fast.quantized.items()}
-    states = {}
     for label, weights in copies.items():
         assert weights is not None and set(weights) == set(fast.quantized)
-        swap = {id(w): weights[names[id(w)]] for w in fast.quantized.values()}
-        layers = [dataclasses.replace(L, **{f.name: swap[id(v)] for f in dataclasses.fields(L)
-                                            if id(v := getattr(L, f.name)) in swap})
-                  for L in fast.layers]
-        states[label] = (layers, swap[id(fast.lm_head)], swap.get(id(fast.embed), fast.embed))
         print(f"{label}: {huge_share(weights):.0%} of the weights in huge pages", flush=True)
 
     def use(label: str) -> None:
-        fast.layers, fast.lm_head, fast.embed = states[label]
+        fast.adopt(copies[label])  # (what a start does once its read is done)
 
     messages = bench.make_prompt(backend.tokenizer, 128)
     rows = [int(r) for r in args.rows.split(",")]
     gc.collect()
     gc.freeze()
     spent: dict[tuple[int, str], list[float]] = {}
-    labels = list(states)
+    labels = list(copies)
     for rnd in range(args.rounds):
         line = []
         for n in rows:

@@ -294,7 +294,7 @@ class ResidentWeights:
     thread of their own, while the runner starts on the file's mapping."""
 
     def __init__(self, path: Path, device: torch.device) -> None:
-        self._weights: dict[str, Any] | None = None
+        self._weights: dict[str, Any] = {}
         self._thread = threading.Thread(target=self._read, args=(path, device), daemon=True,
                                         name="chatui-weights")
         self._thread.start()
@@ -304,12 +304,12 @@ class ResidentWeights:
 
     def ready(self) -> dict[str, Any] | None:
         """None while the read goes on; then the weights by name (none where it failed)."""
-        return None if self._thread.is_alive() else (self._weights or {})
+        return None if self._thread.is_alive() else self._weights
 
     def wait(self) -> dict[str, Any]:
         """The weights, once read (what a test or a benchmark waits for)."""
         self._thread.join()
-        return self._weights or {}
+        return self._weights
 
 
 def _check_memory(model: Any, quantize: str, q8: bool) -> None:
