@@ -276,24 +276,19 @@ def _cpu_flags() -> str:
     return _cpuinfo_line("flags", "Features") or platform.processor()
 
 
-def _cpu_vendor() -> str:
-    """/proc/cpuinfo's vendor_id (``AuthenticAMD``, ``GenuineIntel``...); empty if unknown."""
-    line = _cpuinfo_line("vendor_id")
-    return line.partition(":")[2].strip() if line else ""
-
-
 WEIGHT_FETCHES = ("nontemporal", "l2")
 
 
-def weight_fetch_defines(vendor: str, override: str = "") -> tuple[str, ...]:
-    """How the int8 kernel fetches the weights it streams (``q8.c``'s AHEAD): non-temporal on
-    AMD, where that keeps the KV cache in the L3 (issue 18's seventh pass), into L2 elsewhere:
-    on an Intel Xeon a non-temporal fetch fills L1 alone and decoding ran at a third of its
-    speed (58.5 against 194 tok/s). ``override`` (``CHATUI_WEIGHT_FETCH``: ``nontemporal`` or
-    ``l2``) picks one on any CPU, to measure both on one machine."""
+def weight_fetch_defines(override: str = "") -> tuple[str, ...]:
+    """How the int8 kernel fetches the weights it streams (``q8.c``'s AHEAD): into L2 on every
+    CPU. Non-temporal fetches, once AMD's default because they kept the KV cache in the L3
+    (issue 18's seventh pass), lost on AMD once the weights ran from huge pages (issue 18's
+    twenty-eighth pass: decode steps at 1 / 4 / 8 rows 6.30 / 7.36 / 10.30 -> 5.85 / 7.23 /
+    8.63 ms) and on the file's small pages too, and on an Intel Xeon they fill L1 alone and
+    decoding ran at a third of its speed (58.5 against 194 tok/s). ``override``
+    (``CHATUI_WEIGHT_FETCH``: ``nontemporal`` or ``l2``) picks one, to measure both on one
+    machine."""
     choice = override.strip().lower()
-    if choice not in WEIGHT_FETCHES:
-        choice = "nontemporal" if vendor in ("AuthenticAMD", "HygonGenuine") else "l2"
     return ("-DCHATUI_WEIGHTS_NT=1",) if choice == "nontemporal" else ()
 
 
@@ -337,7 +332,7 @@ def plan_build() -> KernelPlan:
     if override.strip() and override.strip().lower() not in WEIGHT_FETCHES:
         log.warning("CHATUI_WEIGHT_FETCH=%s is not one of %s; this CPU's default is used",
                     override, ", ".join(WEIGHT_FETCHES))
-    defines = weight_fetch_defines(_cpu_vendor(), override)
+    defines = weight_fetch_defines(override)
     key = hashlib.sha256(b"\0".join([
         *(p.read_bytes() for p in SOURCES + HEADERS), cc.encode(), _cpu_flags().encode(),
         str(openmp).encode(), " ".join(defines).encode()]))

@@ -158,10 +158,10 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 /* How many groups (512 bytes each) ahead the weights are fetched, and how, for every row
- * count: non-temporal on AMD (the build defines CHATUI_WEIGHTS_NT there, q8kernel.py's
- * weight_fetch_defines), into L2 elsewhere.
+ * count: into L2 on every CPU, non-temporal where the build defines CHATUI_WEIGHTS_NT
+ * (CHATUI_WEIGHT_FETCH=nontemporal; q8kernel.py's weight_fetch_defines). The history:
  *
- * AMD (Zen 4). A decode step streams the whole model (134 MB for the default model)
+ * AMD (Zen 4), on the file's 4 KB pages. A decode step streams the whole model (134 MB for the default model)
  * once, each byte used once; fetched the normal way, that stream went through L2 and into the
  * L3 (AMD's L3 takes what L2 evicts) and pushed out the KV cache and activations the step
  * reads again: attention then read each row's keys and values from memory. Non-temporal, the
@@ -179,7 +179,16 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * sees the stream: `chatui bench --new-tokens 128` decoded 58.5 tok/s (8.4 GB/s of weights,
  * the machine's read bandwidth 27 GB/s). Into L2 (T2) 16 ahead 178-179 tok/s, 32 ahead
  * 194-195, 8 ahead 172, 64 ahead 173; T1 32 ahead 192, T0 16 / 32 ahead 155 / 163, no fetch
- * at all 129 (one run each, 2 threads). */
+ * at all 129 (one run each, 2 threads).
+ *
+ * AMD again, once the weights ran from huge pages (issue 18's twenty-eighth pass): into L2
+ * (T2, 32 ahead) is now the quicker there too, and the default on every CPU (q8kernel.py's
+ * weight_fetch_defines; CHATUI_WEIGHT_FETCH=nontemporal builds the non-temporal fetch). A
+ * comparison's decode steps, both builds alternately in one process (medians of 5-6 rounds):
+ * at 1 / 4 / 8 rows non-temporal 6.30 / 7.36 / 10.30 ms, into L2 5.85 / 7.23 / 8.63; in a slower
+ * period 6.18 / 7.56 / 11.95 against 6.26 / 7.37 / 10.05 (and on the file's 4 KB pages 6.64 /
+ * 8.17 / 11.16 against 6.32 / 7.41 / 11.13); one row alone, 12 rounds twice, 6.00 / 5.85
+ * against 5.96 / 5.83. T2 16 and 64 ahead within noise of 32; T1 and T0 slower at 8 rows. */
 #if CHATUI_WEIGHTS_NT
 #define AHEAD 16
 #define WEIGHT_HINT _MM_HINT_NTA
