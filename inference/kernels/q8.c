@@ -161,18 +161,18 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * count: into L2 on every CPU, non-temporal where the build defines CHATUI_WEIGHTS_NT
  * (CHATUI_WEIGHT_FETCH=nontemporal; q8kernel.py's weight_fetch_defines). The history:
  *
- * AMD (Zen 4), on the file's 4 KB pages. A decode step streams the whole model (134 MB for the default model)
- * once, each byte used once; fetched the normal way, that stream went through L2 and into the
- * L3 (AMD's L3 takes what L2 evicts) and pushed out the KV cache and activations the step
+ * AMD (Zen 4), on the file's 4 KB pages. A decode step streams the whole model (134 MB for the
+ * default model) once, each byte used once; fetched the normal way, that stream went through L2 and
+ * into the L3 (AMD's L3 takes what L2 evicts) and pushed out the KV cache and activations the step
  * reads again: attention then read each row's keys and values from memory. Non-temporal, the
- * weights pass through L1 and the cache stays. Measured (decode steps of the default model at
- * a comparison's state: 138-token shared prompt, 64 own tokens a row; medians of 4 interleaved
- * rounds of 25 steps, 2 threads, one process; issue 18's seventh pass): 1 / 4 / 8 rows
- * 3.92 / 5.26 / 6.62 ms -> 3.69 / 4.55 / 5.58 ms with 8 groups ahead (before: 4 groups, T0,
- * 4+ rows only); 6, 12 and 16 groups within noise of 8; T2 (into L3) 3.98 / 5.18 / 6.22.
- * 16 since each thread streams one contiguous range of blocks (q8_matmul): the matmuls of
- * 30 layers (weights from memory, 2 threads, medians of 5 interleaved rounds) at 1 / 4 / 8
- * rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 / 2.46 / 2.96; 24, 32 and 48 no quicker.
+ * weights pass through L1 and the cache stays. Measured (decode steps of the default model at a
+ * comparison's state: 138-token shared prompt, 64 own tokens a row; medians of 4 interleaved rounds
+ * of 25 steps, 2 threads, one process; issue 18's seventh pass): 1 / 4 / 8 rows 3.92 / 5.26 / 6.62
+ * ms -> 3.69 / 4.55 / 5.58 ms with 8 groups ahead (before: 4 groups, T0, 4+ rows only); 6, 12 and
+ * 16 groups within noise of 8; T2 (into L3) 3.98 / 5.18 / 6.22. 16 since each thread streams one
+ * contiguous range of blocks (q8_matmul): the matmuls of 30 layers (weights from memory, 2 threads,
+ * medians of 5 interleaved rounds) at 1 / 4 / 8 rows 8 ahead 2.13 / 2.70 / 3.30 ms, 16 ahead 1.99 /
+ * 2.46 / 2.96; 24, 32 and 48 no quicker.
  *
  * Intel (a 2-core Xeon with AMX, 2026-11-27). There a non-temporal fetch fills L1 alone, so a
  * core has only its L1's few fill buffers in flight to memory and the L2's streamer never
@@ -188,7 +188,8 @@ static void quantize_row(const float *x, int K, int G, act_t *xq, struct xq *xp)
  * at 1 / 4 / 8 rows non-temporal 6.30 / 7.36 / 10.30 ms, into L2 5.85 / 7.23 / 8.63; in a slower
  * period 6.18 / 7.56 / 11.95 against 6.26 / 7.37 / 10.05 (and on the file's 4 KB pages 6.64 /
  * 8.17 / 11.16 against 6.32 / 7.41 / 11.13); one row alone, 12 rounds twice, 6.00 / 5.85
- * against 5.96 / 5.83. T2 16 and 64 ahead within noise of 32; T1 and T0 slower at 8 rows. */
+ * against 5.96 / 5.83. T2 16 or 64 ahead, and T1, within noise of T2 32; T0 slower at 8
+ * rows (11.35 against 9.57 ms). */
 #if CHATUI_WEIGHTS_NT
 #define AHEAD 16
 #define WEIGHT_HINT _MM_HINT_NTA
