@@ -330,7 +330,7 @@ def plan_build() -> KernelPlan:
     openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
     override = os.environ.get("CHATUI_WEIGHT_FETCH", "")
     if override.strip() and override.strip().lower() not in WEIGHT_FETCHES:
-        log.warning("CHATUI_WEIGHT_FETCH=%s is not one of %s; this CPU's default is used",
+        log.warning("CHATUI_WEIGHT_FETCH=%s is not one of %s; the default (l2) is used",
                     override, ", ".join(WEIGHT_FETCHES))
     defines = weight_fetch_defines(override)
     key = hashlib.sha256(b"\0".join([
