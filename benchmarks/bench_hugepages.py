@@ -19,8 +19,6 @@ import gc
 import os
 import statistics
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,12 +27,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from benchmarks.step_args import (  # noqa: E402
+    comparison_step_ms, default_engine, step_parser)
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
 from inference import bench, hugepages  # noqa: E402
 from inference.quant import load_int8  # noqa: E402
-from inference.types import GenerationRequest  # noqa: E402
 
 
 def huge_share(weights: dict) -> float:
@@ -84,13 +82,7 @@ def main() -> None:
         for n in rows:
             for label in labels if rnd % 2 == 0 else labels[::-1]:
                 use(label)
-                backend.reset()  # the prompt prefilled and one short request first
-                list(backend.generate(GenerationRequest(messages, bench.compare_settings(n, 2),
-                                                        5), threading.Event()))
-                start = time.perf_counter()
-                list(backend.generate(GenerationRequest(
-                    messages, bench.compare_settings(n, args.new_tokens), 5), threading.Event()))
-                ms = (time.perf_counter() - start) * 1e3 / args.new_tokens
+                ms = comparison_step_ms(backend, messages, n, args.new_tokens)
                 spent.setdefault((n, label), []).append(ms)
                 line.append(f"{n} rows {label} {ms:.2f}")
         print(f"round {rnd + 1}: " + ", ".join(line), flush=True)

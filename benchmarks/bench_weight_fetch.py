@@ -23,33 +23,23 @@ import gc
 import os
 import statistics
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchmarks.step_args import default_engine, step_parser  # noqa: E402
+from benchmarks.step_args import (  # noqa: E402
+    comparison_step_ms, default_engine, step_parser)
 from inference import bench, q8kernel  # noqa: E402
 from inference.quant import load_int8  # noqa: E402
-from inference.types import GenerationRequest  # noqa: E402
 
 FETCHES = ("l2", "nontemporal")
 
 
 def build(fetch: str):
-    """The kernel library built with ``fetch`` (``CHATUI_WEIGHT_FETCH``), opened."""
-    before = os.environ.get("CHATUI_WEIGHT_FETCH")
-    os.environ["CHATUI_WEIGHT_FETCH"] = fetch
-    try:
-        plan = q8kernel.plan_build()
-    finally:
-        if before is None:
-            del os.environ["CHATUI_WEIGHT_FETCH"]
-        else:
-            os.environ["CHATUI_WEIGHT_FETCH"] = before
+    """The kernel library built with ``fetch`` (``CHATUI_WEIGHT_FETCH``'s values), opened."""
+    plan = q8kernel.plan_build(fetch)
     if not plan.path.is_file():
         q8kernel.compile_library(plan.cc, plan.path, plan.openmp, defines=plan.defines)
     return q8kernel.open_library(plan.path, plan.openmp).lib
@@ -83,28 +73,19 @@ def main() -> None:
 
     messages = bench.make_prompt(backend.tokenizer, 128)
 
-    def step_ms(n: int) -> float:
-        backend.reset()
-        list(backend.generate(GenerationRequest(messages, bench.compare_settings(n, 2), 5),
-                              threading.Event()))
-        start = time.perf_counter()
-        list(backend.generate(GenerationRequest(
-            messages, bench.compare_settings(n, args.new_tokens), 5), threading.Event()))
-        return (time.perf_counter() - start) * 1e3 / args.new_tokens
-
     rows = [int(r) for r in args.rows.split(",")]
     gc.collect()
     gc.freeze()
     for variant in variants:  # (each build's first steps: untimed)
         use(variant)
-        step_ms(max(rows))
+        comparison_step_ms(backend, messages, max(rows), args.new_tokens)
     spent: dict[tuple[tuple[str, str], int], list[float]] = {}
     for rnd in range(args.rounds):
         line = []
         for n in rows:
             for variant in variants if rnd % 2 == 0 else variants[::-1]:
                 use(variant)
-                ms = step_ms(n)
+                ms = comparison_step_ms(backend, messages, n, args.new_tokens)
                 spent.setdefault((variant, n), []).append(ms)
                 line.append(f"{n} rows {variant[0]} {variant[1]} {ms:.2f}")
         print(f"round {rnd + 1}: " + ", ".join(line), flush=True)

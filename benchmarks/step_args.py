@@ -1,17 +1,22 @@
 """What the step benchmarks (``bench_step_split.py``, ``bench_layer_phases.py``,
-``bench_kernels_ab.py``) share: their common flags, the engine they time (the default model,
-int8, as ``chatui`` runs it) and a comparison's decode state to time its layers at."""
+``bench_kernels_ab.py``, ``bench_hugepages.py``, ``bench_weight_fetch.py``) share: their common
+flags, the engine they time (the default model, int8, as ``chatui`` runs it), a comparison's
+decode steps timed whole and its decode state to time the layers at."""
 
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from inference import bench
 from inference.checkpoint import load_checkpoint
 from inference.engine import LocalBackend
+from inference.types import GenerationRequest, Message
 
 
 def step_parser(description: str) -> argparse.ArgumentParser:
@@ -30,6 +35,20 @@ def default_engine(threads: int) -> LocalBackend:
                                            precision="auto")
     backend.runner.settle()  # the weights in huge pages, as a chat runs on them
     return backend
+
+
+def comparison_step_ms(backend: LocalBackend, messages: tuple[Message, ...], rows: int,
+                       new_tokens: int) -> float:
+    """Ms a decode step of ``rows`` of a comparison (``bench.compare_settings``, top-5
+    logprobs; EOS ignored where the caller cleared ``eos_ids``): the prompt prefilled and a
+    2-token request of as many rows first, then ``new_tokens`` timed whole."""
+    backend.reset()
+    list(backend.generate(GenerationRequest(messages, bench.compare_settings(rows, 2), 5),
+                          threading.Event()))
+    start = time.perf_counter()
+    list(backend.generate(GenerationRequest(
+        messages, bench.compare_settings(rows, new_tokens), 5), threading.Event()))
+    return (time.perf_counter() - start) * 1e3 / new_tokens
 
 
 @dataclass(frozen=True)

@@ -314,8 +314,9 @@ class KernelPlan:
     """Preprocessor flags chosen for this CPU (``weight_fetch_defines``)."""
 
 
-def plan_build() -> KernelPlan:
-    """Where this machine's library lives and how it is built.
+def plan_build(fetch: str | None = None) -> KernelPlan:
+    """Where this machine's library lives and how it is built; ``fetch`` (``weight_fetch_defines``'
+    override) in place of ``CHATUI_WEIGHT_FETCH``'s.
 
     Raises:
         KernelUnavailable: not an x86-64 CPU, or no C compiler.
@@ -328,7 +329,7 @@ def plan_build() -> KernelPlan:
         raise KernelUnavailable("no C compiler found (install gcc or set CC)")
     runtimes = frozenset(_omp_runtimes())
     openmp = len(runtimes) == 1 and Path(next(iter(runtimes))).name == "libgomp.so.1"
-    override = os.environ.get("CHATUI_WEIGHT_FETCH", "")
+    override = os.environ.get("CHATUI_WEIGHT_FETCH", "") if fetch is None else fetch
     if override.strip() and override.strip().lower() not in WEIGHT_FETCHES:
         log.warning("CHATUI_WEIGHT_FETCH=%s is not one of %s; the default (l2) is used",
                     override, ", ".join(WEIGHT_FETCHES))
