@@ -405,19 +405,23 @@ def test_c_attention_of_a_left_padded_row_is_the_row_alone(kv_dtype, kernel):
         assert torch.equal(k[1, :, pad:], k_ref[0]) and torch.equal(v[1, :, pad:], v_ref[0])
 
 
-@pytest.mark.parametrize("masked, H", [(False, 4), (True, 4), (False, 9), (True, 16)])
-def test_c_attention_reads_shared_positions_once_with_the_same_result(masked, H, kernel):
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("masked, H, B", [(False, 4, 3), (True, 4, 3), (False, 9, 3),
+                                          (True, 16, 3), (False, 9, 8), (False, 4, 5)])
+def test_c_attention_reads_shared_positions_once_with_the_same_result(masked, H, B, kv_dtype,
+                                                                      kernel):
     """Rows repeated from one prefill (compare, fan-out) hold the same keys and values up to
     ``shared``; the C attention reads those from row 0 for every row. The result is bit for bit
     that of reading each row's own copy (here past a 256-key chunk boundary, with a mask, 2, 3
-    and 8 query heads a KV head), a row's copies are not read at all (poisoned with NaN,
-    nothing changes), and it is the float64 softmax's."""
-    B, KV, D, C, shared, write = 3, 2, 64, 320, 270, 290
+    and 8 query heads a KV head, fp32 and fp16 caches, 3 to 8 rows split between the threads),
+    a row's copies are not read at all (poisoned with NaN, nothing changes), and it is the
+    float64 softmax's."""
+    KV, D, C, shared, write = 2, 64, 320, 270, 290
     if H == 9:
         KV = 3
     torch.manual_seed(11)
-    kc = torch.randn(1, KV, C, D).repeat(B, 1, 1, 1)
-    vc = torch.randn(1, KV, C, D).repeat(B, 1, 1, 1)
+    kc = torch.randn(1, KV, C, D).repeat(B, 1, 1, 1).to(kv_dtype)
+    vc = torch.randn(1, KV, C, D).repeat(B, 1, 1, 1).to(kv_dtype)
     kc[:, :, shared:], vc[:, :, shared:] = torch.randn(B, KV, C - shared, D), torch.randn(
         B, KV, C - shared, D)
     qkv = torch.randn(B, (H + 2 * KV) * D)
