@@ -342,6 +342,11 @@ class FastLlama:
                             and self.sdpa_scale is None)
         """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
         CPU where the kernels build, for attention without soft-capping or its own scale."""
+        self.c_prefill = self.c_attention
+        """A prompt's attention (T > 1, one row, no padding) in chatui's C kernel too
+        (``attn_prefill``) rather than torch's ``scaled_dot_product_attention``: the default
+        model's 138-token prefill 94 -> 76 ms (``benchmarks/bench_prefill_attention.py``, which
+        turns this off for its comparison)."""
         self.kv_dtype = (torch.float16 if half_kv and self.c_attention and self.q8
                          and quantize in ("int8", "int4") else dtype)
         """The KV cache's dtype: fp16 where the C attention kernel decodes int8 or int4 weights
@@ -614,6 +619,10 @@ class FastLlama:
 
         x = self._embed(input_ids)  # [B, T, hidden]
         nqk = (H + KV) * D
+        # a prompt's causal attention in chatui's C kernel (attn_prefill), where one-token
+        # steps attend there too; a sliding window that hides keys keeps a layer in torch
+        c_prefill = (T > 1 and B == 1 and self.c_prefill and attention_mask is None
+                     and position_ids is None)
         for i, L in enumerate(self.layers):
             if should_stop is not None and should_stop():
                 raise Interrupted  # (the cache's length is set only after the last layer)
@@ -627,6 +636,11 @@ class FastLlama:
             kc[:, :, start:end] = qk[:, :, H:].transpose(1, 2)
             vc[:, :, start:end] = qkv[..., nqk:].view(B, T, KV, D).transpose(1, 2)
             lo, mask, causal = mask_for(L.window)
+            if c_prefill and (L.window is None or end <= L.window):
+                o = load_kernel().prefill_attention(  # type: ignore[union-attr]
+                    (qk[0, :, :H] * D ** -0.5).contiguous(), kc[0], vc[0], start)
+                x = self._after_attention(x, o.view(B, T, H * D), L)
+                continue
             keys, values = kc[:, :, lo:end].to(self.dtype), vc[:, :, lo:end].to(self.dtype)
             if T == 1:  # the G query heads of a KV head act as G query rows: no K/V copies
                 q = qk[:, :, :H].to(self.dtype).view(B, KV, G, D)

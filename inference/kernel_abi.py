@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-ABI_VERSION = 11
+ABI_VERSION = 12
 """``CHATUI_KERNELS_ABI`` in ``chatui_kernels.h``; bumped with any signature or struct change."""
 DEBUG_ENV = "CHATUI_KERNEL_DEBUG"
 
@@ -66,6 +66,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "q4_matmul_sel": (None, [_i, _p, _i, _i, _p, _p, _p, _i, _p, _i, _i]),
     "q6_matmul": (None, [_p, _i, _i, _p, _p, _i, _p, _i, _i, _p, _f]),
     "attn_decode": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _p, _p, _p, _i, _p, _i, _i]),
+    "attn_prefill": (None, [_p, _i, _i, _i, _i, _p, _p, _i, _i, _p, _i, _i]),
     "decode_layers": (None, [_p, _i, _i, _i, ctypes.POINTER(Layer), _p, _p, _i, _i, _i, _i, _i,
                              _i, _p, _p, _p, _p, _i, _f, _i, _i]),
     "f32_max_rows": (_i, []),
@@ -243,6 +244,27 @@ def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
         raise KernelArgumentError(f"positions must lie in the RoPE tables' 0..{cos.shape[0] - 1}")
     if mask is not None:
         _tensor("mask", mask, torch.uint8, b * (write + 1))
+
+
+def check_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            start: int) -> None:
+    """``attn_prefill``'s arguments: q [T, H, D] fp32; both caches [KV, C, D], fp32 or fp16
+    alike, holding positions through start + T - 1 (< C); H a multiple of KV."""
+    if q.dim() != 3 or k_cache.dim() != 3:
+        raise KernelArgumentError("q must be [T, H, D] and the caches [KV, C, D]")
+    t, h, d = q.shape
+    kv, c, _ = k_cache.shape
+    if k_cache.dtype not in (torch.float32, torch.float16):
+        raise KernelArgumentError(f"a cache must be fp32 or fp16, got {k_cache.dtype}")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _tensor(name, cache, k_cache.dtype)
+        if tuple(cache.shape) != (kv, c, d):
+            raise KernelArgumentError(f"{name} is {tuple(cache.shape)}, expected {(kv, c, d)}")
+    _tensor("q", q, torch.float32)
+    if h <= 0 or h % kv:
+        raise KernelArgumentError(f"{h} query heads do not share {kv} KV heads")
+    if start < 0 or start + t > c:
+        raise KernelArgumentError(f"positions {start}..{start + t - 1} are outside the cache's {c}")
 
 
 def check_decode_layers(x: torch.Tensor, n_layers: int, k_caches: Sequence[torch.Tensor],

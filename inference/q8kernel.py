@@ -228,6 +228,22 @@ class Q8Kernel:
                              out.data_ptr(), self._threads(), int(k_cache.dtype == torch.float16))
         return out
 
+    def prefill_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          start: int) -> torch.Tensor:
+        """A prefill's causal attention (``attn.c``'s ``attn_prefill``): q [T, H, D] fp32,
+        rotated and scaled, for positions start..start+T-1 of one sequence whose keys and values
+        (through start+T-1) are in the caches [KV, C, D] (fp32 or fp16, contiguous). Returns
+        [T, H * D] fp32."""
+        if self.debug:
+            kernel_abi.check_prefill_attention(q, k_cache, v_cache, start)
+        t, h, d = q.shape
+        kv, c, _ = k_cache.shape
+        out = torch.empty((t, h * d), dtype=torch.float32)
+        self.lib.attn_prefill(q.data_ptr(), t, h, kv, d, k_cache.data_ptr(), v_cache.data_ptr(),
+                              c, start, out.data_ptr(), self._threads(),
+                              int(k_cache.dtype == torch.float16))
+        return out
+
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],
                       v_caches: list[torch.Tensor], *, n_heads: int, inter: int, write: int,
                       positions: torch.Tensor, cos: list[torch.Tensor], sin: list[torch.Tensor],

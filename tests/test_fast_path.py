@@ -597,3 +597,36 @@ def test_a_retry_over_the_cached_prompt_repeats_the_reply_to_the_last_bit(tiny_c
              for e in events if isinstance(e, TokenBatch) for t in e.tokens]
             for events in (first, again))
     assert len(a) == 6 and a == b
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("H, KV, D, start, T", [(9, 3, 64, 0, 138), (4, 2, 64, 200, 120),
+                                                (8, 2, 128, 0, 300), (4, 4, 32, 5, 40)])
+def test_c_prefill_attention_is_causal_softmax_and_independent_of_the_cut(H, KV, D, start, T,
+                                                                           kv_dtype, kernel):
+    """``attn_prefill`` (a prompt's attention, ``FastLlama.forward``): each of T tokens at
+    positions start..start+T-1 attends to keys 0..its position, query head h to KV head
+    h // (H / KV): the float64 causal softmax's within 1e-5 (here across 256-key chunks, 32,
+    64 and 128 dims, a cached prefix before the tokens, fp32 and fp16 caches). A token's output
+    does not depend on where the prompt was cut into prefill calls (every token's keys are
+    chunked from key 0): the last tokens' rows are the bits of one call over the whole prompt.
+    """
+    torch.manual_seed(3)
+    C = start + T + 7
+    k = torch.randn(KV, C, D).to(kv_dtype)
+    v = torch.randn(KV, C, D).to(kv_dtype)
+    q = torch.randn(T, H, D) * D ** -0.5
+    out = kernel.prefill_attention(q, k, v, start)
+    assert out.shape == (T, H * D)
+    keys = k.double().repeat_interleave(H // KV, 0)  # [H, C, D]
+    values = v.double().repeat_interleave(H // KV, 0)
+    scores = torch.einsum("thd,hcd->thc", q.double(), keys)
+    pos = torch.arange(start, start + T)[:, None, None]
+    scores = scores.masked_fill(torch.arange(C)[None, None, :] > pos, float("-inf"))
+    ref = torch.einsum("thc,hcd->thd", scores.softmax(-1), values).reshape(T, H * D)
+    assert (out.double() - ref).abs().max() <= 1e-5
+    cut = T // 3
+    whole = kernel.prefill_attention(torch.cat([torch.randn(start, H, D), q]), k, v, 0)
+    tail = kernel.prefill_attention(q[cut:].contiguous(), k, v, start + cut)
+    assert torch.equal(whole[start:], out)
+    assert torch.equal(tail, out[cut:])

@@ -257,6 +257,23 @@ def test_debug_checks_refuse_bad_attention_arguments(kernel, checked):
             checked.attention(**{**_attention_args(), **change})
 
 
+def test_debug_checks_refuse_bad_prefill_attention_arguments(kernel, checked):
+    q, k, v = torch.randn(5, 4, 64), torch.randn(2, 10, 64), torch.randn(2, 10, 64)
+    assert torch.equal(checked.prefill_attention(q, k, v, 3), kernel.prefill_attention(q, k, v, 3))
+    cases = [
+        ((q, k, v, 6), r"positions 6..10 are outside the cache's 10"),
+        ((q, k.half(), v, 0), "v_cache must be torch.float16, got torch.float32"),
+        ((q.double(), k, v, 0), "q must be torch.float32"),
+        ((torch.randn(5, 3, 64), k, v, 0), "3 query heads do not share 2 KV heads"),
+        ((q, k[:, :, :32].contiguous(), v, 0), r"k_cache is \(2, 10, 32\), expected"),
+        ((q, k.transpose(0, 1), v, 0), "k_cache must be contiguous"),
+        ((q[0], k, v, 0), r"q must be \[T, H, D\] and the caches \[KV, C, D\]"),
+    ]
+    for args, message in cases:
+        with pytest.raises(KernelArgumentError, match=message):
+            checked.prefill_attention(*args)
+
+
 def test_debug_checks_refuse_bad_decode_layers_arguments(checked):
     a = _attention_args(B=2)
     layers = (kernel_abi.Layer * 2)()

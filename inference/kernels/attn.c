@@ -169,3 +169,12 @@ void attn_decode(const float *qkv, int B, int H, int KV, int D, void *kc, void *
         attend_f32(qkv, B, H, KV, D, (float *)kc, (float *)vc, C, w, pos, cos_t, sin_t, mask,
                    shared, out, threads);
 }
+
+void attn_prefill(const float *q, int T, int H, int KV, int D, const void *kc, const void *vc,
+                  int C, int start, float *out, int threads, int kv_half) {
+    if (kv_half)
+        prefill_f16(q, T, H, KV, D, (const uint16_t *)kc, (const uint16_t *)vc, C, start, out,
+                    threads);
+    else
+        prefill_f32(q, T, H, KV, D, (const float *)kc, (const float *)vc, C, start, out, threads);
+}

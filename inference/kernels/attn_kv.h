@@ -444,3 +444,39 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
     free(qs);
     free(first_key);
 }
+
+/* A prefill's attention: T new tokens of one sequence (positions start..start+T-1, their keys
+ * and values already in the cache), each attending causally to keys 0..its position, in tasks of
+ * (token, KV head), each over chunks of CHUNK keys from key 0 (chunk_attend) combined as a
+ * decode step's are (combine): a token's attention does not depend on how the prompt was cut
+ * into prefill calls. q: [T, H, D] rotated and scaled; kc, vc: [KV, C, D] (one row's cache);
+ * out: [T, H * D]. Torch's scaled_dot_product_attention took 0.6-0.8 ms a layer for a 138-token
+ * prompt of the default model (2 threads), a fifth of the prefill. */
+static void KV_FN(prefill)(const float *q, int T, int H, int KV, int D, const KV_T *kc,
+                           const KV_T *vc, int C, int start, float *out, int threads) {
+    int G = H / KV, most = (start + T + CHUNK - 1) / CHUNK;
+    size_t per = (size_t)G * (D + 2);
+    if (threads < 1) threads = 1;
+    #pragma omp parallel num_threads(threads) if (T * KV > 1)
+    {
+    float *scratch = (float *)malloc(sizeof(float) * (size_t)G * CHUNK);
+    float *part = (float *)malloc(sizeof(float) * per * (size_t)most);
+    /* the longest first, handed out a few at a time: the tasks' lengths grow with the token */
+    #pragma omp for schedule(dynamic, 4)
+    for (int i = 0; i < T * KV; i++) {
+        int t = T - 1 - i / KV, j = i % KV, S = start + t + 1, nc = (S + CHUNK - 1) / CHUNK;
+        const KV_T *K = kc + (size_t)j * C * D, *V = vc + (size_t)j * C * D;
+        const float *qt = q + ((size_t)t * H + (size_t)j * G) * D;
+        for (int c = 0; c < nc; c++) {
+            int k0 = c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
+            float *pt = part + per * c;
+            KV_FN(chunk_attend)(qt, G, D, K, V, 0, K, V, k0, k1, NULL, 0, pt,
+                                pt + (size_t)G * D, pt + (size_t)G * D + G, scratch);
+        }
+        KV_FN(combine)(part, 0, 0, 1, G, D, nc, per,
+                       out + (size_t)t * H * D + (size_t)j * G * D, H);
+    }
+    free(part);
+    free(scratch);
+    }
+}

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CHATUI_KERNELS_ABI 11
+#define CHATUI_KERNELS_ABI 12
 
 /* One decoder layer's tensors for decode_layers (biases may be NULL). Python: kernel_abi.Layer.
  * The four weights are all int8 (wbits 8: packed int8 and scales of q8.c) or all int4 (wbits 4:
@@ -87,6 +87,12 @@ void q6_matmul(const float *x, int M, int K, const uint8_t *wp, const uint16_t *
 void attn_decode(const float *qkv, int B, int H, int KV, int D, void *kc, void *vc, int C, int w,
                  const int64_t *pos, const float *cos_t, const float *sin_t, const uint8_t *mask,
                  int shared, float *out, int threads, int kv_half);
+
+/* attn.c: a prefill's attention: T new tokens of one sequence at positions start..start+T-1
+ * (their keys and values in the cache), causal; q [T, H, D] rotated and scaled, the cache
+ * [KV, C, D] of one row (fp32, or fp16 with kv_half), out [T, H * D]. */
+void attn_prefill(const float *q, int T, int H, int KV, int D, const void *kc, const void *vc,
+                  int C, int start, float *out, int threads, int kv_half);
 
 /* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. cos_t,
  * sin_t: one RoPE table of each kind, indexed by layer_t.rope. */
