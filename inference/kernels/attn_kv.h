@@ -292,31 +292,38 @@ static inline void KV_FN(store_row)(KV_T *dst, const float *src, int D) {
     for (; d < D; d++) KV_PUT(dst + d, src[d]);
 }
 
-/* Row b's new key and value into the cache (the key rotated in fp32, kr [D] scratch) and its
- * queries rotated and scaled into qs. */
-static void KV_FN(new_row)(const float *qkv, int b, int H, int KV, int D, KV_T *kc, KV_T *vc,
-                           int C, int w, const int64_t *pos, const float *cos_t,
-                           const float *sin_t, float *qs, float *kr) {
-    int half = D / 2;
+/* Row b's new key and value of KV head j into the cache (the key rotated in fp32, kr [D]
+ * scratch) and the queries of that head's G query heads rotated and scaled into qs. */
+static void KV_FN(new_head)(const float *qkv, int b, int j, int H, int KV, int D, KV_T *kc,
+                            KV_T *vc, int C, int w, const int64_t *pos, const float *cos_t,
+                            const float *sin_t, float *qs, float *kr) {
+    int half = D / 2, G = H / KV;
     size_t row = (size_t)(H + 2 * KV) * D;
     float scale = 1.0f / sqrtf((float)D);
     const float *c = cos_t + (size_t)pos[b] * half, *s = sin_t + (size_t)pos[b] * half;
-    for (int j = 0; j < KV; j++) {
-        KV_T *kd = kc + (((size_t)b * KV + j) * C + w) * D;
-        KV_T *vd = vc + (((size_t)b * KV + j) * C + w) * D;
-        const float *ks = qkv + b * row + (size_t)(H + j) * D;
-        const float *vs = qkv + b * row + (size_t)(H + KV + j) * D;
-        memcpy(kr, ks, sizeof(float) * (size_t)D);
-        rope(kr, c, s, half);
-        KV_FN(store_row)(kd, kr, D);
-        KV_FN(store_row)(vd, vs, D);
-    }
-    for (int h = 0; h < H; h++) {
+    KV_T *kd = kc + (((size_t)b * KV + j) * C + w) * D;
+    KV_T *vd = vc + (((size_t)b * KV + j) * C + w) * D;
+    const float *ks = qkv + b * row + (size_t)(H + j) * D;
+    const float *vs = qkv + b * row + (size_t)(H + KV + j) * D;
+    memcpy(kr, ks, sizeof(float) * (size_t)D);
+    rope(kr, c, s, half);
+    KV_FN(store_row)(kd, kr, D);
+    KV_FN(store_row)(vd, vs, D);
+    for (int h = j * G; h < (j + 1) * G; h++) {
         float *qd = qs + ((size_t)b * H + h) * D;
         const float *src = qkv + b * row + (size_t)h * D;
         for (int d = 0; d < D; d++) qd[d] = src[d] * scale;
         rope(qd, c, s, half);
     }
+}
+
+/* Row b's new keys and values into the cache and its queries into qs (new_head of each KV
+ * head). */
+static void KV_FN(new_row)(const float *qkv, int b, int H, int KV, int D, KV_T *kc, KV_T *vc,
+                           int C, int w, const int64_t *pos, const float *cos_t,
+                           const float *sin_t, float *qs, float *kr) {
+    for (int j = 0; j < KV; j++)
+        KV_FN(new_head)(qkv, b, j, H, KV, D, kc, vc, C, w, pos, cos_t, sin_t, qs, kr);
 }
 
 /* Task t's own keys and values (its row's, past the shared prompt) fetched: the keys into L1,
@@ -376,11 +383,6 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
     int G = H / KV, S = w + 1;
     shared = shared < 0 ? 0 : shared > w ? w : shared;
     float *qs = (float *)malloc(sizeof(float) * (size_t)B * H * D);
-    if (B == 1) { /* (one row: before the team, with no barrier after it) */
-        float *kr = (float *)malloc(sizeof(float) * (size_t)D);
-        KV_FN(new_row)(qkv, 0, H, KV, D, kc, vc, C, w, pos, cos_t, sin_t, qs, kr);
-        free(kr);
-    }
     /* Each row's chunks of keys begin at its first attended key (0 without a mask): a
      * left-padded row of `chatui batch` then sums its keys in the lanes and chunks its prompt
      * alone (`chatui generate`) sums them in, and with int8's rounding answers the same
@@ -397,12 +399,23 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
         most = S - f > most ? S - f : most;
     }
     int nc = (most + CHUNK - 1) / CHUNK, tasks = B * KV * nc;
+    /* One chunk of keys a row (up to CHUNK keys: a comparison's rows until their context
+     * passes 256 tokens): each task is one (row, KV head), which makes that head's new key,
+     * value and queries itself (new_head), attends and finishes its output (combine), so the
+     * team meets only at its end. Otherwise the rows' new keys and values first and the
+     * chunks combined after, a barrier between each. */
+    int single = nc == 1;
     size_t per = (size_t)G * (D + 2);
     float *part = (float *)malloc(sizeof(float) * per * tasks);
     if (threads < 1) threads = 1;
+    if (!single && B == 1) { /* (one row: before the team, with no barrier after it) */
+        float *kr = (float *)malloc(sizeof(float) * (size_t)D);
+        KV_FN(new_row)(qkv, 0, H, KV, D, kc, vc, C, w, pos, cos_t, sin_t, qs, kr);
+        free(kr);
+    }
     #pragma omp parallel num_threads(threads) if (tasks > 1)
     {
-    if (B > 1) {
+    if (!single && B > 1) {
         float *kr = (float *)malloc(sizeof(float) * (size_t)D); /* a new key, rotated in fp32 */
         #pragma omp for schedule(static)
         for (int b = 0; b < B; b++)
@@ -410,6 +423,7 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
         free(kr);
     }
     float *scratch = (float *)malloc(sizeof(float) * (size_t)G * CHUNK);
+    float *kr = (float *)malloc(sizeof(float) * (size_t)D);
     /* Each thread takes one contiguous range of tasks, so that it knows its next one and
      * fetches that task's own keys and values while it computes this one (fetch_task). Handed
      * out one at a time (OpenMP's dynamic schedule) before issue 18's tenth pass: 30 layers at
@@ -424,6 +438,8 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
         int b = t % B, c = (t / B) % nc, j = t / (B * nc);
         int k0 = first_key[b] + c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
         float *pt = part + per * (((size_t)b * KV + j) * nc + c);
+        if (single)
+            KV_FN(new_head)(qkv, b, j, H, KV, D, kc, vc, C, w, pos, cos_t, sin_t, qs, kr);
         if (k0 >= S) { /* (a row with fewer keys than the longest: no chunk here) */
             for (int g = 0; g < G; g++) pt[(size_t)G * D + g] = -INFINITY;
             continue;
@@ -433,12 +449,16 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
                             vc + first, shared, kc + own, vc + own, k0, k1,
                             mask ? mask + (size_t)b * S : NULL, w, pt, pt + (size_t)G * D,
                             pt + (size_t)G * D + G, scratch);
+        if (single) KV_FN(combine)(part, b, j, KV, G, D, nc, per, out, H);
     }
+    free(kr);
     free(scratch);
-    #pragma omp barrier
-    #pragma omp for schedule(static) nowait
-    for (int bj = 0; bj < B * KV; bj++)
-        KV_FN(combine)(part, bj / KV, bj % KV, KV, G, D, nc, per, out, H);
+    if (!single) {
+        #pragma omp barrier
+        #pragma omp for schedule(static) nowait
+        for (int bj = 0; bj < B * KV; bj++)
+            KV_FN(combine)(part, bj / KV, bj % KV, KV, G, D, nc, per, out, H);
+    }
     }
     free(part);
     free(qs);
