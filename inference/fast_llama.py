@@ -345,8 +345,8 @@ class FastLlama:
         self.c_prefill = self.c_attention
         """A prompt's attention (T > 1, one row, no padding) in chatui's C kernel too
         (``attn_prefill``) rather than torch's ``scaled_dot_product_attention``: the default
-        model's 138-token prefill 94 -> 76 ms (``benchmarks/bench_prefill_attention.py``, which
-        turns this off for its comparison)."""
+        model's 138 / 1,010-token prefills 76.4 / 836.6 -> 66.8 / 721.3 ms
+        (``benchmarks/bench_prefill_attention.py``, which turns this off for its comparison)."""
         self.kv_dtype = (torch.float16 if half_kv and self.c_attention and self.q8
                          and quantize in ("int8", "int4") else dtype)
         """The KV cache's dtype: fp16 where the C attention kernel decodes int8 or int4 weights
