@@ -1,5 +1,6 @@
-"""A prompt's prefill with its attention in chatui's C kernel (``attn_prefill``, the default)
-against torch's ``scaled_dot_product_attention`` (``FastLlama.c_prefill`` off), the default
+"""A prompt's prefill with its RoPE, cache writes and attention in chatui's C kernel
+(``attn_prefill``, the default) against torch's (the complex multiply, the cache writes and
+``scaled_dot_product_attention``: ``FastLlama.c_prefill`` off), the default
 model with int8 weights, the two taken in turn in one process (the machine's speed moves by
 10-20% within minutes: only figures measured alternately compare).
 

@@ -343,10 +343,11 @@ class FastLlama:
         """One-token attention (RoPE, cache write, attention) in chatui's C kernel: fp32 on a
         CPU where the kernels build, for attention without soft-capping or its own scale."""
         self.c_prefill = self.c_attention
-        """A prompt's attention (T > 1, one row, no padding) in chatui's C kernel too
-        (``attn_prefill``) rather than torch's ``scaled_dot_product_attention``: the default
-        model's 138 / 1,010-token prefills 76.4 / 836.6 -> 66.8 / 721.3 ms
-        (``benchmarks/bench_prefill_attention.py``, which turns this off for its comparison)."""
+        """A prompt's RoPE, cache writes and attention (T > 1, one row, no padding) in chatui's
+        C kernel too (``attn_prefill``: each token's key and output a decode step's bits) rather
+        than torch's ``scaled_dot_product_attention``: the default model's 138 / 1,010-token
+        prefills 13-19% quicker (``benchmarks/bench_prefill_attention.py``, which turns this off
+        for its comparison)."""
         self.kv_dtype = (torch.float16 if half_kv and self.c_attention and self.q8
                          and quantize in ("int8", "int4") else dtype)
         """The KV cache's dtype: fp16 where the C attention kernel decodes int8 or int4 weights
@@ -619,14 +620,26 @@ class FastLlama:
 
         x = self._embed(input_ids)  # [B, T, hidden]
         nqk = (H + KV) * D
-        # a prompt's causal attention in chatui's C kernel (attn_prefill), where one-token
-        # steps attend there too; a sliding window that hides keys keeps a layer in torch
+        # a prompt's RoPE, cache writes and causal attention in chatui's C kernel (attn_prefill),
+        # where one-token steps attend there too; a sliding window that hides keys keeps a
+        # layer in torch
         c_prefill = (T > 1 and B == 1 and self.c_prefill and attention_mask is None
                      and position_ids is None)
+        tables = ({kind: rope.cos_sin(end, rope.use_long(end - 1))
+                   for kind, rope in self.ropes.items()} if c_prefill else {})
         for i, L in enumerate(self.layers):
             if should_stop is not None and should_stop():
                 raise Interrupted  # (the cache's length is set only after the last layer)
             qkv = _norm_linear(x, L.ln1, self.eps, L.wqkv, L.bqkv)  # [B, T, (H + 2KV) * D]
+            if c_prefill and (L.window is None or end <= L.window):
+                flat = qkv[0]  # [T, (H + 2KV) * D]: RoPE, the cache writes and attention in C
+                if L.q_norm is not None:
+                    flat[:, :nqk] = self._qk_norm(flat[:, :nqk].view(T, H + KV, D), L).view(T, nqk)
+                cos, sin = tables[L.rope]
+                o = load_kernel().prefill_attention(  # type: ignore[union-attr]
+                    flat, cache.k[i][0], cache.v[i][0], start, cos, sin, H)
+                x = self._after_attention(x, o.view(B, T, H * D), L)
+                continue
             qk = qkv[..., :nqk].float().view(B, T, H + KV, D)
             if L.q_norm is not None:
                 qk = self._qk_norm(qk, L)
@@ -636,11 +649,6 @@ class FastLlama:
             kc[:, :, start:end] = qk[:, :, H:].transpose(1, 2)
             vc[:, :, start:end] = qkv[..., nqk:].view(B, T, KV, D).transpose(1, 2)
             lo, mask, causal = mask_for(L.window)
-            if c_prefill and (L.window is None or end <= L.window):
-                o = load_kernel().prefill_attention(  # type: ignore[union-attr]
-                    (qk[0, :, :H] * D ** -0.5).contiguous(), kc[0], vc[0], start)
-                x = self._after_attention(x, o.view(B, T, H * D), L)
-                continue
             keys, values = kc[:, :, lo:end].to(self.dtype), vc[:, :, lo:end].to(self.dtype)
             if T == 1:  # the G query heads of a KV head act as G query rows: no K/V copies
                 q = qk[:, :, :H].to(self.dtype).view(B, KV, G, D)

@@ -228,20 +228,23 @@ class Q8Kernel:
                              out.data_ptr(), self._threads(), int(k_cache.dtype == torch.float16))
         return out
 
-    def prefill_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          start: int) -> torch.Tensor:
-        """A prefill's causal attention (``attn.c``'s ``attn_prefill``): q [T, H, D] fp32,
-        rotated and scaled, for positions start..start+T-1 of one sequence whose keys and values
-        (through start+T-1) are in the caches [KV, C, D] (fp32 or fp16, contiguous). Returns
-        [T, H * D] fp32."""
+    def prefill_attention(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          start: int, cos: torch.Tensor, sin: torch.Tensor,
+                          n_heads: int) -> torch.Tensor:
+        """A prefill's attention (``attn.c``'s ``attn_prefill``): qkv [T, (H + 2KV) * D] fp32
+        of one sequence's tokens at positions start..start+T-1 (as ``attention`` takes a row's
+        one token); their keys and values are rotated and written into the caches [KV, C, D]
+        (fp32 or fp16, contiguous) and each token attends causally to keys 0..its position,
+        with the RoPE tables cos, sin [P, D/2]. Returns [T, H * D] fp32, each row the bits a
+        decode step at that position gives."""
         if self.debug:
-            kernel_abi.check_prefill_attention(q, k_cache, v_cache, start)
-        t, h, d = q.shape
-        kv, c, _ = k_cache.shape
-        out = torch.empty((t, h * d), dtype=torch.float32)
-        self.lib.attn_prefill(q.data_ptr(), t, h, kv, d, k_cache.data_ptr(), v_cache.data_ptr(),
-                              c, start, out.data_ptr(), self._threads(),
-                              int(k_cache.dtype == torch.float16))
+            kernel_abi.check_prefill_attention(qkv, k_cache, v_cache, start, cos, sin, n_heads)
+        t = qkv.shape[0]
+        kv, c, d = k_cache.shape
+        out = torch.empty((t, n_heads * d), dtype=torch.float32)
+        self.lib.attn_prefill(qkv.data_ptr(), t, n_heads, kv, d, k_cache.data_ptr(),
+                              v_cache.data_ptr(), c, start, cos.data_ptr(), sin.data_ptr(),
+                              out.data_ptr(), self._threads(), int(k_cache.dtype == torch.float16))
         return out
 
     def decode_layers(self, x: torch.Tensor, layers: ctypes.Array, k_caches: list[torch.Tensor],

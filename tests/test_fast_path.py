@@ -602,31 +602,41 @@ def test_a_retry_over_the_cached_prompt_repeats_the_reply_to_the_last_bit(tiny_c
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("H, KV, D, start, T", [(9, 3, 64, 0, 138), (4, 2, 64, 200, 120),
                                                 (8, 2, 128, 0, 300), (4, 4, 32, 5, 40)])
-def test_c_prefill_attention_is_causal_softmax_and_independent_of_the_cut(H, KV, D, start, T,
-                                                                           kv_dtype, kernel):
-    """``attn_prefill`` (a prompt's attention, ``FastLlama.forward``): each of T tokens at
-    positions start..start+T-1 attends to keys 0..its position, query head h to KV head
-    h // (H / KV): the float64 causal softmax's within 1e-5 (here across 256-key chunks, 32,
-    64 and 128 dims, a cached prefix before the tokens, fp32 and fp16 caches). A token's output
-    does not depend on where the prompt was cut into prefill calls (every token's keys are
-    chunked from key 0): the last tokens' rows are the bits of one call over the whole prompt.
-    """
+def test_c_prefill_attention_is_token_by_token_decoding(H, KV, D, start, T, kv_dtype, kernel):
+    """``attn_prefill`` (a prompt's attention, ``FastLlama.forward``) writes each token's
+    rotated key and value at its position and gives each token the output a decode step at that
+    position gives (``attn_decode``, one row), both to the bit: a token's key and attention do
+    not depend on whether a prefill or a step made them, nor on where the prompt was cut into
+    prefill calls. And it is the float64 causal softmax's within 1e-5 (across 256-key chunks,
+    32, 64 and 128 dims, after a cached prefix, fp32 and fp16 caches)."""
     torch.manual_seed(3)
     C = start + T + 7
-    k = torch.randn(KV, C, D).to(kv_dtype)
-    v = torch.randn(KV, C, D).to(kv_dtype)
-    q = torch.randn(T, H, D) * D ** -0.5
-    out = kernel.prefill_attention(q, k, v, start)
+    k0, v0 = torch.randn(KV, C, D).to(kv_dtype), torch.randn(KV, C, D).to(kv_dtype)
+    qkv = torch.randn(T, (H + 2 * KV) * D)
+    cos, sin = torch.randn(C, D // 2), torch.randn(C, D // 2)
+    k, v = k0.clone(), v0.clone()
+    out = kernel.prefill_attention(qkv, k, v, start, cos, sin, H)
     assert out.shape == (T, H * D)
+    kd, vd = k0.clone()[None], v0.clone()[None]
+    for t in range(T):  # one decode step a token
+        step = kernel.attention(qkv[t:t + 1], kd, vd, start + t, torch.tensor([start + t]), cos,
+                                sin, None, H)
+        assert torch.equal(step[0], out[t]), t
+    assert torch.equal(kd[0], k) and torch.equal(vd[0], v)
+    kc, vc = k0.clone(), v0.clone()
+    cut = T // 3
+    head = kernel.prefill_attention(qkv[:cut].contiguous(), kc, vc, start, cos, sin, H)
+    tail = kernel.prefill_attention(qkv[cut:].contiguous(), kc, vc, start + cut, cos, sin, H)
+    assert torch.equal(torch.cat([head, tail]), out)
+    # float64: the queries rotated and scaled from qkv, the keys as the kernel wrote them
+    q = qkv[:, :H * D].view(T, H, D // 2, 2).double()
+    c, s_ = cos[start:start + T, None].double(), sin[start:start + T, None].double()
+    q = torch.stack([q[..., 0] * c - q[..., 1] * s_, q[..., 0] * s_ + q[..., 1] * c], -1)
+    q = q.view(T, H, D) / D ** 0.5
     keys = k.double().repeat_interleave(H // KV, 0)  # [H, C, D]
     values = v.double().repeat_interleave(H // KV, 0)
-    scores = torch.einsum("thd,hcd->thc", q.double(), keys)
+    scores = torch.einsum("thd,hcd->thc", q, keys)
     pos = torch.arange(start, start + T)[:, None, None]
     scores = scores.masked_fill(torch.arange(C)[None, None, :] > pos, float("-inf"))
     ref = torch.einsum("thc,hcd->thd", scores.softmax(-1), values).reshape(T, H * D)
     assert (out.double() - ref).abs().max() <= 1e-5
-    cut = T // 3
-    whole = kernel.prefill_attention(torch.cat([torch.randn(start, H, D), q]), k, v, 0)
-    tail = kernel.prefill_attention(q[cut:].contiguous(), k, v, start + cut)
-    assert torch.equal(whole[start:], out)
-    assert torch.equal(tail, out[cut:])

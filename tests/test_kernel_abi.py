@@ -258,20 +258,32 @@ def test_debug_checks_refuse_bad_attention_arguments(kernel, checked):
 
 
 def test_debug_checks_refuse_bad_prefill_attention_arguments(kernel, checked):
-    q, k, v = torch.randn(5, 4, 64), torch.randn(2, 10, 64), torch.randn(2, 10, 64)
-    assert torch.equal(checked.prefill_attention(q, k, v, 3), kernel.prefill_attention(q, k, v, 3))
+    def args(**change):
+        good = dict(qkv=torch.randn(5, 8 * 64), k_cache=torch.randn(2, 10, 64),
+                    v_cache=torch.randn(2, 10, 64), start=3, cos=torch.ones(10, 32),
+                    sin=torch.zeros(10, 32), n_heads=4)
+        return {**good, **change}
+
+    same = args()
+    assert torch.equal(checked.prefill_attention(**same),
+                       kernel.prefill_attention(**{k: v.clone() if isinstance(v, torch.Tensor)
+                                                   else v for k, v in same.items()}))
     cases = [
-        ((q, k, v, 6), r"positions 6..10 are outside the cache's 10"),
-        ((q, k.half(), v, 0), "v_cache must be torch.float16, got torch.float32"),
-        ((q.double(), k, v, 0), "q must be torch.float32"),
-        ((torch.randn(5, 3, 64), k, v, 0), "3 query heads do not share 2 KV heads"),
-        ((q, k[:, :, :32].contiguous(), v, 0), r"k_cache is \(2, 10, 32\), expected"),
-        ((q, k.transpose(0, 1), v, 0), "k_cache must be contiguous"),
-        ((q[0], k, v, 0), r"q must be \[T, H, D\] and the caches \[KV, C, D\]"),
+        (dict(start=6), r"positions 6..10 are outside the cache's 10"),
+        (dict(k_cache=torch.randn(2, 10, 64).half()),
+         "v_cache must be torch.float16, got torch.float32"),
+        (dict(qkv=torch.randn(5, 8 * 64).double()), "qkv must be torch.float32"),
+        (dict(qkv=torch.randn(5, 7 * 64)), "qkv must hold 2560 values"),
+        (dict(n_heads=3), "3 query heads do not share 2 KV heads"),
+        (dict(k_cache=torch.randn(10, 2, 64).transpose(0, 1)), "k_cache must be contiguous"),
+        (dict(qkv=torch.randn(8 * 64)), r"qkv must be \[T, \(H \+ 2KV\) \* D\]"),
+        (dict(cos=torch.ones(10, 31)), r"cos and sin must both be \[P, 32\]"),
+        (dict(cos=torch.ones(7, 32), sin=torch.zeros(7, 32)),
+         r"positions must lie in the RoPE tables' 0..6"),
     ]
-    for args, message in cases:
+    for change, message in cases:
         with pytest.raises(KernelArgumentError, match=message):
-            checked.prefill_attention(*args)
+            checked.prefill_attention(**args(**change))
 
 
 def test_debug_checks_refuse_bad_decode_layers_arguments(checked):

@@ -170,11 +170,13 @@ void attn_decode(const float *qkv, int B, int H, int KV, int D, void *kc, void *
                    shared, out, threads);
 }
 
-void attn_prefill(const float *q, int T, int H, int KV, int D, const void *kc, const void *vc,
-                  int C, int start, float *out, int threads, int kv_half) {
+void attn_prefill(const float *qkv, int T, int H, int KV, int D, void *kc, void *vc, int C,
+                  int start, const float *cos_t, const float *sin_t, float *out, int threads,
+                  int kv_half) {
     if (kv_half)
-        prefill_f16(q, T, H, KV, D, (const uint16_t *)kc, (const uint16_t *)vc, C, start, out,
+        prefill_f16(qkv, T, H, KV, D, (uint16_t *)kc, (uint16_t *)vc, C, start, cos_t, sin_t, out,
                     threads);
     else
-        prefill_f32(q, T, H, KV, D, (const float *)kc, (const float *)vc, C, start, out, threads);
+        prefill_f32(qkv, T, H, KV, D, (float *)kc, (float *)vc, C, start, cos_t, sin_t, out,
+                    threads);
 }

@@ -465,20 +465,33 @@ static void KV_FN(attend)(const float *qkv, int B, int H, int KV, int D, KV_T *k
     free(first_key);
 }
 
-/* A prefill's attention: T new tokens of one sequence (positions start..start+T-1, their keys
- * and values already in the cache), each attending causally to keys 0..its position, in tasks of
- * (token, KV head), each over chunks of CHUNK keys from key 0 (chunk_attend) combined as a
- * decode step's are (combine): a token's attention does not depend on how the prompt was cut
- * into prefill calls. q: [T, H, D] rotated and scaled; kc, vc: [KV, C, D] (one row's cache);
- * out: [T, H * D]. Torch's scaled_dot_product_attention took 0.6-0.8 ms a layer for a 138-token
- * prompt of the default model (2 threads), a fifth of the prefill. */
-static void KV_FN(prefill)(const float *q, int T, int H, int KV, int D, const KV_T *kc,
-                           const KV_T *vc, int C, int start, float *out, int threads) {
+/* A prefill's attention: T new tokens of one sequence at positions start..start+T-1. Each
+ * token's key and value go into the cache and its queries are rotated and scaled as a decode
+ * step's are (new_row, the same bits: a token's key is the same whether a prefill or a step
+ * wrote it), then each token attends causally to keys 0..its position in tasks of (token, KV
+ * head), each over chunks of CHUNK keys from key 0 (chunk_attend) combined as a decode step's
+ * are (combine): a token's output is the one a decode step at its position gives, to the bit,
+ * however the prompt was cut into prefill calls. qkv: [T, (H + 2 KV) * D] as attn_decode's;
+ * kc, vc: [KV, C, D] (one row's cache); cos_t, sin_t: RoPE tables; out: [T, H * D]. Torch's
+ * scaled_dot_product_attention, with the RoPE and the cache writes in torch, took 0.6-0.8 ms a
+ * layer for a 138-token prompt of the default model (2 threads), a fifth of the prefill. */
+static void KV_FN(prefill)(const float *qkv, int T, int H, int KV, int D, KV_T *kc, KV_T *vc,
+                           int C, int start, const float *cos_t, const float *sin_t, float *out,
+                           int threads) {
     int G = H / KV, most = (start + T + CHUNK - 1) / CHUNK;
-    size_t per = (size_t)G * (D + 2);
+    size_t per = (size_t)G * (D + 2), row = (size_t)(H + 2 * KV) * D;
+    float *qs = (float *)malloc(sizeof(float) * (size_t)T * H * D);
     if (threads < 1) threads = 1;
     #pragma omp parallel num_threads(threads) if (T * KV > 1)
     {
+    float *kr = (float *)malloc(sizeof(float) * (size_t)D);
+    #pragma omp for schedule(static)
+    for (int t = 0; t < T; t++) {
+        int64_t p = start + t;
+        KV_FN(new_row)(qkv + (size_t)t * row, 0, H, KV, D, kc, vc, C, (int)p, &p, cos_t, sin_t,
+                       qs + (size_t)t * H * D, kr);
+    }
+    free(kr);
     float *scratch = (float *)malloc(sizeof(float) * (size_t)G * CHUNK);
     float *part = (float *)malloc(sizeof(float) * per * (size_t)most);
     /* the longest first, handed out a few at a time: the tasks' lengths grow with the token */
@@ -486,7 +499,7 @@ static void KV_FN(prefill)(const float *q, int T, int H, int KV, int D, const KV
     for (int i = 0; i < T * KV; i++) {
         int t = T - 1 - i / KV, j = i % KV, S = start + t + 1, nc = (S + CHUNK - 1) / CHUNK;
         const KV_T *K = kc + (size_t)j * C * D, *V = vc + (size_t)j * C * D;
-        const float *qt = q + ((size_t)t * H + (size_t)j * G) * D;
+        const float *qt = qs + ((size_t)t * H + (size_t)j * G) * D;
         for (int c = 0; c < nc; c++) {
             int k0 = c * CHUNK, k1 = k0 + CHUNK < S ? k0 + CHUNK : S;
             float *pt = part + per * c;
@@ -499,4 +512,5 @@ static void KV_FN(prefill)(const float *q, int T, int H, int KV, int D, const KV
     free(part);
     free(scratch);
     }
+    free(qs);
 }

@@ -88,11 +88,13 @@ void attn_decode(const float *qkv, int B, int H, int KV, int D, void *kc, void *
                  const int64_t *pos, const float *cos_t, const float *sin_t, const uint8_t *mask,
                  int shared, float *out, int threads, int kv_half);
 
-/* attn.c: a prefill's attention: T new tokens of one sequence at positions start..start+T-1
- * (their keys and values in the cache), causal; q [T, H, D] rotated and scaled, the cache
- * [KV, C, D] of one row (fp32, or fp16 with kv_half), out [T, H * D]. */
-void attn_prefill(const float *q, int T, int H, int KV, int D, const void *kc, const void *vc,
-                  int C, int start, float *out, int threads, int kv_half);
+/* attn.c: a prefill's attention: T new tokens of one sequence at positions start..start+T-1,
+ * causal; qkv [T, (H + 2 KV) * D] as attn_decode's (RoPE, the scale and the cache writes
+ * done here, as a decode step does them), the cache [KV, C, D] of one row (fp32, or fp16 with
+ * kv_half), out [T, H * D]. */
+void attn_prefill(const float *qkv, int T, int H, int KV, int D, void *kc, void *vc, int C,
+                  int start, const float *cos_t, const float *sin_t, float *out, int threads,
+                  int kv_half);
 
 /* decode.c: every decoder layer of one decode step; x [B, hidden] updated in place. cos_t,
  * sin_t: one RoPE table of each kind, indexed by layer_t.rope. */
