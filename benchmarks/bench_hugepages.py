@@ -28,7 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from benchmarks.step_args import (  # noqa: E402
-    comparison_step_ms, default_engine, step_parser)
+    alternating_rounds, default_engine, step_parser)
 from inference.checkpoint import load_checkpoint  # noqa: E402
 from inference.engine import LocalBackend  # noqa: E402
 from inference import bench, hugepages  # noqa: E402
@@ -75,20 +75,11 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     gc.collect()
     gc.freeze()
-    spent: dict[tuple[int, str], list[float]] = {}
-    labels = list(copies)
-    for rnd in range(args.rounds):
-        line = []
-        for n in rows:
-            for label in labels if rnd % 2 == 0 else labels[::-1]:
-                use(label)
-                ms = comparison_step_ms(backend, messages, n, args.new_tokens)
-                spent.setdefault((n, label), []).append(ms)
-                line.append(f"{n} rows {label} {ms:.2f}")
-        print(f"round {rnd + 1}: " + ", ".join(line), flush=True)
+    spent = alternating_rounds(backend, messages, rows, list(copies), use, str, args.rounds,
+                               args.new_tokens)
     print("medians, ms a step:")
     for n in rows:
-        file, huge = (statistics.median(spent[(n, label)]) for label in ("file pages",
+        file, huge = (statistics.median(spent[(label, n)]) for label in ("file pages",
                                                                          "huge pages"))
         print(f"  {n} rows: file pages {file:.2f}, huge pages {huge:.2f} "
               f"({(file - huge) / file:+.1%})")

@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from benchmarks.step_args import (  # noqa: E402
-    comparison_step_ms, default_engine, step_parser)
+    alternating_rounds, comparison_step_ms, default_engine, step_parser)
 from inference import bench, q8kernel  # noqa: E402
 from inference.quant import load_int8  # noqa: E402
 
@@ -79,16 +79,8 @@ def main() -> None:
     for variant in variants:  # (each build's first steps: untimed)
         use(variant)
         comparison_step_ms(backend, messages, max(rows), args.new_tokens)
-    spent: dict[tuple[tuple[str, str], int], list[float]] = {}
-    for rnd in range(args.rounds):
-        line = []
-        for n in rows:
-            for variant in variants if rnd % 2 == 0 else variants[::-1]:
-                use(variant)
-                ms = comparison_step_ms(backend, messages, n, args.new_tokens)
-                spent.setdefault((variant, n), []).append(ms)
-                line.append(f"{n} rows {variant[0]} {variant[1]} {ms:.2f}")
-        print(f"round {rnd + 1}: " + ", ".join(line), flush=True)
+    spent = alternating_rounds(backend, messages, rows, variants, use,
+                               lambda v: f"{v[0]} {v[1]}", args.rounds, args.new_tokens)
     print(f"medians of {args.rounds} rounds, ms a step:")
     for variant in variants:
         med = {n: statistics.median(spent[(variant, n)]) for n in rows}

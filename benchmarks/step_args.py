@@ -1,7 +1,8 @@
 """What the step benchmarks (``bench_step_split.py``, ``bench_layer_phases.py``,
 ``bench_kernels_ab.py``, ``bench_hugepages.py``, ``bench_weight_fetch.py``) share: their common
 flags, the engine they time (the default model, int8, as ``chatui`` runs it), a comparison's
-decode steps timed whole and its decode state to time the layers at."""
+decode steps timed whole (alone, or several variants in alternating rounds) and its decode
+state to time the layers at."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -49,6 +50,27 @@ def comparison_step_ms(backend: LocalBackend, messages: tuple[Message, ...], row
     list(backend.generate(GenerationRequest(
         messages, bench.compare_settings(rows, new_tokens), 5), threading.Event()))
     return (time.perf_counter() - start) * 1e3 / new_tokens
+
+
+def alternating_rounds(backend: LocalBackend, messages: tuple[Message, ...], rows: list[int],
+                       variants: list[Any], use: Callable[[Any], None],
+                       name: Callable[[Any], str], rounds: int,
+                       new_tokens: int) -> dict[tuple[Any, int], list[float]]:
+    """``comparison_step_ms`` of every variant (``use(variant)`` switches to it) at each row
+    count, the variants taken in turn and their order reversed every other round (the
+    machine's speed moves within minutes: only figures measured alternately compare); one line
+    printed a round. Returns the ms of each (variant, rows), one a round."""
+    spent: dict[tuple[Any, int], list[float]] = {}
+    for rnd in range(rounds):
+        line = []
+        for n in rows:
+            for variant in variants if rnd % 2 == 0 else variants[::-1]:
+                use(variant)
+                ms = comparison_step_ms(backend, messages, n, new_tokens)
+                spent.setdefault((variant, n), []).append(ms)
+                line.append(f"{n} rows {name(variant)} {ms:.2f}")
+        print(f"round {rnd + 1}: " + ", ".join(line), flush=True)
+    return spent
 
 
 @dataclass(frozen=True)

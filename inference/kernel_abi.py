@@ -249,30 +249,18 @@ def check_attention(qkv: torch.Tensor | None, k_caches: Sequence[torch.Tensor],
 def check_prefill_attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             start: int, cos: torch.Tensor, sin: torch.Tensor,
                             n_heads: int) -> None:
-    """``attn_prefill``'s arguments: qkv [T, (H + 2KV) * D] fp32; both caches [KV, C, D],
-    fp32 or fp16 alike, with room for positions start..start+T-1; the RoPE tables cos, sin
-    [P, D/2] fp32 covering them; H a multiple of KV."""
-    if qkv.dim() != 2 or k_cache.dim() != 3:
+    """``attn_prefill``'s arguments: qkv [T, (H + 2KV) * D] fp32 and the caches [KV, C, D] of
+    one row, checked as ``check_attention`` checks a one-row step writing the last of the
+    positions start..start+T-1."""
+    if qkv.dim() != 2 or k_cache.dim() != 3 or v_cache.dim() != 3:
         raise KernelArgumentError("qkv must be [T, (H + 2KV) * D] and the caches [KV, C, D]")
-    kv, c, d = k_cache.shape
-    if k_cache.dtype not in (torch.float32, torch.float16):
-        raise KernelArgumentError(f"a cache must be fp32 or fp16, got {k_cache.dtype}")
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        _tensor(name, cache, k_cache.dtype)
-        if tuple(cache.shape) != (kv, c, d):
-            raise KernelArgumentError(f"{name} is {tuple(cache.shape)}, expected {(kv, c, d)}")
-    if n_heads <= 0 or n_heads % kv or d % 2:
-        raise KernelArgumentError(f"{n_heads} query heads do not share {kv} KV heads of {d}")
-    t = qkv.shape[0]
+    t, last = qkv.shape[0], start + qkv.shape[0] - 1
+    if start < 0:
+        raise KernelArgumentError(f"the first position {start} is negative")
+    check_attention(None, [k_cache[None]], [v_cache[None]], last, torch.tensor([last]), cos, sin,
+                    None, n_heads)
+    kv, _, d = k_cache.shape
     _tensor("qkv", qkv, torch.float32, t * (n_heads + 2 * kv) * d)
-    if start < 0 or start + t > c:
-        raise KernelArgumentError(f"positions {start}..{start + t - 1} are outside the cache's {c}")
-    _tensor("cos", cos, torch.float32)
-    _tensor("sin", sin, torch.float32)
-    if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[1] != d // 2:
-        raise KernelArgumentError(f"cos and sin must both be [P, {d // 2}]")
-    if start + t > cos.shape[0]:
-        raise KernelArgumentError(f"positions must lie in the RoPE tables' 0..{cos.shape[0] - 1}")
 
 
 def check_decode_layers(x: torch.Tensor, n_layers: int, k_caches: Sequence[torch.Tensor],

@@ -269,13 +269,15 @@ def test_debug_checks_refuse_bad_prefill_attention_arguments(kernel, checked):
                        kernel.prefill_attention(**{k: v.clone() if isinstance(v, torch.Tensor)
                                                    else v for k, v in same.items()}))
     cases = [
-        (dict(start=6), r"positions 6..10 are outside the cache's 10"),
+        (dict(start=6), "write position 10 is outside the cache's 10"),
+        (dict(start=-1), "the first position -1 is negative"),
         (dict(k_cache=torch.randn(2, 10, 64).half()),
-         "v_cache must be torch.float16, got torch.float32"),
+         "cache 1 must be torch.float16, got torch.float32"),
+        (dict(v_cache=torch.randn(2, 10, 32)), r"cache 1 is \(1, 2, 10, 32\)"),
         (dict(qkv=torch.randn(5, 8 * 64).double()), "qkv must be torch.float32"),
         (dict(qkv=torch.randn(5, 7 * 64)), "qkv must hold 2560 values"),
         (dict(n_heads=3), "3 query heads do not share 2 KV heads"),
-        (dict(k_cache=torch.randn(10, 2, 64).transpose(0, 1)), "k_cache must be contiguous"),
+        (dict(k_cache=torch.randn(10, 2, 64).transpose(0, 1)), "cache 0 must be contiguous"),
         (dict(qkv=torch.randn(8 * 64)), r"qkv must be \[T, \(H \+ 2KV\) \* D\]"),
         (dict(cos=torch.ones(10, 31)), r"cos and sin must both be \[P, 32\]"),
         (dict(cos=torch.ones(7, 32), sin=torch.zeros(7, 32)),
