@@ -273,6 +273,9 @@ class LocalBackend:
 
     def close(self) -> None:
         self.reset()
+        close_runner = getattr(self.runner, "close", None)  # (the fast runner's weights' read)
+        if close_runner is not None:
+            close_runner()
 
     @property
     def cached_ids(self) -> list[int]:

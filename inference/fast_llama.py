@@ -841,6 +841,13 @@ class FastRunner:
             self.pending.wait()
             self._adopt_pending()
 
+    def close(self) -> None:
+        """Stop a copy of the weights still on its way (``ResidentWeights.close``); the runner
+        goes on with its own."""
+        if self.pending is not None:
+            self.pending.close()
+            self.pending = None
+
     @staticmethod
     def can_crop(cache: Any) -> bool:
         return True

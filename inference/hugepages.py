@@ -28,10 +28,15 @@ import ctypes
 import mmap
 import os
 from pathlib import Path
+from typing import Callable
 
 HUGE_PAGE = 2 << 20
 _SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 _CHUNK = 64 << 20  # one read() call's bytes (Linux reads at most ~2 GB a call)
+
+
+class ReadStopped(Exception):
+    """``read_file`` was asked to stop before the end of the file."""
 
 
 def huge_pages_available() -> bool:
@@ -66,13 +71,15 @@ def address(buf: mmap.mmap) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
-def read_file(path: Path) -> tuple[mmap.mmap, int]:
+def read_file(path: Path, stop: Callable[[], bool] | None = None) -> tuple[mmap.mmap, int]:
     """The whole file ``path`` read into ``anonymous`` memory: (the mapping, the offset of the
     file's first byte in it), the offset putting that byte on a 2 MB boundary (the kernel gives
-    a huge page only to a whole aligned 2 MB of a mapping).
+    a huge page only to a whole aligned 2 MB of a mapping). ``stop`` is asked before each
+    ``_CHUNK`` read.
 
     Raises:
         OSError: the file could not be read, or it ended before its size.
+        ReadStopped: ``stop()`` said so before the end.
     """
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
@@ -82,6 +89,8 @@ def read_file(path: Path) -> tuple[mmap.mmap, int]:
         try:
             done = 0
             while done < size:
+                if stop is not None and stop():
+                    raise ReadStopped(f"reading {path} was stopped")
                 got = f.readinto(view[start + done:start + min(size, done + _CHUNK)])
                 if not got:
                     raise OSError(f"{path} ended after {done} of its {size} bytes")

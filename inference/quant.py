@@ -286,19 +286,23 @@ def _remove_older_versions(path: Path) -> None:
                 pass
 
 
-def load_int8(path: Path, device: torch.device, *, resident: bool = False
-              ) -> dict[str, Any] | None:
+def load_int8(path: Path, device: torch.device, *, resident: bool = False,
+              stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
     """The cached weights (mapped from the file, ``st_io.load_mapped``; with ``resident`` on a
-    CPU, read into huge pages, ``st_io.load_resident``), or None when missing or unreadable."""
+    CPU, read into huge pages, ``st_io.load_resident``, whose read ``stop`` can end early), or
+    None when missing, unreadable or stopped."""
     if not path.is_file():
         return None
-    try:
-        from . import st_io
+    from . import hugepages, st_io
 
+    try:
         cpu = device.type == "cpu"
-        tensors = (st_io.load_resident if cpu and resident else st_io.load_mapped)(path)
+        tensors = (st_io.load_resident(path, stop) if cpu and resident
+                   else st_io.load_mapped(path))
         if not cpu:
             tensors = {k: v.to(device) for k, v in tensors.items()}
+    except hugepages.ReadStopped:
+        return None
     except Exception as exc:  # noqa: BLE001 - a corrupt cache is rebuilt, not fatal
         log.warning("ignoring unreadable int8 cache %s: %s", path, exc)
         return None

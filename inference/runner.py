@@ -291,16 +291,31 @@ def _huge_pages_for(fast: FastRunner, device: torch.device) -> bool:
 
 class ResidentWeights:
     """The disk cache's weights read into huge pages (``quant.load_int8(resident=True)``) on a
-    thread of their own, while the runner starts on the file's mapping."""
+    thread of their own, while the runner starts on the file's mapping.
+
+    The thread is not a daemon, and ``close`` stops its read between two chunks: a daemon
+    thread still inside torch when the interpreter shut down (``torch.empty`` as the views were
+    made) died unwinding through torch's C++ frames, and the process aborted ("terminate called
+    without an active exception", exit code 134) after its work was done: `chatui bench
+    --prompt-tokens 600` refusing a tiny model's 512-token context did so in 3 runs of 6
+    (2026-11-30). Closing the backend closes this; a process that ends without closing it waits
+    for the read (0.2-2.4 s for 800 MB)."""
 
     def __init__(self, path: Path, device: torch.device) -> None:
         self._weights: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._read, args=(path, device), daemon=True,
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(path, device), daemon=False,
                                         name="chatui-weights")
         self._thread.start()
 
     def _read(self, path: Path, device: torch.device) -> None:
-        self._weights = load_int8(path, device, resident=True) or {}
+        self._weights = load_int8(path, device, resident=True, stop=self._stop.is_set) or {}
+
+    def close(self) -> None:
+        """Stop the read (at its next chunk) and wait for the thread; ``ready`` then gives no
+        weights unless the read had finished."""
+        self._stop.set()
+        self._thread.join()
 
     def ready(self) -> dict[str, Any] | None:
         """None while the read goes on; then the weights by name (none where it failed)."""

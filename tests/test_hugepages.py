@@ -95,3 +95,20 @@ def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
         st_io.load_resident(path)
     with pytest.raises(ValueError, match="past the end"):
         st_io.load_mapped(path)
+
+
+def test_a_read_asked_to_stop_ends_without_a_warning(tmp_path: Path, caplog) -> None:
+    """``stop`` ends the read before its next chunk: ``read_file`` raises ``ReadStopped`` and
+    the int8 cache's loader gives nothing, without calling the file unreadable (it is fine)."""
+    from inference.quant import load_int8
+
+    if not hugepages.huge_pages_available():
+        skip_unless_ci("this kernel gives no transparent huge pages")
+    path, _ = _file(tmp_path)
+    with pytest.raises(hugepages.ReadStopped):
+        hugepages.read_file(path, stop=lambda: True)
+    with caplog.at_level("WARNING"):
+        assert load_int8(path, torch.device("cpu"), resident=True, stop=lambda: True) is None
+    assert not caplog.records
+    assert load_int8(path, torch.device("cpu"), resident=True, stop=lambda: False) is not None
+
