@@ -362,3 +362,29 @@ async def test_keys_typed_right_after_f1_go_to_the_help_screen():
         await until(pilot, lambda: app.screen is app.chat and app.chat.prompt.text == "after")
         assert [type(s) for s in opened] == [HelpScreen]
         assert app.screen is app.chat and app.chat.prompt.text == "after"
+
+
+# ---- the test command (README: "Development") ----
+
+
+def test_the_test_command_runs_two_workers_a_file_each_and_ci_calls_it():
+    """README: "`./dev.sh test` runs everything (`.ci/run` calls exactly that), on two
+    pytest-xdist workers that each take one test file at a time ... `./dev.sh test -n 0` runs
+    them in one process." The options are dev.sh's, before the caller's (so that a later
+    ``-n 0`` wins), and the plugin is in the test extras the set-up installs."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    ci = [line for line in (root / ".ci" / "run").read_text().splitlines()
+          if line and not line.startswith("#")]
+    assert ci[-1] == "exec ./dev.sh test -q -rs"
+    dev = (root / "dev.sh").read_text()
+    run = [line.split() for line in dev.splitlines() if "-m pytest" in line]
+    assert len(run) == 1
+    words = run[0]
+    opts = words[words.index("pytest") + 1:]
+    assert opts[-2:] == ['"$@"', ";;"]
+    assert opts[:-2] == ["-n", "auto", "--maxprocesses", "2", "--dist", "loadfile"]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]["test"]
+    assert any(e.startswith("pytest-xdist") for e in extras)
