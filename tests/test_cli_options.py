@@ -239,3 +239,24 @@ def test_load_takes_the_number_history_shows(opened, tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["--backend", "scripted", "--load", "2"])
     assert r.exit_code == 0 and opened[-1].load_path == Path("2"), r.output
     assert len(opened) == 3
+
+
+def test_only_the_chat_takes_ctrl_q_and_ctrl_s_from_the_terminal_driver():
+    """``tty_flow`` clears the terminal's IXON for the chat alone: a headless command keeps
+    Ctrl+S / Ctrl+Q pausing and resuming what it prints; help and the version print and end."""
+    from chatui.cli.commands import command_names, opens_the_chat
+
+    assert {"generate", "bench", "history", "build-kernels"} <= command_names()
+    assert opens_the_chat([]) and opens_the_chat(["--ckpt", "/models/x", "--theme", "nord"])
+    for args in (["generate", "Hi"], ["--ckpt", "x", "bench"], ["history", "search", "a"],
+                 ["build-kernels"], ["--help"], ["--version"]):
+        assert not opens_the_chat(args), args
+
+
+def test_flow_keys_are_left_alone_where_standard_input_is_no_terminal(monkeypatch):
+    import io
+
+    from chatui import tty_flow
+
+    monkeypatch.setattr("sys.__stdin__", io.StringIO("piped"))
+    assert tty_flow.keep_flow_keys() is False

@@ -34,17 +34,19 @@ def tmux(*args: str) -> str:
 
 def start_chatui(name: str, tmp: Path, size: tuple[int, int] = (100, 30),
                  program: list[str] | None = None, args: tuple[str, ...] = (),
-                 status_file: Path | None = None) -> int:
+                 status_file: Path | None = None, before: str = "", after: str = "") -> int:
     """chatui (the scripted backend, data, config and logs under ``tmp``) in a new tmux
     session ``name``; its process id (the pane's: the command is exec'd). With
     ``status_file``, a shell runs it and writes its exit status there (tmux left an exited
-    pane's process a zombie for 30 s in some runs, its status unknown), the pane kept."""
+    pane's process a zombie for 30 s in some runs, its status unknown), the pane kept; that
+    shell runs ``before`` and ``after`` (commands) before and after it."""
     env = {"PYTHONPATH": str(ROOT), "CHATUI_CONFIG_DIR": str(tmp / "config"),
            "CHATUI_DATA_DIR": str(tmp / "data"), "XDG_DATA_HOME": str(tmp / "xdg"),
            "TERM": "xterm-256color"}
     command = " ".join(["env", *(f"{k}={v}" for k, v in env.items()), sys.executable,
                         *(program or ["-m", "chatui"]), "--backend", "scripted", *args])
-    command = (f"{command}; echo $? > {status_file}" if status_file is not None
+    command = (f"{before}{'; ' if before else ''}{command}; echo $? > {status_file}"
+               f"{'; ' if after else ''}{after}" if status_file is not None
                else f"exec {command}")
     tmux("new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), command)
     pane = int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
@@ -98,6 +100,37 @@ def test_a_message_typed_right_after_starting_is_sent(tmp_path):
         if not run_once(tmp_path / str(i), delay, text):
             lost.append(delay)
     assert not lost, f"the message typed {lost} s after starting was lost"
+
+
+def test_ctrl_q_typed_while_chatui_starts_quits_it_and_flow_control_comes_back(tmp_path):
+    """Ctrl+Q sent 0.3 or 0.6 s after the start, before Textual has put the terminal in raw
+    mode: the terminal driver took it as XON (IXON) and chatui went on running, every time
+    (seen in tmux); now the chat clears IXON as it starts (``chatui/tty_flow.py``), the key
+    waits with the others typed early, and chatui quits with status 0. The terminal has IXON
+    again afterwards, as it had before."""
+    kept_open = []
+    for i, delay in enumerate((0.3, 0.6)):
+        tmp = tmp_path / str(i)
+        tmp.mkdir()
+        name = f"chatui-flow-{uuid.uuid4().hex[:8]}"
+        status = tmp / "status"
+        start_chatui(name, tmp, status_file=status, before=f"stty -a > {tmp / 'before'}",
+                     after=f"stty -a > {tmp / 'after'}")
+        try:
+            time.sleep(delay)
+            tmux("send-keys", "-t", name, "C-q")
+            deadline = time.monotonic() + 15
+            while not (tmp / "after").is_file() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            tmux("kill-session", "-t", name)
+        if not status.is_file():
+            kept_open.append(delay)
+            continue
+        assert status.read_text().strip() == "0"
+        flags = [(tmp / f).read_text().split() for f in ("before", "after")]
+        assert "ixon" in flags[0] and "ixon" in flags[1], flags
+    assert not kept_open, f"Ctrl+Q sent {kept_open} s after the start left chatui open"
 
 
 LATE_INPUT = """import sys, time

@@ -17,7 +17,7 @@ from inference.types import (Failed, GenerationRequest, Message, RowDone, ScoreR
                              TokenBatch)
 from inference.worker import InferenceWorker
 
-from .. import __version__
+from .. import __version__, tty_flow
 from ..backends import make_factory
 from ..textfile import TextFileError, read_text_file
 from .headless import check_local_spec, load, run, settings, stream
@@ -719,8 +719,25 @@ def build_kernels(
         print(path)
 
 
+def command_names() -> frozenset[str]:
+    """The subcommands' names, as typer gives them (``build_kernels`` -> ``build-kernels``)."""
+    return frozenset([c.name or c.callback.__name__.replace("_", "-")  # type: ignore[union-attr]
+                      for c in app.registered_commands]
+                     + [g.name for g in app.registered_groups if g.name])
+
+
+def opens_the_chat(args: list[str]) -> bool:
+    """Whether a command line opens the chat's window: it names no subcommand (a value that
+    happens to spell one, ``--ckpt generate``, counts as one: the chat then only starts as it
+    did before ``tty_flow``), and asks for no help or version."""
+    names = command_names()
+    return not any(a in names or a in ("--help", "--version") for a in args)
+
+
 def main() -> None:
     """Console-script entry point."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if opens_the_chat(sys.argv[1:]):
+        tty_flow.keep_flow_keys()  # Ctrl+Q typed before the window is up must reach it
     app()
 
