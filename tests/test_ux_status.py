@@ -182,6 +182,58 @@ async def test_a_long_prefill_says_the_prompt_is_being_read():
         assert "reading" not in app.chat.status.speed
 
 
+async def test_a_prompt_read_at_once_never_flashes_reading_the_prompt(monkeypatch):
+    """Every reply said "reading the prompt (N tokens)…" in the status bar the moment the
+    engine reported its context, and took it back at the first token: on a cached prompt (the
+    first token 7-10 ms later) the words flashed for a frame, and each change of the bar's
+    width cost a layout of the whole screen. Now they are due after READING_SAID_AFTER_S,
+    the last reply's speed going at once, and the next shows at the end."""
+    from chatui.widgets.status import StatusBar
+
+    shown: list[str] = []
+    watch = StatusBar.watch_speed
+    monkeypatch.setattr(StatusBar, "watch_speed",
+                        lambda self, value: (shown.append(value), watch(self, value))[1])
+    app = make_app()
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send(pilot, app, "one")
+        first = app.chat.status.speed
+        await send(pilot, app, "two")
+        assert "tok/s" in first and "tok/s" in app.chat.status.speed
+    assert not [v for v in shown if "reading" in v], shown
+    assert shown[shown.index(first) + 1] == "", shown  # (not the last speed while streaming)
+
+
+async def test_a_slow_prompt_read_is_said_after_a_moment():
+    """The engine still reading a short prompt after READING_SAID_AFTER_S: the status bar
+    says so until the first token."""
+    import threading
+    import time
+
+    from chatui.screens.chat import READING_SAID_AFTER_S
+
+    go = threading.Event()
+
+    def slow(request, row):
+        go.wait(10)  # no token until the test lets it go on
+        return "done reading"
+
+    app = make_app(slow)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await loaded(pilot, app)
+        sent = time.monotonic()
+        await send(pilot, app, "short", wait=False)
+        while "reading the prompt" not in app.chat.status.speed:
+            assert time.monotonic() - sent < 5, app.chat.status.speed
+            await pilot.pause(0.02)
+        assert time.monotonic() - sent >= READING_SAID_AFTER_S
+        go.set()
+        from test_app import settle
+
+        await settle(pilot, app)
+        assert "reading" not in app.chat.status.speed
+
+
 async def test_an_unknown_theme_is_said_not_ignored():
     app = make_app(theme="nope")
     async with app.run_test(size=(110, 40)) as pilot:

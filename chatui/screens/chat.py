@@ -29,6 +29,7 @@ from textual.css.query import NoMatches
 from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static, TextArea
 from textual.worker import Worker
@@ -75,6 +76,9 @@ from .context_meter import ContextMeter
 from .held_keys import release_keys
 
 log = logging.getLogger(__name__)
+
+READING_SAID_AFTER_S = 0.3
+"""How long the engine reads a prompt before the status bar says so (``_reading_prompt``)."""
 
 CHECKPOINT_S = 5.0
 """A streaming reply is autosaved this often, as well as when it starts and ends: a terminal
@@ -932,6 +936,7 @@ class ChatScreen(Screen[None]):
         ``item`` (the reply's) unpinned, when it ends."""
         recorder, view = job.recorder, job.view
         recorder.begin()
+        say: Timer | None = None  # (the words "reading the prompt" are due)
         try:
             try:
                 if isinstance(view, CompareView) and view.mounting is not None:
@@ -944,15 +949,17 @@ class ChatScreen(Screen[None]):
                 async for events in stream:
                     for ev in events:
                         if isinstance(ev, PromptProgress):
+                            say = self._stop_timer(say)
                             self.status.speed = ev.describe()
                             continue
                         delta = recorder.apply(ev)
                         if isinstance(delta, ContextReported):
                             self._context_reported(delta, job)
-                            reading = self._reading_prompt(delta.prompt_tokens)
+                            self._stop_timer(say)
+                            say, reading = self._reading_prompt(delta.prompt_tokens), True
                         elif delta is not None:
                             if reading:
-                                reading = False
+                                say, reading = self._stop_timer(say), False
                                 self.status.speed = ""
                             await view.show(delta)
                             self._show_live(view)
@@ -963,6 +970,7 @@ class ChatScreen(Screen[None]):
                 log.exception("generation failed")
                 recorder.fail(describe_error(exc))
             finally:
+                self._stop_timer(say)
                 if recorder.finish() and job.stream is not None:
                     job.stream.cancel()
                 self.state.job = None
@@ -978,13 +986,27 @@ class ChatScreen(Screen[None]):
             item.pinned -= 1
             self.window.schedule()
 
-    def _reading_prompt(self, tokens: int) -> bool:
+    def _reading_prompt(self, tokens: int) -> Timer:
         """Say in the status bar that the engine reads the prompt, until the first token (a
-        7.6k-token prompt took 19 s on a CPU with nothing but "generating…" on screen). A
-        prompt longer than one prefill chunk then reports how far it has read, and at what
-        rate (``PromptProgress``)."""
-        self.status.speed = f"reading the prompt ({tokens:,} tokens)…"
-        return True
+        7.6k-token prompt took 19 s on a CPU with nothing but "generating…" on screen), once
+        it has taken ``READING_SAID_AFTER_S``; the last reply's speed goes at once. A prompt
+        longer than one prefill chunk then reports how far it has read, and at what rate
+        (``PromptProgress``). Said at once, the words flashed for a frame on every reply to a
+        cached prompt (its first token 7-10 ms later), and each change of the bar's width
+        cost a layout of the whole screen (9-10 ms here; ``benchmarks/bench_tui.py``)."""
+        self.status.speed = ""
+
+        def say() -> None:
+            self.status.speed = f"reading the prompt ({tokens:,} tokens)…"
+
+        return self.set_timer(READING_SAID_AFTER_S, say)
+
+    @staticmethod
+    def _stop_timer(timer: Timer | None) -> None:
+        """Stop ``timer`` (if any) and return None, for ``timer = _stop_timer(timer)``."""
+        if timer is not None:
+            timer.stop()
+        return None
 
     def _context_reported(self, delta: ContextReported, job: Job) -> None:
         """Update the context meter; when the oldest turns were left out, say so above the
