@@ -273,9 +273,7 @@ class LocalBackend:
 
     def close(self) -> None:
         self.reset()
-        close_runner = getattr(self.runner, "close", None)  # (the fast runner's weights' read)
-        if close_runner is not None:
-            close_runner()
+        self.runner.close()  # (the fast runner's copy of its weights still being read)
 
     @property
     def cached_ids(self) -> list[int]:

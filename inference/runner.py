@@ -81,6 +81,10 @@ class HFRunner:
 
         return DynamicCache(config=self.model.config)
 
+    def close(self) -> None:
+        """Nothing to stop: transformers' modules hold no read in progress (``FastRunner.close``
+        stops its weights' copy)."""
+
     @staticmethod
     def can_crop(cache: Any) -> bool:
         """Only full-attention layers can be cut back to a shorter prefix exactly."""

@@ -106,6 +106,9 @@ class ForcedRunner:
     def can_crop(self, cache) -> bool:
         return self.inner.can_crop(cache)
 
+    def close(self) -> None:
+        self.inner.close()
+
     def forward(self, cache, x, **kw):
         logits = self.inner.forward(cache, x, **kw).clone()
         if x.shape[1] > 1:  # the rest of a prompt (its last token is fed alone, as a step)
